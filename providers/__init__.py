@@ -1,0 +1,1 @@
+"""Provider plugins: the contract, the dummy provider and DNS plugins."""

