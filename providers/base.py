@@ -1,0 +1,198 @@
+"""The provider contract: what the core may call on a provider, and what it may rely on.
+
+Threading: the core calls every method from a worker thread of the provider's bounded pool
+(at most :attr:`Provider.max_concurrent_calls` at once), each under a timeout. It never runs
+two calls for the *same* VM at once, but calls for different VMs run concurrently, so
+implementations must be thread-safe. Errors: raise :class:`~vmpooler.providers.errors.ProviderError`
+subclasses; :func:`~vmpooler.providers.errors.is_permanent` decides whether the core retries.
+Providers never touch Redis, actors or the web layer: they return values and raise.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from vmpooler.providers.errors import PermanentProviderError
+
+__all__ = ["Provider", "ProviderContext", "VmInfo"]
+
+
+@dataclass(frozen=True, slots=True)
+class VmInfo:
+    """A provider's normalised view of one VM; the core never parses provider objects.
+
+    Only ``name`` is required. ``hostname`` is what the guest reports (a mismatch with
+    ``name`` evicts a ready VM); ``boottime`` is a string; ``powerstate`` uses vSphere's
+    words (``PoweredOn``/``PoweredOff``); ``host`` is the hypervisor host running it.
+    """
+
+    name: str
+    hostname: str | None = None
+    template: str | None = None
+    poolname: str | None = None
+    boottime: str | None = None
+    powerstate: str | None = None
+    ip: str | None = None
+    host: str | None = None
+    snapshots: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ProviderContext:
+    """Everything a provider is given at construction, as plain data (read-only by convention)."""
+
+    name: str  # the provider's configured name, e.g. "dummy" or "vsphere-east"
+    settings: Mapping[str, Any]  # its `:providers: :<name>:` section
+    pools: Mapping[str, Mapping[str, Any]]  # raw config of the pools it serves, by pool name
+    global_settings: Mapping[str, Any]  # the `:config:` section
+    dns_domains: Mapping[str, str | None]  # pool name -> DNS domain
+
+
+_NO_SUPPORT = "provider {name!r} does not support {what}"
+
+
+class Provider(ABC):
+    """Base class of every provider. Subclasses implement the six abstract methods.
+
+    A provider may be discarded and rebuilt when configuration changes; it must keep no
+    state it cannot rebuild from the hypervisor (or, for the dummy, its file).
+    """
+
+    def __init__(self, context: ProviderContext) -> None:
+        self.context = context
+
+    @property
+    def name(self) -> str:
+        """The provider's configured name (its key under ``:providers:``)."""
+        return self.context.name
+
+    @property
+    def settings(self) -> Mapping[str, Any]:
+        """This provider's own configuration section."""
+        return self.context.settings
+
+    @property
+    def skip_dns_check_before_creating_vm(self) -> bool:
+        """True when the core must not check that a new hostname is absent from DNS."""
+        return bool(self.settings.get("skip_dns_check_before_creating_vm", False))
+
+    @property
+    def max_concurrent_calls(self) -> int:
+        """How many calls the core may run at once against this provider (>= 1).
+
+        From setting ``connection_pool_size``; default 4.
+        """
+        return max(1, int(self.settings.get("connection_pool_size") or 4))
+
+    # -- required ------------------------------------------------------------------------
+
+    @abstractmethod
+    def vms_in_pool(self, pool: str) -> list[str]:
+        """Names of every VM the provider holds for ``pool`` (including ones still cloning).
+
+        Read-only, worker thread. Raising aborts the pool's check; any ProviderError is
+        treated as transient unless classified permanent.
+        """
+
+    @abstractmethod
+    def get_vm(self, pool: str, vm: str) -> VmInfo | None:
+        """The VM's current :class:`VmInfo`, or None when it does not exist in ``pool``.
+
+        Worker thread; concurrent for different VMs. Raise only when the provider cannot
+        answer (transient), never for a missing VM.
+        """
+
+    @abstractmethod
+    def create_vm(self, pool: str, vm: str) -> VmInfo:
+        """Clone VM ``vm`` for ``pool`` and block until it exists; return its info.
+
+        Worker thread, may take minutes (the core applies the timeout). On failure raise a
+        ProviderError and leave no VM behind (best effort); bad template/folder/credentials
+        are permanent, the rest transient. Not idempotent: the core picks a fresh name.
+        """
+
+    @abstractmethod
+    def get_vm_ip_address(self, pool: str, vm: str) -> str | None:
+        """The VM's IP address, or None when it has none (yet) or does not exist.
+
+        NOTE the (pool, vm) order, unlike vmpooler's (vm, pool). Worker thread; transient
+        errors only. None right after :meth:`create_vm` makes the core fail the clone.
+        """
+
+    @abstractmethod
+    def vm_ready(self, pool: str, vm: str) -> bool:
+        """Readiness probe: True when the VM accepts connections, False otherwise.
+
+        Must return promptly (seconds). False for an unknown VM or one in another pool. May
+        raise a ProviderError whose message says why it is not ready; the core stores that
+        message as the VM's ``open_socket_error`` and treats it as "not ready". Worker thread.
+        """
+
+    @abstractmethod
+    def destroy_vm(self, pool: str, vm: str) -> bool:
+        """Power off and delete the VM; True when it is gone afterwards.
+
+        Idempotent: True also when the VM was already gone. Raise a ProviderError when the
+        deletion failed (transient unless classified permanent). Worker thread.
+        """
+
+    # -- defaulted -----------------------------------------------------------------------
+
+    def create_disk(self, pool: str, vm: str, size_gb: int) -> bool:
+        """Attach a new ``size_gb`` GB disk; True on success. Worker thread.
+
+        Default: raises PermanentProviderError ("does not support disks").
+        """
+        raise PermanentProviderError(_NO_SUPPORT.format(name=self.name, what="disks"))
+
+    def create_snapshot(self, pool: str, vm: str, snapshot_name: str) -> bool:
+        """Snapshot the VM as ``snapshot_name``; True on success. Worker thread.
+
+        Default: raises PermanentProviderError ("does not support snapshots").
+        """
+        raise PermanentProviderError(_NO_SUPPORT.format(name=self.name, what="snapshots"))
+
+    def revert_snapshot(self, pool: str, vm: str, snapshot_name: str) -> bool:
+        """Revert the VM to ``snapshot_name``; False when no such snapshot. Worker thread.
+
+        Default: raises PermanentProviderError ("does not support snapshots").
+        """
+        raise PermanentProviderError(_NO_SUPPORT.format(name=self.name, what="snapshots"))
+
+    def migrate_vm(self, pool: str, vm: str) -> None:  # noqa: B027 (optional hook, no-op by default)
+        """Consider moving a just-checked-out VM to a better host. Errors are only logged.
+
+        Default: no-op. Worker thread.
+        """
+
+    def tag_vm_user(self, pool: str, vm: str, user: str | None) -> bool:
+        """Record the checking-out user on the VM; True on success. Default: no-op, True.
+
+        Called once per running VM, from a worker thread; must be idempotent.
+        """
+        return True
+
+    def create_template_delta_disks(self, pool: str) -> None:  # noqa: B027 (optional hook, no-op by default)
+        """Prepare the pool's template for linked clones. Default: no-op.
+
+        Raise a ProviderError on failure (the core logs it; not fatal). Worker thread.
+        """
+
+    def purge_unconfigured_resources(self, allowlist: Collection[str]) -> None:
+        """Delete VMs/folders the configuration does not mention, except ``allowlist``.
+
+        Default: raises PermanentProviderError (not supported). Called at startup only.
+        """
+        raise PermanentProviderError(
+            _NO_SUPPORT.format(name=self.name, what="purging unconfigured resources")
+        )
+
+    def vm_exists(self, pool: str, vm: str) -> bool:
+        """True when :meth:`get_vm` finds the VM. Same thread and error rules as get_vm."""
+        return self.get_vm(pool, vm) is not None
+
+    def close(self) -> None:  # noqa: B027 (optional hook, no-op by default)
+        """Release connections. Default: no-op. Called once, after the last call returns."""
