@@ -1,0 +1,478 @@
+"""The actor that owns one pool: keeps it full of ready VMs and reaps every VM it holds.
+
+Single writer: every transition of this pool's VMs happens here, one message at a time,
+through a compare-and-set script of :mod:`vmpooler.actors.store`. Provider work goes to the
+pool's :class:`~vmpooler.actors.provider_actor.ProviderActor` as messages; the answers
+come back as messages. At most one provider call per VM is outstanding (``self.busy``),
+so two calls never act on one VM at once, and nothing blocks this mailbox but Redis.
+
+A cycle (reference §4.2) starts with the provider's inventory and runs on a timer with
+vmpooler's back-off — only a safety net: :class:`~vmpooler.actors.messages.PoolChanged`
+starts one at once. Redis being away never crashes the actor: it logs, backs off and
+catches up on the next cycle.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pykka
+import redis
+
+from vmpooler.actors import timefmt
+from vmpooler.actors.clock import Clock, Scheduler, Timer
+from vmpooler.actors.config import GlobalSettings, PoolConfig
+from vmpooler.actors.hostnames import HostnameGenerator
+from vmpooler.actors.messages import (
+    CallProvider,
+    PoolChanged,
+    ProviderCallFinished,
+    ProviderOp,
+    RunPoolCycle,
+    StartDrain,
+)
+from vmpooler.actors.metrics import Metrics
+from vmpooler.actors.pool_outcomes import OutcomeHandlers
+from vmpooler.actors.pool_policy import Backoff, LifetimePolicy
+from vmpooler.actors.store import CloneReservation, PoolSnapshot, Store
+from vmpooler.actors.supervisor import ActorDirectory, SupervisedActor
+
+__all__ = ["PoolActor"]
+
+log = logging.getLogger(__name__)
+
+_MISMATCH_GRACE = 60.0  # seconds a VM must be ready before its hostname is checked
+
+
+class PoolActor(OutcomeHandlers, SupervisedActor):
+    """Owns the VMs of one pool. Construct with :meth:`pykka.ThreadingActor.start`."""
+
+    def __init__(
+        self,
+        *,
+        pool: PoolConfig,
+        settings: GlobalSettings,
+        data_ttl_hours: int,
+        store: Store,
+        directory: ActorDirectory,
+        clock: Clock,
+        scheduler: Scheduler,
+        metrics: Metrics,
+        hostnames: HostnameGenerator,
+        supervisor: pykka.ActorRef[Any] | None = None,
+    ) -> None:
+        super().__init__(name=f"pool:{pool.name}", supervisor=supervisor)
+        self.pool = pool
+        self.name = pool.name
+        self.settings = settings
+        self.data_ttl = int(data_ttl_hours) * 3600
+        self.store = store
+        self.directory = directory
+        self.clock = clock
+        self.scheduler = scheduler
+        self.metrics = metrics
+        self.hostnames = hostnames
+        self.backoff = Backoff.of(
+            pool.check_loop_delay_min if pool.check_loop_delay_min is not None
+            else settings.check_loop_delay_min,
+            pool.check_loop_delay_max if pool.check_loop_delay_max is not None
+            else settings.check_loop_delay_max,
+            pool.check_loop_delay_decay if pool.check_loop_delay_decay is not None
+            else settings.check_loop_delay_decay,
+        )
+        self.lifetime = LifetimePolicy(settings.vm_lifetime)
+        self.check_hostname = (
+            pool.check_hostname_for_mismatch if pool.check_hostname_for_mismatch is not None
+            else settings.check_ready_vm_hostname_for_mismatch
+        )
+        self.timeout_min = pool.timeout if pool.timeout is not None else settings.timeout
+        self.notify_min = (
+            pool.timeout_notification if pool.timeout_notification is not None
+            else settings.timeout_notification
+        )
+        self.size = pool.size
+        self.template = pool.template
+        self.clone_target = pool.clone_target
+        self.delay = self.backoff.min
+        self.generation = 0
+        self.timer: Timer | None = None
+        self.initialised = False
+        self.listing = False
+        self.cycle_again = False
+        self.preparing = False
+        self.owed_slots = 0
+        self.busy: dict[str, ProviderOp] = {}
+        self.clone_started: dict[str, float] = {}
+        self.ready_since: dict[str, float] = {}
+        self.next_check: dict[str, float] = {}
+        self.notified: set[str] = set()
+        self.call_ids = 0
+
+    # -- mailbox ----------------------------------------------------------------------------
+    def on_start(self) -> None:
+        self.actor_ref.tell(RunPoolCycle(generation=0))
+
+    def on_stop(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+
+    def handle(self, message: Any) -> Any:
+        if isinstance(message, ProviderCallFinished):
+            if message.vm is not None:
+                self.busy.pop(message.vm, None)
+            self._guard(self.on_outcome, message)
+        elif isinstance(message, RunPoolCycle):
+            if message.generation in (0, self.generation):
+                self._request_cycle()
+        elif isinstance(message, PoolChanged):
+            log.debug("[%s] woken: %s", self.name, message.reason)
+            self._request_cycle()
+        elif isinstance(message, StartDrain):
+            self._guard(self._drain, message.reason or "drain requested")
+        return None
+
+    def _guard(self, fn: Any, *args: Any) -> None:
+        try:
+            fn(*args)
+        except redis.RedisError as exc:
+            log.error("[!] [%s] redis unavailable: %s; retrying in %.0fs", self.name, exc,
+                      self.delay)
+            self.delay = self.backoff.next(self.delay, busy=False)
+            self._schedule_cycle()
+
+    # -- the cycle ----------------------------------------------------------------------------
+    def _request_cycle(self) -> None:
+        if self.listing:
+            self.cycle_again = True
+            return
+        provider = self._provider()
+        if provider is None:
+            log.warning("[!] [%s] provider '%s' is not running", self.name, self.pool.provider)
+            self._schedule_cycle()
+            return
+        self.listing = True
+        self.cycle_again = False
+        provider.tell(self._call(ProviderOp.LIST_VMS, None))
+
+    def _provider(self) -> pykka.ActorRef[Any] | None:
+        return self.directory.get(f"provider:{self.pool.provider}")
+
+    def _call(self, op: ProviderOp, vm: str | None, *args: Any) -> CallProvider:
+        self.call_ids += 1
+        return CallProvider(op=op, pool=self.name, vm=vm, reply_to=self.actor_ref,
+                            args=tuple(args), call_id=self.call_ids)
+
+    def _send(self, op: ProviderOp, vm: str, *args: Any) -> bool:
+        """Send a provider call for ``vm`` unless one is outstanding. True if sent."""
+        if vm in self.busy:
+            return False
+        provider = self._provider()
+        if provider is None:
+            return False
+        self.busy[vm] = op
+        try:
+            provider.tell(self._call(op, vm, *args))
+        except pykka.ActorDeadError:
+            del self.busy[vm]
+            return False
+        return True
+
+    def _schedule_cycle(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        self.generation += 1
+        self.timer = self.scheduler.tell_later(
+            self.delay, self.actor_ref, RunPoolCycle(generation=self.generation))
+
+    def on_inventory(self, inventory: tuple[str, ...] | None, error: str | None) -> None:
+        """Run one cycle over the inventory (called with the LIST_VMS outcome)."""
+        self.listing = False
+        if inventory is None:
+            log.error("[!] [%s] inventory failed: %s", self.name, error)
+            self.delay = self.backoff.next(self.delay, busy=False)
+            self._schedule_cycle()
+            return
+        started = self.clock.monotonic()
+        try:
+            busy = self._cycle(set(inventory))
+        except redis.RedisError as exc:
+            log.error("[!] [%s] redis unavailable: %s", self.name, exc)
+            busy = False
+        self.metrics.gauge("vmpooler_performance.check_pool",
+                           self.clock.monotonic() - started, tags={"pool": self.name})
+        self.delay = self.backoff.next(self.delay, busy=busy)
+        if self.cycle_again:
+            self._request_cycle()
+        else:
+            self._schedule_cycle()
+
+    def _cycle(self, inventory: set[str]) -> bool:
+        store, name = self.store, self.name
+        if self.owed_slots:
+            for _ in range(self.owed_slots):
+                store.release_clone_slot()
+            self.owed_slots = 0
+        snap = store.snapshot(name)
+        if not self.initialised:
+            self._initialise(snap)
+        activity = False
+        known = snap.pending | snap.ready | snap.running | snap.completed | snap.discovered
+        unknown = inventory - known
+        if unknown:
+            added = store.discover(name, unknown)
+            if added:
+                activity = True
+                log.info("[?] [%s] '%s' found in inventory, in no queue", name, "', '".join(added))
+        for vm in snap.discovered - self.busy.keys():
+            if store.resolve_discovered(name, vm) == 1:
+                log.info("[>] [%s] '%s' moved from 'discovered' to 'completed'", name, vm)
+        now = self.clock.now()
+        self._check_running(snap, inventory, now)
+        ready = self._check_ready(snap, inventory, now)
+        pending = set(snap.pending)
+        for vm in sorted(snap.pending - self.busy.keys(), reverse=True):
+            if vm in inventory:
+                activity |= self._send(ProviderOp.CHECK_PENDING, vm)
+            elif self._pending_vanished(vm, now):
+                pending.discard(vm)
+        for vm in snap.completed - self.busy.keys():
+            if vm in inventory:
+                if store.begin_destroy(name, vm, now=timefmt.format_epoch(now), ttl=self.data_ttl):
+                    self._send(ProviderOp.DESTROY, vm, self._fqdn(vm))
+            elif store.forget(name, vm, delete_hash=True):
+                self._forget_caches(vm)
+        for vm in snap.migrating - self.busy.keys():
+            store.leave_migrating(name, vm)
+            if vm in inventory:
+                self._send(ProviderOp.MIGRATE, vm)
+        if self._apply_overrides(snap):
+            return True
+        activity |= self._repopulate(len(ready), len(pending))
+        self._remove_excess(ready, pending)
+        self._flag_empty(snap, len(ready))
+        self.metrics.gauge("ready", len(ready), tags={"pool": name})
+        self.metrics.gauge("running", len(snap.running), tags={"pool": name})
+        return activity
+
+    def _initialise(self, snap: PoolSnapshot) -> None:
+        if snap.template_override:
+            self.template = snap.template_override
+        if snap.clone_target_override:
+            self.clone_target = snap.clone_target_override
+        self.initialised = True
+
+    # -- per-queue checks -------------------------------------------------------------------
+    def _check_running(self, snap: PoolSnapshot, inventory: set[str], now: float) -> None:
+        due = []
+        mono = self.clock.monotonic()
+        for vm in snap.running - self.busy.keys():
+            if vm not in inventory:
+                if self.store.retire(self.name, vm, "running"):
+                    log.info("[>] [%s] '%s' not in inventory, moved to 'completed'", self.name, vm)
+                continue
+            if self.next_check.get(vm, 0.0) <= mono:
+                due.append(vm)
+        if not due:
+            return
+        fields = self.store.vm_fields(due, ["checkout", "lifetime", "user_tagged", "token:user"])
+        active = self.store.active_members(self.name, due)
+        for vm in due:
+            self.next_check[vm] = mono + self.settings.vm_checktime * 60
+            checkout, lifetime, tagged, user = fields[vm]
+            if vm not in active:
+                if self.store.retire(self.name, vm, "running"):
+                    log.info("[>] [%s] '%s' has no active entry, moved to 'completed'",
+                             self.name, vm)
+                continue
+            hours = self.lifetime.hours(lifetime)
+            started = timefmt.parse_epoch(checkout)
+            if hours > 0 and started is not None and int((now - started) // 3600) >= hours:
+                if self.store.retire(self.name, vm, "running"):
+                    log.info("[>] [%s] '%s' reached its lifetime of %dh, moved to 'completed'",
+                             self.name, vm, hours)
+                continue
+            self._send(ProviderOp.CHECK_RUNNING, vm, tagged != "true", user)
+
+    def _check_ready(self, snap: PoolSnapshot, inventory: set[str], now: float) -> set[str]:
+        ready = set(snap.ready)
+        mono = self.clock.monotonic()
+        unknown = [vm for vm in snap.ready if vm not in self.ready_since]
+        if unknown:
+            for vm, (since, check) in self.store.vm_fields(unknown, ["ready", "check"]).items():
+                started = timefmt.parse_epoch(since)
+                self.ready_since[vm] = started if started is not None else 0.0
+                last = timefmt.parse_epoch(check)
+                age = now - last if last is not None else None
+                checktime = self.settings.vm_checktime * 60
+                self.next_check[vm] = mono + (checktime - age if age is not None and
+                                              age < checktime else 0.0)
+        stamps: dict[str, str] = {}
+        for vm in snap.ready - self.busy.keys():
+            if vm not in inventory:
+                if self.store.retire(self.name, vm, "ready"):
+                    ready.discard(vm)
+                    log.info("[>] [%s] '%s' not in inventory, moved to 'completed'", self.name, vm)
+                continue
+            if self.next_check.get(vm, 0.0) > mono:
+                continue
+            self.next_check[vm] = mono + self.settings.vm_checktime * 60
+            stamps[vm] = timefmt.format_epoch(now)
+            since = self.ready_since.get(vm) or None
+            if since is None or (now - since) / 60.0 > self.pool.ready_ttl:
+                if self.store.retire(self.name, vm, "ready"):
+                    ready.discard(vm)
+                    log.info("[>] [%s] '%s' reached its ready TTL of %s min, moved to "
+                             "'completed'", self.name, vm, self.pool.ready_ttl)
+                continue
+            check_name = bool(self.check_hostname) and now - since > _MISMATCH_GRACE
+            self._send(ProviderOp.CHECK_READY, vm, check_name)
+        self.store.set_check_times(stamps)
+        return ready
+
+    def _pending_vanished(self, vm: str, now: float) -> bool:
+        started = self._clone_started(vm)
+        if started is not None and (now - started) / 60.0 <= self.timeout_min:
+            return False
+        if self.store.clone_failed(self.name, vm, error="VM vanished from the provider",
+                                   error_class="VmNotFound", ttl=self.data_ttl,
+                                   release_slot=False):
+            log.info("[!] [%s] '%s' pending VM is not in inventory and timed out; removed",
+                     self.name, vm)
+        self._forget_caches(vm)
+        return True
+
+    def _clone_started(self, vm: str) -> float | None:
+        if vm not in self.clone_started:
+            value = timefmt.parse_epoch(self.store.vm_field(vm, "clone"))
+            if value is None:
+                return None
+            self.clone_started[vm] = value
+        return self.clone_started[vm]
+
+    def _fqdn(self, vm: str) -> str | None:
+        return f"{vm}.{self.pool.domain}" if self.pool.domain else None
+
+    def _forget_caches(self, vm: str) -> None:
+        self.clone_started.pop(vm, None)
+        self.ready_since.pop(vm, None)
+        self.next_check.pop(vm, None)
+        self.notified.discard(vm)
+
+    # -- overrides, template, size ------------------------------------------------------------
+    def _apply_overrides(self, snap: PoolSnapshot) -> bool:
+        """Apply size/template/clone-target overrides and resets. True if the pool drained."""
+        drained = False
+        if snap.undo_size:
+            self.store.ack_undo(self.name, size=True)
+        size = self.pool.size
+        if snap.size_override is not None:
+            try:
+                size = max(0, int(snap.size_override))
+            except ValueError:
+                log.warning("[!] [%s] ignoring size override %r", self.name, snap.size_override)
+        if size != self.size:
+            log.info("[*] [%s] size changed from %d to %d", self.name, self.size, size)
+            self.size = size
+        if snap.undo_template:
+            self.store.ack_undo(self.name, template=True)
+        template = snap.template_override or self.pool.template
+        if template != self.template:
+            log.info("[*] [%s] template changed from '%s' to '%s'", self.name, self.template,
+                     template)
+            self.template = template
+            drained |= self._drain(f"template changed to '{template}'") >= 0
+        target = snap.clone_target_override or self.pool.clone_target
+        if target != self.clone_target:
+            self.clone_target = target
+            drained |= self._drain(f"clone target changed to '{target}'") >= 0
+        if snap.reset_requested and self.store.ack_reset(self.name):
+            drained |= self._drain("pool reset requested") >= 0
+        if snap.prepared_template != self.template and not self.preparing:
+            self._prepare_template()
+        return drained
+
+    def _drain(self, reason: str) -> int:
+        moved = self.store.drain(self.name)
+        log.info("[*] [%s] %s: %d ready and pending VMs moved to 'completed'", self.name, reason,
+                 moved)
+        self.actor_ref.tell(PoolChanged(self.name, "drained"))
+        return moved
+
+    def _prepare_template(self) -> None:
+        if self.settings.create_template_delta_disks and not self.store.has_delta_disks(
+            self.template
+        ):
+            provider = self._provider()
+            if provider is not None:
+                self.preparing = True
+                provider.tell(self._call(ProviderOp.PREPARE_TEMPLATE, f"template:{self.template}"))
+                return
+        self.store.set_prepared_template(self.name, self.template)
+
+    # -- refill and excess ----------------------------------------------------------------------
+    def _repopulate(self, ready: int, pending: int) -> bool:
+        if self.preparing:
+            return False
+        want = self.size - ready - pending
+        started = 0
+        for _ in range(max(0, want)):
+            if not self._start_clone():
+                break
+            started += 1
+        return started > 0
+
+    def _start_clone(self) -> bool:
+        provider = self._provider()
+        if provider is None:
+            return False
+        for _ in range(3):
+            vm = self.hostnames.candidate(self.settings.prefix)
+            now = self.clock.now()
+            code = self.store.reserve_clone(
+                self.name, vm, limit=self.settings.task_limit,
+                clone_time=timefmt.format_epoch(now), domain=self.pool.domain,
+            )
+            if code == CloneReservation.NO_SLOT:
+                return False
+            if code == CloneReservation.NAME_TAKEN:
+                self.metrics.increment("vmpooler_errors.duplicatehostname",
+                                       tags={"pool": self.name})
+                continue
+            self.clone_started[vm] = now
+            if not self._send(ProviderOp.CLONE, vm):
+                self.store.clone_failed(self.name, vm, error="provider unavailable",
+                                        error_class="ProviderUnavailable", ttl=self.data_ttl,
+                                        release_slot=True)
+                return False
+            log.info("[*] [%s] '%s' is being cloned from '%s'", self.name, vm, self.template)
+            return True
+        log.error("[!] [%s] could not find a free hostname in 3 attempts", self.name)
+        return False
+
+    def _remove_excess(self, ready: set[str], pending: set[str]) -> None:
+        surplus = len(ready) - self.size
+        if surplus <= 0:
+            return
+        for vm in sorted(ready - self.busy.keys())[:surplus]:
+            if self.store.retire(self.name, vm, "ready"):
+                ready.discard(vm)
+                log.info("[>] [%s] '%s' is surplus to the pool size, moved to 'completed'",
+                         self.name, vm)
+        if pending:
+            self.store.drain(self.name, include_ready=False)
+
+    def refill(self) -> None:
+        """Start clones if the pool is short (after a clone slot was released)."""
+        if self.preparing or not self.initialised:
+            return
+        counts = self.store.counts(self.name, ("ready", "pending"))
+        self._repopulate(counts["ready"], counts["pending"])
+
+    def _flag_empty(self, snap: PoolSnapshot, ready: int) -> None:
+        if ready == 0 and self.size > 0:
+            if not snap.empty_flag:
+                self.store.set_empty_flag(self.name, True)
+                log.info("[!] [%s] is empty", self.name)
+        elif snap.empty_flag:
+            self.store.set_empty_flag(self.name, False)

@@ -1,0 +1,205 @@
+"""How a pool actor acts on the answers of its provider calls (a mixin of ``PoolActor``).
+
+Each handler runs on the pool actor's thread, one at a time, and applies its transition
+through a compare-and-set script: an answer about a VM that has since moved (drained,
+checked out, reaped) changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from vmpooler.actors import timefmt
+from vmpooler.actors.messages import (
+    CloneResult,
+    ProviderCallFinished,
+    ProviderOp,
+    ReadyCheckResult,
+    RunningCheckResult,
+)
+from vmpooler.actors.pool_policy import (
+    PendingVerdict,
+    dlq_member,
+    hostname_mismatch,
+    pending_verdict,
+)
+
+if TYPE_CHECKING:
+    from vmpooler.actors.pool_actor import PoolActor
+
+__all__ = ["OutcomeHandlers"]
+
+log = logging.getLogger(__name__)
+
+
+class OutcomeHandlers:
+    """Handlers for :class:`ProviderCallFinished`, by operation."""
+
+    def on_outcome(self: PoolActor, msg: ProviderCallFinished) -> None:
+        """Dispatch one provider answer."""
+        if msg.failure is not None and msg.failure.busy:
+            return  # another call for this VM is running; the next cycle looks again
+        handler = {
+            ProviderOp.LIST_VMS: OutcomeHandlers._listed,
+            ProviderOp.CLONE: OutcomeHandlers._cloned,
+            ProviderOp.CHECK_PENDING: OutcomeHandlers._pending_checked,
+            ProviderOp.CHECK_READY: OutcomeHandlers._ready_checked,
+            ProviderOp.CHECK_RUNNING: OutcomeHandlers._running_checked,
+            ProviderOp.DESTROY: OutcomeHandlers._destroyed,
+            ProviderOp.PREPARE_TEMPLATE: OutcomeHandlers._template_prepared,
+        }.get(msg.op)
+        if handler is not None:
+            handler(self, msg)
+        elif msg.failure is not None:
+            log.error("[!] [%s] %s of '%s' failed: %s", self.name, msg.op.value, msg.vm,
+                      msg.failure.message)
+
+    def _listed(self: PoolActor, msg: ProviderCallFinished) -> None:
+        if msg.failure is not None:
+            self.on_inventory(None, msg.failure.message)
+        else:
+            self.on_inventory(tuple(msg.result), None)
+
+    def _dead_letter(self: PoolActor, queue: str, vm: str, error_class: str, message: str) -> None:
+        if not self.settings.dlq_enabled:
+            return
+        now = self.clock.now()
+        member = dlq_member(
+            vm=vm, pool=self.name, queue_from=queue, error_class=error_class,
+            error_message=message, epoch=int(now),
+            failed_at_iso=datetime.fromtimestamp(now, UTC).isoformat(),
+        )
+        self.store.dlq_add(queue, member, now, ttl=self.settings.dlq_ttl * 3600,
+                           max_entries=self.settings.dlq_max_entries)
+        self.metrics.increment(f"vmpooler_dlq.{queue}.count", tags={"pool": self.name})
+
+    # -- clone --------------------------------------------------------------------------------
+    def _cloned(self: PoolActor, msg: ProviderCallFinished) -> None:
+        vm = msg.vm or ""
+        if msg.failure is None:
+            result: CloneResult = msg.result
+            try:
+                self.store.clone_succeeded(
+                    self.name, vm, seconds=result.seconds, ip=result.ip,
+                    date=timefmt.date_bucket(self.clock.now()),
+                )
+            except Exception:
+                self.owed_slots += 1
+                raise
+            self.metrics.gauge("vmpooler_clone", result.seconds, tags={"pool": self.name})
+            log.info("[+] [%s] '%s' cloned in %.2f seconds", self.name, vm, result.seconds)
+            self._send(ProviderOp.CHECK_PENDING, vm)
+            self.refill()
+            return
+        failure = msg.failure
+        if failure.error_class == "StaleDnsError":
+            self.metrics.increment("vmpooler_errors.staledns", tags={"pool": self.name})
+        self._dead_letter("clone", vm, failure.error_class, failure.message)
+        try:
+            self.store.clone_failed(self.name, vm, error=failure.message,
+                                    error_class=failure.error_class, ttl=self.data_ttl,
+                                    release_slot=True)
+        except Exception:
+            self.owed_slots += 1
+            raise
+        self._forget_caches(vm)
+        log.error("[!] [%s] '%s' clone failed: %s: %s", self.name, vm, failure.error_class,
+                  failure.message)
+        self.refill()
+
+    # -- pending --------------------------------------------------------------------------------
+    def _pending_checked(self: PoolActor, msg: ProviderCallFinished) -> None:
+        vm = msg.vm or ""
+        now = self.clock.now()
+        if msg.failure is None and msg.result:
+            started = self._clone_started(vm)
+            boot = now - started if started is not None else 0.0
+            if self.store.mark_ready(self.name, vm, now=timefmt.format_epoch(now),
+                                     boot_seconds=boot, date=timefmt.date_bucket(now)):
+                self.ready_since[vm] = now
+                self.next_check[vm] = self.clock.monotonic() + self.settings.vm_checktime * 60
+                self.clone_started.pop(vm, None)
+                self.notified.discard(vm)
+                self.metrics.timing("time_to_ready_state", boot, tags={"pool": self.name})
+                log.info("[>] [%s] '%s' moved from 'pending' to 'ready' queue", self.name, vm)
+            return
+        if msg.failure is not None:
+            self.store.set_vm_fields(vm, {"open_socket_error": msg.failure.message})
+        verdict = pending_verdict(
+            now=now, clone_started=self._clone_started(vm), timeout_min=self.timeout_min,
+            notification_min=self.notify_min, already_notified=vm in self.notified,
+        )
+        if verdict == PendingVerdict.NOTIFY:
+            self.notified.add(vm)
+            self.store.set_vm_fields(vm, {"timeout_notification": "1"})
+            log.warning("[!] [%s] '%s' has been pending for over %s minutes and will fail "
+                        "after %s minutes", self.name, vm, self.notify_min, self.timeout_min)
+        elif verdict == PendingVerdict.FAIL:
+            self._dead_letter("pending", vm, "Timeout",
+                              f"pending for more than {self.timeout_min} minutes")
+            if self.store.retire(self.name, vm, "pending"):
+                self.metrics.increment("vmpooler_errors.markedasfailed", tags={"pool": self.name})
+                reason = msg.failure.message if msg.failure is not None else "not ready"
+                log.error("[>] [%s] '%s' marked as 'failed' after %s minutes (%s)", self.name,
+                          vm, self.timeout_min, reason)
+            self._forget_caches(vm)
+
+    # -- ready ----------------------------------------------------------------------------------
+    def _ready_checked(self: PoolActor, msg: ProviderCallFinished) -> None:
+        vm = msg.vm or ""
+        if msg.failure is not None:
+            log.warning("[!] [%s] could not check ready VM '%s': %s", self.name, vm,
+                        msg.failure.message)
+            return
+        result: ReadyCheckResult = msg.result
+        if hostname_mismatch(vm, result.hostname):
+            if self.store.retire(self.name, vm, "ready"):
+                log.info("[>] [%s] '%s' has mismatched hostname '%s', moved to 'completed'",
+                         self.name, vm, result.hostname)
+                self._forget_caches(vm)
+            return
+        if not result.ready:
+            if result.reason:
+                self.store.set_vm_fields(vm, {"open_socket_error": result.reason})
+            self._dead_letter("ready", vm, "NotReady", result.reason or "vm_ready returned false")
+            if self.store.retire(self.name, vm, "ready"):
+                log.info("[>] [%s] '%s' is unreachable, moved to 'completed'", self.name, vm)
+                self._forget_caches(vm)
+
+    # -- running --------------------------------------------------------------------------------
+    def _running_checked(self: PoolActor, msg: ProviderCallFinished) -> None:
+        vm = msg.vm or ""
+        if msg.failure is not None:
+            log.warning("[!] [%s] could not check running VM '%s': %s", self.name, vm,
+                        msg.failure.message)
+            return
+        result: RunningCheckResult = msg.result
+        if result.tagged:
+            self.store.set_vm_fields(vm, {"user_tagged": "true"})
+        if not result.exists and self.store.retire(self.name, vm, "running"):
+            log.info("[>] [%s] '%s' is no longer in inventory, moved to 'completed'", self.name,
+                     vm)
+            self._forget_caches(vm)
+
+    # -- destroy --------------------------------------------------------------------------------
+    def _destroyed(self: PoolActor, msg: ProviderCallFinished) -> None:
+        vm = msg.vm or ""
+        if msg.failure is not None:
+            log.error("[!] [%s] '%s' destroy failed: %s", self.name, vm, msg.failure.message)
+            return
+        self.store.forget(self.name, vm, delete_hash=False)
+        self._forget_caches(vm)
+        self.metrics.gauge("vmpooler_destroy", msg.seconds, tags={"pool": self.name})
+        log.info("[-] [%s] '%s' destroyed in %.2f seconds", self.name, vm, msg.seconds)
+
+    def _template_prepared(self: PoolActor, msg: ProviderCallFinished) -> None:
+        self.preparing = False
+        if msg.failure is not None:
+            log.error("[!] [%s] failed while preparing template '%s': %s", self.name,
+                      self.template, msg.failure.message)
+        else:
+            self.store.add_delta_disks(self.template)
+        self.store.set_prepared_template(self.name, self.template)
+        self.refill()

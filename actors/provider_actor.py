@@ -1,0 +1,335 @@
+"""The actor in front of one provider: bounded workers, timeouts, circuit breaker.
+
+Provider calls block (a vSphere clone takes minutes), so they never run on a mailbox
+thread. Each :class:`~vmpooler.actors.messages.CallProvider` is submitted to a bounded
+thread pool — clones to one sized by the clone limit, inventory listings to their own small
+pool so they never queue behind checks, everything else to a pool sized by the provider's
+``max_concurrent_calls`` — and its outcome comes back to the caller as one
+:class:`~vmpooler.actors.messages.ProviderCallFinished`.
+
+Guarantees: at most one call per ``(pool, vm)`` runs at a time (a second is answered
+``busy`` at once); every call is answered exactly once, by its result or by a timeout
+failure after ``call_timeout`` seconds (a timed-out call keeps its worker, and its VM stays
+busy, until it really returns; its late result is dropped); while the circuit breaker is
+open calls are refused without touching the provider. Permanent errors do not count
+against the breaker: a broken template in one pool must not cut off the others.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import socket
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import pykka
+
+from vmpooler.actors.breaker import CircuitBreaker
+from vmpooler.actors.clock import Clock, Scheduler, Timer
+from vmpooler.actors.messages import (
+    CallProvider,
+    CloneResult,
+    ProviderCallFinished,
+    ProviderFailure,
+    ProviderOp,
+    ReadyCheckResult,
+    RunningCheckResult,
+)
+from vmpooler.actors.metrics import Metrics
+from vmpooler.actors.supervisor import SupervisedActor
+from vmpooler.providers.base import Provider
+from vmpooler.providers.dns import DnsPlugin, DynamicDns
+from vmpooler.providers.errors import ProviderError, is_permanent
+
+__all__ = ["ProviderActor", "StaleDnsError", "resolves"]
+
+log = logging.getLogger(__name__)
+
+
+class StaleDnsError(ProviderError):
+    """The generated name already resolves in DNS; pick another (not a provider fault)."""
+
+
+def resolves(fqdn: str) -> bool:
+    """True if ``fqdn`` resolves to an address."""
+    try:
+        socket.getaddrinfo(fqdn, None)
+    except (OSError, UnicodeError):
+        return False
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class _CallDone:
+    token: int
+    result: Any
+    error: BaseException | None
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class _CallTimedOut:
+    token: int
+
+
+@dataclass(slots=True)
+class _InFlight:
+    call: CallProvider
+    timer: Timer | None
+    answered: bool = False
+
+
+class ProviderActor(SupervisedActor):
+    """Fronts one :class:`~vmpooler.providers.base.Provider` instance."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        provider: Provider,
+        dns_plugins: Mapping[str, DnsPlugin],
+        clock: Clock,
+        scheduler: Scheduler,
+        metrics: Metrics,
+        breaker: CircuitBreaker,
+        clone_workers: int,
+        call_timeout: float,
+        resolve_reply_to: Callable[[str], pykka.ActorRef[Any] | None],
+        resolver: Callable[[str], bool] = resolves,
+        supervisor: pykka.ActorRef[Any] | None = None,
+    ) -> None:
+        super().__init__(name=f"provider:{name}", supervisor=supervisor)
+        self.provider = provider
+        self.dns_plugins = dict(dns_plugins)
+        self.clock = clock
+        self.scheduler = scheduler
+        self.metrics = metrics
+        self.breaker = breaker
+        self.call_timeout = call_timeout
+        self.resolve_reply_to = resolve_reply_to
+        self.resolver = resolver
+        self._tokens = itertools.count(1)
+        self._calls: dict[int, _InFlight] = {}
+        self._busy: dict[tuple[str, str | None], int] = {}
+        self._clone_pool = ThreadPoolExecutor(max(1, clone_workers), f"{name}-clone")
+        self._list_pool = ThreadPoolExecutor(2, f"{name}-list")
+        self._call_pool = ThreadPoolExecutor(
+            max(2, provider.max_concurrent_calls), f"{name}-call"
+        )
+
+    # -- mailbox ----------------------------------------------------------------------------
+    def handle(self, message: Any) -> Any:
+        if isinstance(message, CallProvider):
+            self._submit(message)
+        elif isinstance(message, _CallDone):
+            self._done(message)
+        elif isinstance(message, _CallTimedOut):
+            self._timed_out(message.token)
+        return None
+
+    def on_stop(self) -> None:
+        for pool in (self._clone_pool, self._list_pool, self._call_pool):
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def in_flight(self) -> int:
+        """Calls currently running or queued (for tests and status)."""
+        return len(self._busy)
+
+    # -- submission -------------------------------------------------------------------------
+    def _submit(self, call: CallProvider) -> None:
+        key = (call.pool, call.vm)
+        if key in self._busy:
+            self._reply(call, 0.0, failure=ProviderFailure(
+                "another call for this VM is still running", "Busy", busy=True))
+            return
+        if not self.breaker.allow():
+            self._reply(call, 0.0, failure=ProviderFailure(
+                f"circuit breaker open for provider {self.provider.name}; retry in "
+                f"{self.breaker.retry_after():.0f}s", "CircuitOpenError", circuit_open=True))
+            return
+        token = next(self._tokens)
+        timer = self.scheduler.tell_later(self.call_timeout, self.actor_ref, _CallTimedOut(token))
+        self._calls[token] = _InFlight(call, timer)
+        self._busy[key] = token
+        executor = {
+            ProviderOp.CLONE: self._clone_pool, ProviderOp.LIST_VMS: self._list_pool,
+        }.get(call.op, self._call_pool)
+        me = self.actor_ref
+        work = self._work_for(call)
+
+        def run() -> None:
+            started = time.monotonic()
+            result: Any = None
+            error: BaseException | None = None
+            try:
+                result = work()
+            except BaseException as exc:  # reported as a failure, never lost
+                error = exc
+            seconds = time.monotonic() - started
+            try:
+                me.tell(_CallDone(token, result, error, seconds))
+            except pykka.ActorDeadError:
+                pass
+
+        executor.submit(run)
+
+    def _work_for(self, call: CallProvider) -> Callable[[], Any]:
+        p, pool, vm, args = self.provider, call.pool, call.vm or "", call.args
+        op = call.op
+        if op is ProviderOp.LIST_VMS:
+            return lambda: tuple(p.vms_in_pool(pool))
+        if op is ProviderOp.CLONE:
+            return lambda: self._clone(pool, vm)
+        if op is ProviderOp.CHECK_PENDING:
+            return lambda: bool(p.vm_ready(pool, vm))
+        if op is ProviderOp.CHECK_READY:
+            return lambda: self._check_ready(pool, vm, bool(args[0]) if args else True)
+        if op is ProviderOp.CHECK_RUNNING:
+            return lambda: self._check_running(pool, vm, bool(args[0]), args[1])
+        if op is ProviderOp.DESTROY:
+            return lambda: self._destroy(pool, vm, args[0] if args else None)
+        if op is ProviderOp.MIGRATE:
+            return lambda: p.migrate_vm(pool, vm)
+        if op is ProviderOp.CREATE_DISK:
+            return lambda: bool(p.create_disk(pool, vm, int(args[0])))
+        if op is ProviderOp.CREATE_SNAPSHOT:
+            return lambda: bool(p.create_snapshot(pool, vm, str(args[0])))
+        if op is ProviderOp.REVERT_SNAPSHOT:
+            return lambda: bool(p.revert_snapshot(pool, vm, str(args[0])))
+        if op is ProviderOp.PREPARE_TEMPLATE:
+            return lambda: p.create_template_delta_disks(pool)
+        raise ValueError(f"unknown provider op {op!r}")
+
+    # -- the composite operations (worker threads) ------------------------------------------
+    def _dns(self, pool: str) -> DnsPlugin | None:
+        plugin = self.dns_plugins.get(pool)
+        return None if plugin is None or isinstance(plugin, DynamicDns) else plugin
+
+    def _clone(self, pool: str, vm: str) -> CloneResult:
+        plugin = self.dns_plugins.get(pool)
+        domain = plugin.domain if plugin is not None else None
+        if domain and not self.provider.skip_dns_check_before_creating_vm:
+            fqdn = f"{vm}.{domain}"
+            if self.resolver(fqdn):
+                raise StaleDnsError(f"{fqdn} already resolves in DNS")
+        started = time.monotonic()
+        self.provider.create_vm(pool, vm)
+        ip = self.provider.get_vm_ip_address(pool, vm)
+        if not ip:
+            raise ProviderError(f"provider returned no IP address for {vm}")
+        dns = self._dns(pool)
+        if dns is not None:
+            dns.create_or_replace_record(vm, ip)
+        return CloneResult(ip=ip, seconds=time.monotonic() - started)
+
+    def _check_ready(self, pool: str, vm: str, check_hostname: bool) -> ReadyCheckResult:
+        hostname = None
+        if check_hostname:
+            info = self.provider.get_vm(pool, vm)
+            hostname = info.hostname if info is not None else None
+        try:
+            ready = bool(self.provider.vm_ready(pool, vm))
+            reason = None
+        except ProviderError as exc:
+            ready, reason = False, str(exc)
+        return ReadyCheckResult(hostname=hostname, ready=ready, reason=reason)
+
+    def _check_running(
+        self, pool: str, vm: str, tag_user: bool, user: str | None
+    ) -> RunningCheckResult:
+        tagged = False
+        if tag_user:
+            try:
+                tagged = bool(self.provider.tag_vm_user(pool, vm, user))
+            except ProviderError as exc:
+                log.warning("[!] [%s] '%s' could not be tagged with its user: %s", pool, vm, exc)
+        try:
+            exists = bool(self.provider.vm_ready(pool, vm))
+        except ProviderError:
+            exists = False
+        if not exists:
+            exists = self.provider.get_vm(pool, vm) is not None
+        return RunningCheckResult(exists=exists, tagged=tagged)
+
+    def _destroy(self, pool: str, vm: str, fqdn: str | None) -> float:
+        started = time.monotonic()
+        self.provider.destroy_vm(pool, vm)
+        dns = self._dns(pool)
+        if dns is not None and fqdn:
+            dns.delete_record(fqdn)
+        return time.monotonic() - started
+
+    # -- completion -------------------------------------------------------------------------
+    def _done(self, done: _CallDone) -> None:
+        entry = self._calls.pop(done.token, None)
+        if entry is None:
+            return
+        key = (entry.call.pool, entry.call.vm)
+        if self._busy.get(key) == done.token:
+            del self._busy[key]
+        if entry.timer is not None:
+            entry.timer.cancel()
+        if entry.answered:  # timed out: already answered and counted as a failure
+            log.info(
+                "[%s] late %s result for '%s' dropped after %.1fs",
+                entry.call.pool, entry.call.op.value, entry.call.vm, done.seconds,
+            )
+            return
+        failure = None
+        if done.error is not None:
+            failure = self._failure(done.error)
+            if failure.permanent or isinstance(done.error, StaleDnsError):
+                self.breaker.record_success()  # the provider answered; it is not down
+            else:
+                self.breaker.record_failure()
+        else:
+            self.breaker.record_success()
+        self._reply(entry.call, done.seconds, result=done.result, failure=failure)
+
+    def _timed_out(self, token: int) -> None:
+        entry = self._calls.get(token)
+        if entry is None or entry.answered:
+            return
+        entry.answered = True
+        self.breaker.record_failure()
+        self._reply(entry.call, self.call_timeout, failure=ProviderFailure(
+            f"{entry.call.op.value} timed out after {self.call_timeout:.0f}s",
+            "TimeoutError", timed_out=True))
+
+    @staticmethod
+    def _failure(error: BaseException) -> ProviderFailure:
+        return ProviderFailure(
+            message=str(error) or type(error).__name__,
+            error_class=type(error).__name__,
+            permanent=is_permanent(error),
+        )
+
+    def _reply(
+        self,
+        call: CallProvider,
+        seconds: float,
+        *,
+        result: Any = None,
+        failure: ProviderFailure | None = None,
+    ) -> None:
+        message = ProviderCallFinished(
+            op=call.op, pool=call.pool, vm=call.vm, call_id=call.call_id,
+            seconds=seconds, result=result, failure=failure,
+        )
+        try:
+            call.reply_to.tell(message)
+            return
+        except pykka.ActorDeadError:
+            pass
+        current = self.resolve_reply_to(call.pool)
+        if current is not None:
+            try:
+                current.tell(message)
+                return
+            except pykka.ActorDeadError:
+                pass
+        log.info("[%s] %s result for '%s' had no one to go to", call.pool, call.op.value, call.vm)

@@ -1,0 +1,344 @@
+"""``PoolerSystem``: the facade a Python service embeds to run vmpooler's manager in-process.
+
+    system = PoolerSystem.start(load_config("vmpooler.yaml"))
+    ...
+    system.pool_status("debian-12-x86_64")
+    system.notify("debian-12-x86_64", "checked out two VMs")   # refill now
+    system.stop()
+
+``start`` connects to Redis (or starts the embedded redis-server when none is configured),
+publishes the pools, zeroes the clone counters, and starts one provider actor per provider,
+one pool actor per pool and the task actor, all under one supervisor. ``stop`` stops them
+in reverse order and releases every resource; it is idempotent. Every other method is
+thread-safe and never blocks on an actor.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pykka
+import redis
+
+from vmpooler.actors.breaker import CircuitBreaker
+from vmpooler.actors.clock import Clock, RealClock, Scheduler, ThreadScheduler
+from vmpooler.actors.config import Config, PoolConfig
+from vmpooler.actors.embedded_redis import EmbeddedRedis
+from vmpooler.actors.hostnames import HostnameGenerator
+from vmpooler.actors.messages import PoolChanged, StartDrain
+from vmpooler.actors.metrics import Metrics, create_metrics
+from vmpooler.actors.pool_actor import PoolActor
+from vmpooler.actors.provider_actor import ProviderActor, resolves
+from vmpooler.actors.store import Store, connect
+from vmpooler.actors.supervisor import ActorDirectory, Supervisor
+from vmpooler.actors.task_actor import TaskActor
+from vmpooler.providers.base import Provider, ProviderContext
+from vmpooler.providers.dns import DnsPlugin
+from vmpooler.providers.registry import load_dns_class, load_provider_class
+
+__all__ = ["PoolStatus", "PoolerSystem"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStatus:
+    """One pool's queue sizes as Redis holds them now, and its configured size."""
+
+    name: str
+    size: int
+    ready: int
+    pending: int
+    running: int
+    completed: int
+
+
+@dataclass
+class _Resources:
+    scheduler: Scheduler
+    owns_scheduler: bool
+    metrics: Metrics
+    client: redis.Redis
+    owns_client: bool
+    embedded: EmbeddedRedis | None
+    providers: dict[str, Provider] = field(default_factory=dict)
+    dns: dict[str, DnsPlugin] = field(default_factory=dict)
+
+
+class PoolerSystem:
+    """The running actor system. Build it with :meth:`start`."""
+
+    def __init__(self, config: Config, store: Store, clock: Clock, res: _Resources) -> None:
+        self.config = config
+        self.store = store
+        self.clock = clock
+        self.directory = ActorDirectory()
+        self._res = res
+        self._supervisor: pykka.ActorRef[Any] | None = None
+        self._stopped = False
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    @classmethod
+    def start(
+        cls,
+        config: Config,
+        *,
+        redis_client: redis.Redis | None = None,
+        clock: Clock | None = None,
+        scheduler: Scheduler | None = None,
+        metrics: Metrics | None = None,
+        providers: Mapping[str, Provider] | None = None,
+        hostnames: HostnameGenerator | None = None,
+        resolver: Callable[[str], bool] = resolves,
+        task_interval: float = 5.0,
+    ) -> PoolerSystem:
+        """Start everything and return at once (pools fill in the background).
+
+        ``providers`` replaces the provider instances built from the configuration (by
+        provider name); ``clock``/``scheduler`` default to the real ones. Raises
+        ``redis.RedisError`` when Redis cannot be reached, and the provider's own error
+        when a provider cannot be built; nothing is left running then.
+        """
+        clock = clock or RealClock()
+        embedded = None
+        client = redis_client
+        if client is None:
+            if config.redis.embedded:
+                embedded = EmbeddedRedis(data_dir=Path(config.redis.data_dir)).start()
+                host, port = "127.0.0.1", embedded.port
+            else:
+                host, port = str(config.redis.server), config.redis.port
+            client = connect(
+                host, port, password=config.redis.password, username=config.redis.username,
+                db=config.redis.db, pool_size=config.redis.connection_pool_size,
+                pool_timeout=config.redis.connection_pool_timeout,
+            )
+        m = config.metrics
+        res = _Resources(
+            scheduler=scheduler or ThreadScheduler(clock), owns_scheduler=scheduler is None,
+            metrics=metrics or create_metrics(m.backend, m.host, m.port, m.prefix, m.tags),
+            client=client, owns_client=redis_client is None, embedded=embedded,
+        )
+        system = cls(config, Store(client), clock, res)
+        try:
+            system._boot(dict(providers or {}), hostnames or HostnameGenerator(), resolver,
+                         task_interval)
+        except BaseException:
+            system.stop()
+            raise
+        return system
+
+    def _boot(
+        self, providers: dict[str, Provider], hostnames: HostnameGenerator,
+        resolver: Callable[[str], bool], task_interval: float,
+    ) -> None:
+        cfg, res = self.config, self._res
+        self.store.reset_task_counters()
+        removed = self.store.publish_pools({p.name: _published(p) for p in cfg.pools})
+        for name in removed:
+            log.info("[*] [%s] pool is no longer configured; forgotten", name)
+        self._supervisor = Supervisor.start(
+            directory=self.directory, scheduler=res.scheduler, clock=self.clock,
+            metrics=res.metrics,
+        )
+        sup = self._supervisor.proxy()
+        for name in sorted({p.provider for p in cfg.pools}):
+            provider = providers.get(name) or self._build_provider(name)
+            res.providers[name] = provider
+            dns = {p.name: self._dns_plugin(p) for p in cfg.pools if p.provider == name}
+            sup.start_child(f"provider:{name}", self._provider_factory(name, provider, dns,
+                                                                      resolver)).get()
+        for pool in cfg.pools:
+            sup.start_child(f"pool:{pool.name}", self._pool_factory(pool, hostnames)).get()
+        sup.start_child("tasks", lambda s: TaskActor.start(
+            store=self.store, directory=self.directory,
+            pool_providers={p.name: p.provider for p in cfg.pools}, clock=self.clock,
+            scheduler=res.scheduler, interval=task_interval, supervisor=s,
+        )).get()
+        log.info("[*] [manager] started: %d pools, %d providers", len(cfg.pools),
+                 len(res.providers))
+
+    def _build_provider(self, name: str) -> Provider:
+        cfg = self.config
+        pc = cfg.providers[name]
+        pools = {p.name: dict(p.raw) for p in cfg.pools if p.provider == name}
+        context = ProviderContext(
+            name=name, settings=dict(pc.settings), pools=pools,
+            global_settings=dict(cfg.settings.raw),
+            dns_domains={p.name: p.domain for p in cfg.pools if p.provider == name},
+        )
+        return load_provider_class(pc.provider_class)(context)
+
+    def _dns_plugin(self, pool: PoolConfig) -> DnsPlugin | None:
+        if pool.dns_plugin is None:
+            return None
+        if pool.dns_plugin not in self._res.dns:
+            dc = self.config.dns_configs[pool.dns_plugin]
+            settings = {**dict(dc.settings), "domain": dc.domain}
+            self._res.dns[pool.dns_plugin] = load_dns_class(dc.dns_class)(dc.name, settings)
+        return self._res.dns[pool.dns_plugin]
+
+    def _provider_factory(
+        self, name: str, provider: Provider, dns: Mapping[str, DnsPlugin | None],
+        resolver: Callable[[str], bool],
+    ) -> Callable[[pykka.ActorRef[Any]], pykka.ActorRef[Any]]:
+        s, res = self.config.settings, self._res
+        pc = self.config.providers.get(name)
+        overrides = dict(pc.settings) if pc is not None else {}
+
+        def setting(key: str, default: Any) -> Any:
+            return overrides.get(key, default)
+
+        def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
+            breaker = CircuitBreaker(
+                name, clock=self.clock.monotonic, metrics=res.metrics,
+                enabled=bool(setting("circuit_breaker_enabled", s.circuit_breaker_enabled)),
+                failure_threshold=int(setting("circuit_breaker_failure_threshold",
+                                              s.circuit_breaker_failure_threshold)),
+                timeout=float(setting("circuit_breaker_timeout", s.circuit_breaker_timeout)),
+                half_open_attempts=int(setting("circuit_breaker_half_open_attempts",
+                                               s.circuit_breaker_half_open_attempts)),
+            )
+            return ProviderActor.start(
+                name=name, provider=provider,
+                dns_plugins={k: v for k, v in dns.items() if v is not None},
+                clock=self.clock, scheduler=res.scheduler, metrics=res.metrics,
+                breaker=breaker, clone_workers=s.task_limit,
+                call_timeout=float(setting("provider_call_timeout", s.provider_call_timeout)),
+                resolve_reply_to=lambda pool: self.directory.get(f"pool:{pool}"),
+                resolver=resolver, supervisor=supervisor,
+            )
+
+        return factory
+
+    def _pool_factory(
+        self, pool: PoolConfig, hostnames: HostnameGenerator
+    ) -> Callable[[pykka.ActorRef[Any]], pykka.ActorRef[Any]]:
+        cfg, res = self.config, self._res
+
+        def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
+            return PoolActor.start(
+                pool=pool, settings=cfg.settings, data_ttl_hours=cfg.redis.data_ttl,
+                store=self.store, directory=self.directory, clock=self.clock,
+                scheduler=res.scheduler, metrics=res.metrics, hostnames=hostnames,
+                supervisor=supervisor,
+            )
+
+        return factory
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop every actor (pools first, then tasks, providers, supervisor) and release
+        Redis, the embedded server and the providers. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        res = self._res
+        names = self.directory.names()
+        order = (
+            [n for n in names if n.startswith("pool:")] + ["tasks"]
+            + [n for n in names if n.startswith("provider:")]
+        )
+        if self._supervisor is not None:
+            self._supervisor.stop(block=True, timeout=timeout)
+        for name in order:
+            ref = self.directory.get(name)
+            if ref is not None:
+                try:
+                    ref.stop(block=True, timeout=timeout)
+                except pykka.ActorDeadError:
+                    pass
+        if res.owns_scheduler:
+            res.scheduler.stop()
+        for provider in res.providers.values():
+            _quietly(provider.close)
+        for plugin in res.dns.values():
+            _quietly(plugin.close)
+        _quietly(res.metrics.close)
+        if res.owns_client:
+            _quietly(res.client.close)
+        if res.embedded is not None:
+            res.embedded.stop()
+        log.info("[*] [manager] stopped")
+
+    # -- reads and commands -------------------------------------------------------------------------
+    @property
+    def redis(self) -> redis.Redis:
+        """The Redis client the system uses (shared; do not close it)."""
+        return self._res.client
+
+    @property
+    def embedded_redis(self) -> EmbeddedRedis | None:
+        """The embedded redis-server, when the system started one."""
+        return self._res.embedded
+
+    def pool_names(self) -> list[str]:
+        """Configured pool names, in configuration order."""
+        return [p.name for p in self.config.pools]
+
+    def pool_status(self, pool: str) -> PoolStatus:
+        """Queue sizes from Redis (one round trip). ``KeyError`` for an unknown pool."""
+        cfg = self.config.pool(pool)
+        sizes = self.store.queue_sizes(pool)
+        return PoolStatus(pool, cfg.size, sizes["ready"], sizes["pending"], sizes["running"],
+                          sizes["completed"])
+
+    def ready_vms(self, pool: str) -> set[str]:
+        """Names of the pool's ready VMs."""
+        return self.store.members(pool, "ready")
+
+    def notify(self, pool: str, reason: str = "") -> bool:
+        """Tell the pool's actor its state changed in Redis; it starts a cycle at once.
+
+        Returns False if the pool has no running actor.
+        """
+        return self._tell(f"pool:{pool}", PoolChanged(pool, reason))
+
+    def drain(self, pool: str, reason: str = "") -> bool:
+        """Ask the pool's actor to move every ready and pending VM to completed."""
+        return self._tell(f"pool:{pool}", StartDrain(pool, reason))
+
+    def notify_tasks(self) -> bool:
+        """Tell the task actor that disk/snapshot tasks were queued."""
+        return self._tell("tasks", PoolChanged("", "tasks queued"))
+
+    def actor_ref(self, name: str) -> pykka.ActorRef[Any] | None:
+        """The live actor named ``pool:<name>``, ``provider:<name>`` or ``tasks``."""
+        return self.directory.get(name)
+
+    def _tell(self, name: str, message: Any) -> bool:
+        ref = self.directory.get(name)
+        if ref is None:
+            return False
+        try:
+            ref.tell(message)
+        except pykka.ActorDeadError:
+            return False
+        return True
+
+
+def _published(pool: PoolConfig) -> dict[str, str]:
+    """The pool's keys as vmpooler publishes them in ``vmpooler__pool__<pool>``."""
+    fields: dict[str, str] = {}
+    for key, value in pool.raw.items():
+        if value is None:
+            continue
+        if isinstance(value, list | tuple):
+            fields[key] = ",".join(str(v) for v in value)
+        elif isinstance(value, bool):
+            fields[key] = "true" if value else "false"
+        else:
+            fields[key] = str(value)
+    if pool.domain:
+        fields["domain"] = pool.domain
+    return fields
+
+
+def _quietly(fn: Callable[[], Any]) -> None:
+    try:
+        fn()
+    except Exception:
+        log.debug("error while stopping", exc_info=True)

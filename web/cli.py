@@ -1,0 +1,114 @@
+"""The ``vmpooler`` command: ``run``, ``manager`` and ``check-config``.
+
+Only this module configures logging and installs signal handlers. SIGTERM and SIGINT stop
+the manager cleanly (every Redis transition is one atomic script, so nothing is left
+half-written); SIGUSR1 logs every thread's traceback (for diagnosing a stuck actor).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+import pykka.debug
+import redis
+
+from vmpooler.actors.config import Config, ConfigError, load_config, render_config
+from vmpooler.actors.embedded_redis import EmbeddedRedisError
+from vmpooler.actors.system import PoolerSystem
+from vmpooler.web.logsetup import configure_logging
+
+__all__ = ["main"]
+
+log = logging.getLogger("vmpooler")
+
+
+def _version() -> str:
+    try:
+        return version("vmpooler")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", metavar="PATH",
+                        help="configuration file (default: $VMPOOLER_CONFIG, "
+                             "$VMPOOLER_CONFIG_FILE, ./vmpooler.yaml, then the bundled one)")
+    common.add_argument("--log-level", default="info",
+                        choices=["debug", "info", "warning", "error"],
+                        help="log verbosity (default: info)")
+    parser = argparse.ArgumentParser(
+        prog="vmpooler", parents=[common],
+        description="Keeps pools of ready virtual machines; a drop-in vmpooler 3.x.",
+    )
+    parser.add_argument("--version", action="version", version=f"vmpooler {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.add_parser("run", parents=[common],
+                   help="run everything in one process (embedded Redis when none is configured)")
+    sub.add_parser("manager", parents=[common], help="run the pool manager (the actor system)")
+    sub.add_parser("check-config", parents=[common],
+                   help="print the effective configuration (secrets masked) or its errors")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``vmpooler`` console script. Returns the exit status."""
+    args = _parser().parse_args(argv)
+    command = args.command or "run"
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"vmpooler: the configuration is invalid:\n{exc}", file=sys.stderr)
+        return 1
+    if command == "check-config":
+        print(f"# source: {config.source}")
+        print(render_config(config), end="")
+        return 0
+    configure_logging(args.log_level, config.settings.logfile)
+    for note in config.notes:
+        log.warning("[!] [config] %s", note)
+    return _run_manager(config)
+
+
+def _run_manager(config: Config) -> int:
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("[*] [manager] %s received, stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    if hasattr(signal, "SIGUSR1"):
+        signal.signal(signal.SIGUSR1, pykka.debug.log_thread_tracebacks)
+    log.info("[*] [manager] vmpooler %s starting with %s", _version(), config.source)
+    delay = 1.0
+    system = None
+    while not stop.is_set():
+        try:
+            system = PoolerSystem.start(config)
+            break
+        except EmbeddedRedisError as exc:
+            log.error("[!] [manager] embedded redis-server failed: %s", exc)
+            return 1
+        except redis.RedisError as exc:
+            log.error("[!] [manager] redis is unavailable (%s); retrying in %.0fs", exc, delay)
+            stop.wait(delay)
+            delay = min(60.0, delay * 2)
+    if system is None:
+        return 0
+    try:
+        stop.wait()
+    finally:
+        system.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""Logging configuration for the command line: vmpooler's line format, stdout and a file.
+
+vmpooler writes ``[YYYY-MM-DD HH:MM:SS] message``; we keep that shape so existing log
+parsers work, and add nothing else to the line.
+"""
+
+from __future__ import annotations
+
+import logging.config
+from typing import Any
+
+__all__ = ["configure_logging"]
+
+FORMAT = "[%(asctime)s] %(message)s"
+DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
+
+
+def configure_logging(level: str = "info", logfile: str | None = None) -> None:
+    """Send log records at ``level`` and above to stdout and, when given, to ``logfile``
+    (appended). Replaces any earlier configuration."""
+    handlers: dict[str, Any] = {
+        "stdout": {
+            "class": "logging.StreamHandler",
+            "stream": "ext://sys.stdout",
+            "formatter": "vmpooler",
+        }
+    }
+    if logfile:
+        handlers["file"] = {
+            "class": "logging.FileHandler",
+            "filename": logfile,
+            "mode": "a",
+            "encoding": "utf-8",
+            "formatter": "vmpooler",
+        }
+    logging.config.dictConfig({
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"vmpooler": {"format": FORMAT, "datefmt": DATE_FORMAT}},
+        "handlers": handlers,
+        "root": {"level": level.upper(), "handlers": list(handlers)},
+        "loggers": {"pykka": {"level": "WARNING"}},
+    })
