@@ -106,6 +106,7 @@ class PoolActor(OutcomeHandlers, SupervisedActor):
         self.clone_started: dict[str, float] = {}
         self.ready_since: dict[str, float] = {}
         self.next_check: dict[str, float] = {}
+        self.next_running_check: dict[str, float] = {}
         self.notified: set[str] = set()
         self.call_ids = 0
 
@@ -227,6 +228,10 @@ class PoolActor(OutcomeHandlers, SupervisedActor):
         for vm in snap.discovered - self.busy.keys():
             if store.resolve_discovered(name, vm) == 1:
                 log.info("[>] [%s] '%s' moved from 'discovered' to 'completed'", name, vm)
+        for vm in snap.migrating - self.busy.keys():
+            store.leave_migrating(name, vm)
+            if vm in inventory:
+                self._send(ProviderOp.MIGRATE, vm)
         now = self.clock.now()
         self._check_running(snap, inventory, now)
         ready = self._check_ready(snap, inventory, now)
@@ -242,10 +247,6 @@ class PoolActor(OutcomeHandlers, SupervisedActor):
                     self._send(ProviderOp.DESTROY, vm, self._fqdn(vm))
             elif store.forget(name, vm, delete_hash=True):
                 self._forget_caches(vm)
-        for vm in snap.migrating - self.busy.keys():
-            store.leave_migrating(name, vm)
-            if vm in inventory:
-                self._send(ProviderOp.MIGRATE, vm)
         if self._apply_overrides(snap):
             return True
         activity |= self._repopulate(len(ready), len(pending))
@@ -271,14 +272,14 @@ class PoolActor(OutcomeHandlers, SupervisedActor):
                 if self.store.retire(self.name, vm, "running"):
                     log.info("[>] [%s] '%s' not in inventory, moved to 'completed'", self.name, vm)
                 continue
-            if self.next_check.get(vm, 0.0) <= mono:
+            if self.next_running_check.get(vm, 0.0) <= mono:
                 due.append(vm)
         if not due:
             return
         fields = self.store.vm_fields(due, ["checkout", "lifetime", "user_tagged", "token:user"])
         active = self.store.active_members(self.name, due)
         for vm in due:
-            self.next_check[vm] = mono + self.settings.vm_checktime * 60
+            self.next_running_check[vm] = mono + self.settings.vm_checktime * 60
             checkout, lifetime, tagged, user = fields[vm]
             if vm not in active:
                 if self.store.retire(self.name, vm, "running"):
@@ -357,6 +358,7 @@ class PoolActor(OutcomeHandlers, SupervisedActor):
         self.clone_started.pop(vm, None)
         self.ready_since.pop(vm, None)
         self.next_check.pop(vm, None)
+        self.next_running_check.pop(vm, None)
         self.notified.discard(vm)
 
     # -- overrides, template, size ------------------------------------------------------------

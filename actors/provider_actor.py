@@ -50,6 +50,14 @@ __all__ = ["ProviderActor", "StaleDnsError", "resolves"]
 log = logging.getLogger(__name__)
 
 
+# Calls guarded by the circuit breaker (vmpooler's vSphere provider wraps the same ones).
+# Readiness probes are not: a VM that is still booting says nothing about the provider.
+_BREAKER_OPS = frozenset({
+    ProviderOp.LIST_VMS, ProviderOp.CLONE, ProviderOp.DESTROY, ProviderOp.CHECK_READY,
+    ProviderOp.CHECK_RUNNING,
+})
+
+
 class StaleDnsError(ProviderError):
     """The generated name already resolves in DNS; pick another (not a provider fault)."""
 
@@ -146,7 +154,7 @@ class ProviderActor(SupervisedActor):
             self._reply(call, 0.0, failure=ProviderFailure(
                 "another call for this VM is still running", "Busy", busy=True))
             return
-        if not self.breaker.allow():
+        if call.op in _BREAKER_OPS and not self.breaker.allow():
             self._reply(call, 0.0, failure=ProviderFailure(
                 f"circuit breaker open for provider {self.provider.name}; retry in "
                 f"{self.breaker.retry_after():.0f}s", "CircuitOpenError", circuit_open=True))
@@ -273,21 +281,19 @@ class ProviderActor(SupervisedActor):
             del self._busy[key]
         if entry.timer is not None:
             entry.timer.cancel()
+        guarded = entry.call.op in _BREAKER_OPS
         if entry.answered:  # timed out: already answered and counted as a failure
             log.info(
                 "[%s] late %s result for '%s' dropped after %.1fs",
                 entry.call.pool, entry.call.op.value, entry.call.vm, done.seconds,
             )
             return
-        failure = None
-        if done.error is not None:
-            failure = self._failure(done.error)
-            if failure.permanent or isinstance(done.error, StaleDnsError):
+        failure = None if done.error is None else self._failure(done.error)
+        if guarded:
+            if failure is None or failure.permanent or isinstance(done.error, StaleDnsError):
                 self.breaker.record_success()  # the provider answered; it is not down
             else:
                 self.breaker.record_failure()
-        else:
-            self.breaker.record_success()
         self._reply(entry.call, done.seconds, result=done.result, failure=failure)
 
     def _timed_out(self, token: int) -> None:
@@ -295,7 +301,8 @@ class ProviderActor(SupervisedActor):
         if entry is None or entry.answered:
             return
         entry.answered = True
-        self.breaker.record_failure()
+        if entry.call.op in _BREAKER_OPS:
+            self.breaker.record_failure()
         self._reply(entry.call, self.call_timeout, failure=ProviderFailure(
             f"{entry.call.op.value} timed out after {self.call_timeout:.0f}s",
             "TimeoutError", timed_out=True))

@@ -1,0 +1,263 @@
+"""The pool lifecycle (reference §2.3, §4.2–§4.8) driven through real actors, a real
+redis-server and the dummy provider, on a fake clock."""
+
+from __future__ import annotations
+
+import time
+
+import redis
+
+from tests.harness import (
+    assert_no_vm_in_two_queues,
+    make_config,
+    pool,
+    started,
+    wait_until,
+)
+from vmpooler.actors import schema
+
+
+def test_fills_every_pool_to_size(redis_client: redis.Redis) -> None:
+    config = make_config([pool("a", 3), pool("b", 2)])
+    with started(redis_client, config) as h:
+        ready_a = h.wait_full("a", 3)
+        h.wait_full("b", 2)
+        vm = next(iter(ready_a))
+        fields = redis_client.hgetall(schema.vm(vm))
+        assert fields["template"] == "a" and fields["pool"] == "a"
+        assert fields["domain"] == "example.test"
+        assert fields["ip"].startswith("192.168.")
+        assert {"clone", "ready", "clone_time"} <= fields.keys()
+        assert redis_client.get(schema.tasks_clone()) == "0"
+        assert redis_client.smembers(schema.pools()) == {"a", "b"}
+        assert len(vm) <= 15
+        h.system.notify("a")
+        h.quiesce()
+        assert h.metrics.last_gauge("ready", pool="a") == 3
+
+
+def test_checkout_refills_at_once_when_told(redis_client: redis.Redis) -> None:
+    config = make_config([pool("a", 2)])
+    with started(redis_client, config) as h:
+        ready = h.wait_full("a", 2)
+        h.quiesce()
+        for vm in ready:
+            h.checkout("a", vm)
+        told = time.monotonic()
+        h.system.notify("a", "two VMs checked out")
+        # The fake clock does not move: only the message can start the refill.
+        wait_until(lambda: redis_client.scard(schema.pending("a"))
+                   + redis_client.scard(schema.ready("a")) >= 1, 1.0, "a refill to start")
+        assert time.monotonic() - told < 0.1
+        h.wait_full("a", 2)
+        assert redis_client.smembers(schema.running("a")) == ready
+
+
+def test_checkout_is_noticed_by_the_periodic_cycle(redis_client: redis.Redis) -> None:
+    config = make_config([pool("a", 1)], check_loop_delay_min=5, check_loop_delay_max=5)
+    with started(redis_client, config) as h:
+        (vm,) = h.wait_full("a", 1)
+        h.checkout("a", vm)
+        h.advance(5)
+        h.wait_full("a", 1)
+
+
+def test_ready_ttl_recycles_old_vms(redis_client: redis.Redis) -> None:
+    config = make_config([pool("a", 2, ready_ttl=10)], vm_checktime=1)
+    with started(redis_client, config) as h:
+        first = h.wait_full("a", 2)
+        h.advance(11 * 60, step=30)
+        h.quiesce()
+        now = h.wait_full("a", 2)
+        assert not first & now, "every VM older than ready_ttl was replaced"
+        for vm in first:
+            assert redis_client.hget(schema.vm(vm), "destroy") is not None
+        assert_no_vm_in_two_queues(redis_client, "a")
+
+
+def test_pending_timeout_marks_failed(redis_client: redis.Redis) -> None:
+    config = make_config([pool("a", 1, timeout=2, timeout_notification=1)],
+                         check_loop_delay_min=10, check_loop_delay_max=10)
+    with started(redis_client, config, vmready_fail_percent=100) as h:
+        wait_until(lambda: redis_client.scard(schema.pending("a")) == 1)
+        (vm,) = redis_client.smembers(schema.pending("a"))
+        h.advance(70, step=10)
+        assert redis_client.hget(schema.vm(vm), "timeout_notification") == "1"
+        h.advance(60, step=10)
+        wait_until(lambda: not redis_client.sismember(schema.pending("a"), vm))
+        h.quiesce()
+        assert h.metrics.counts("vmpooler_errors.markedasfailed", pool="a") >= 1
+        assert "Dummy Failure" in redis_client.hget(schema.vm(vm), "open_socket_error")
+
+
+def test_clone_failure_is_recorded_and_slot_released(redis_client: redis.Redis) -> None:
+    config = make_config([pool("a", 1)], dlq_enabled=True)
+    with started(redis_client, config, createvm_fail_percent=100) as h:
+        wait_until(lambda: redis_client.zcard(schema.dlq("clone")) >= 1)
+        h.quiesce()
+        entry = redis_client.zrange(schema.dlq("clone"), 0, 0)[0]
+        vm = entry.split(":", 1)[0]
+        assert redis_client.hget(schema.vm(vm), "clone_error").startswith("Dummy Failure")
+        assert redis_client.ttl(schema.vm(vm)) > 0
+        assert not redis_client.sismember(schema.pending("a"), vm)
+        assert int(redis_client.get(schema.tasks_clone()) or 0) <= 1
+
+
+def test_running_vm_reaped_at_end_of_lifetime(redis_client: redis.Redis) -> None:
+    config = make_config([pool("a", 1)], vm_checktime=1, check_loop_delay_min=30,
+                         check_loop_delay_max=30)
+    with started(redis_client, config) as h:
+        (vm,) = h.wait_full("a", 1)
+        h.checkout("a", vm, lifetime=1)
+        h.advance(30 * 60, step=30)
+        assert redis_client.sismember(schema.running("a"), vm)
+        h.advance(31 * 60, step=30)
+        wait_until(lambda: not redis_client.sismember(schema.running("a"), vm))
+        wait_until(lambda: redis_client.hget(schema.vm(vm), "destroy") is not None)
+
+
+def test_running_vm_without_active_entry_is_reaped(redis_client: redis.Redis) -> None:
+    config = make_config([pool("a", 1)], check_loop_delay_min=5, check_loop_delay_max=5)
+    with started(redis_client, config) as h:
+        (vm,) = h.wait_full("a", 1)
+        h.quiesce()
+        redis_client.smove(schema.ready("a"), schema.running("a"), vm)
+        h.system.notify("a")
+        wait_until(lambda: not redis_client.sismember(schema.running("a"), vm))
+
+
+def test_stray_provider_vm_is_discovered_then_destroyed(redis_client: redis.Redis) -> None:
+    config = make_config([pool("a", 1)], check_loop_delay_min=5, check_loop_delay_max=5)
+    with started(redis_client, config) as h:
+        h.wait_full("a", 1)
+        h.quiesce()
+        h.provider.create_vm("a", "stray-vm")
+        h.system.notify("a")
+        wait_until(lambda: redis_client.sismember(schema.discovered("a"), "stray-vm"))
+        h.advance(5)  # the next cycle moves it to completed...
+        assert redis_client.sismember(schema.completed("a"), "stray-vm")
+        h.advance(5)  # ...and the one after destroys it
+        wait_until(lambda: "stray-vm" not in h.provider.inventory_snapshot().get("a", []))
+        h.quiesce()
+        assert_no_vm_in_two_queues(redis_client, "a")
+
+
+def test_completed_vm_missing_from_inventory_is_forgotten(redis_client: redis.Redis) -> None:
+    config = make_config([pool("a", 0)])
+    with started(redis_client, config) as h:
+        redis_client.sadd(schema.completed("a"), "ghost")
+        redis_client.hset(schema.vm("ghost"), "pool", "a")
+        h.system.notify("a")
+        wait_until(lambda: not redis_client.exists(schema.vm("ghost")))
+        assert not redis_client.sismember(schema.completed("a"), "ghost")
+
+
+def test_hostname_mismatch_evicts_ready_vm(redis_client: redis.Redis) -> None:
+    config = make_config([pool("a", 1)], vm_checktime=1, check_loop_delay_min=30,
+                         check_loop_delay_max=30)
+    with started(redis_client, config, getvm_rename_percent=100) as h:
+        (vm,) = h.wait_full("a", 1)
+        h.advance(3 * 60, step=30)
+        wait_until(lambda: not redis_client.sismember(schema.ready("a"), vm))
+
+
+def test_hostname_mismatch_check_can_be_disabled(redis_client: redis.Redis) -> None:
+    config = make_config([pool("a", 1, check_hostname_for_mismatch=False)], vm_checktime=1,
+                         check_loop_delay_min=30, check_loop_delay_max=30)
+    with started(redis_client, config, getvm_rename_percent=100) as h:
+        (vm,) = h.wait_full("a", 1)
+        h.advance(3 * 60, step=30)
+        assert redis_client.sismember(schema.ready("a"), vm)
+
+
+def test_size_override_grows_and_shrinks_without_losing_vms(redis_client: redis.Redis) -> None:
+    config = make_config([pool("a", 2)])
+    with started(redis_client, config) as h:
+        h.wait_full("a", 2)
+        redis_client.hset(schema.config_poolsize(), "a", "5")
+        h.system.notify("a", "size override")
+        h.wait_full("a", 5)
+        h.quiesce()
+        redis_client.hset(schema.config_poolsize(), "a", "1")
+        h.system.notify("a", "size override")
+        wait_until(lambda: redis_client.scard(schema.ready("a")) == 1)
+        h.quiesce()
+        # vmpooler's SPOP bug left surplus VMs in no queue; ours go to completed, then away.
+        inventory = set(h.provider.inventory_snapshot().get("a", []))
+        accounted = set().union(*(redis_client.smembers(getattr(schema, q)("a"))
+                                  for q in ("ready", "pending", "completed")))
+        assert inventory <= accounted
+        assert_no_vm_in_two_queues(redis_client, "a")
+        redis_client.hdel(schema.config_poolsize(), "a")
+        redis_client.sadd(schema.undo_size_override(), "a")
+        h.system.notify("a", "undo")
+        h.wait_full("a", 2)
+        wait_until(lambda: not redis_client.sismember(schema.undo_size_override(), "a"))
+
+
+def test_pool_reset_drains_and_refills(redis_client: redis.Redis) -> None:
+    config = make_config([pool("a", 2)])
+    with started(redis_client, config) as h:
+        before = h.wait_full("a", 2)
+        h.quiesce()
+        redis_client.sadd(schema.poolreset(), "a")
+        h.system.notify("a", "reset")
+        wait_until(lambda: not redis_client.sismember(schema.poolreset(), "a"))
+        after = h.wait_full("a", 2)
+        wait_until(lambda: not (set(h.provider.inventory_snapshot().get("a", [])) & before))
+        assert not before & after
+
+
+def test_template_override_drains_and_prepares(redis_client: redis.Redis) -> None:
+    config = make_config([pool("a", 2, template="old")])
+    with started(redis_client, config) as h:
+        before = h.wait_full("a", 2)
+        assert redis_client.hget(schema.template_prepared(), "a") == "old"
+        h.quiesce()
+        redis_client.hset(schema.config_template(), "a", "new")
+        h.system.notify("a", "template override")
+        wait_until(lambda: redis_client.hget(schema.template_prepared(), "a") == "new")
+        after = h.wait_full("a", 2)
+        assert not before & after
+
+
+def test_checked_out_vm_leaves_migrating(redis_client: redis.Redis) -> None:
+    config = make_config([pool("a", 1)])
+    with started(redis_client, config) as h:
+        (vm,) = h.wait_full("a", 1)
+        h.quiesce()
+        h.checkout("a", vm)
+        redis_client.sadd(schema.migrating("a"), vm)
+        h.system.notify("a")
+        wait_until(lambda: not redis_client.sismember(schema.migrating("a"), vm))
+        assert redis_client.sismember(schema.running("a"), vm)
+
+
+def test_disk_and_snapshot_tasks(redis_client: redis.Redis) -> None:
+    config = make_config([pool("a", 1)])
+    with started(redis_client, config) as h:
+        (vm,) = h.wait_full("a", 1)
+        h.checkout("a", vm)
+        redis_client.sadd(schema.tasks_disk(), f"{vm}:8")
+        redis_client.sadd(schema.tasks_snapshot(), f"{vm}:snap1")
+        h.system.notify_tasks()
+        wait_until(lambda: redis_client.hget(schema.vm(vm), "disk") == "+8gb")
+        wait_until(lambda: redis_client.hexists(schema.vm(vm), "snapshot:snap1"))
+        redis_client.sadd(schema.tasks_snapshot_revert(), f"{vm}:snap1")
+        h.system.notify_tasks()
+        wait_until(lambda: not redis_client.scard(schema.tasks_snapshot_revert()))
+
+
+def test_empty_flag_follows_ready_count(redis_client: redis.Redis) -> None:
+    config = make_config([pool("a", 1)], check_loop_delay_min=5, check_loop_delay_max=5)
+    with started(redis_client, config, createvm_fail_percent=100) as h:
+        wait_until(lambda: redis_client.get(schema.empty("a")) == "true")
+        h.quiesce()
+
+
+def test_unconfigured_pool_is_unpublished(redis_client: redis.Redis) -> None:
+    redis_client.sadd(schema.pools(), "gone")
+    redis_client.hset(schema.pool_hash("gone"), "size", "1")
+    with started(redis_client, make_config([pool("a", 0)])):
+        assert redis_client.smembers(schema.pools()) == {"a"}
+        assert not redis_client.exists(schema.pool_hash("gone"))
