@@ -1,0 +1,147 @@
+"""YAML reading for the loader: parsing with located errors, Ruby-symbol key normalisation,
+vmpooler's ``extra_config`` deep merge, and mapping key paths back to source lines."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from vmpooler.actors.config.errors import ConfigProblem, KeyPath, format_key
+
+__all__ = ["Locator", "SourceText", "deep_merge", "normalise_keys", "parse_yaml"]
+
+
+@dataclass(frozen=True, slots=True)
+class SourceText:
+    """One YAML document and where it came from (a file path or a variable name)."""
+
+    name: str
+    text: str
+
+
+def parse_yaml(source: SourceText) -> tuple[Any, ConfigProblem | None]:
+    """``yaml.safe_load`` the text; on a syntax error return a problem with its line."""
+    try:
+        return yaml.safe_load(source.text), None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        problem = getattr(exc, "problem", None) or str(exc)
+        context = getattr(exc, "context", None)
+        detail = f"{context}: {problem}" if context else problem
+        return None, ConfigProblem(source.name, line, "<document>", f"invalid YAML: {detail}")
+
+
+def _plain(key: Any) -> Any:
+    return key[1:] if isinstance(key, str) and key.startswith(":") else key
+
+
+def normalise_keys(value: Any, path: tuple[str | int, ...] = ()) -> tuple[Any, list[str]]:
+    """Strip one leading ``:`` from every mapping key at every level (``:config`` → ``config``).
+
+    Returns the new data and messages for keys written both ways in one mapping (the
+    symbol form wins, as it is the one vmpooler reads).
+    """
+    clashes: list[str] = []
+    if isinstance(value, Mapping):
+        out: dict[Any, Any] = {}
+        symbolic: set[Any] = set()
+        for key, item in value.items():
+            plain = _plain(key)
+            child, more = normalise_keys(item, (*path, str(plain)))
+            clashes.extend(more)
+            if plain in out:
+                clashes.append(f"{format_key((*path, str(plain)))}: written both as symbol and "
+                               "plain key; the symbol form is used")
+                if plain in symbolic:
+                    continue
+            out[plain] = child
+            if plain != key:
+                symbolic.add(plain)
+        return out, clashes
+    if isinstance(value, list):
+        items = []
+        for index, item in enumerate(value):
+            child, more = normalise_keys(item, (*path, index))
+            clashes.extend(more)
+            items.append(child)
+        return items, clashes
+    return value, clashes
+
+
+def deep_merge(base: Any, extra: Any) -> Any:
+    """vmpooler's ``extra_config`` merge: mappings merge key by key, lists concatenate,
+    and a value already present in ``base`` is kept (extra files only add). Pure."""
+    if isinstance(base, Mapping) and isinstance(extra, Mapping):
+        merged = dict(base)
+        for key, item in extra.items():
+            merged[key] = deep_merge(merged[key], item) if key in merged else item
+        return merged
+    if isinstance(base, list) and isinstance(extra, list):
+        return [*base, *extra]
+    return extra if base is None else base
+
+
+class Locator:
+    """Maps a key path of the merged document to ``(source, line)``.
+
+    Sources are searched in merge order, so a key's location is that of the value that won
+    the merge, and list indexes continue across concatenated lists. Values set from the
+    environment map to ``(variable, None)``. When the full path cannot be found (a missing
+    key), the deepest existing ancestor is reported.
+    """
+
+    def __init__(self, sources: Sequence[SourceText], origins: Mapping[KeyPath, str]) -> None:
+        self._roots: list[tuple[str, yaml.Node]] = []
+        for source in sources:
+            try:
+                node = yaml.compose(source.text)
+            except yaml.YAMLError:
+                node = None
+            if node is not None:
+                self._roots.append((source.name, node))
+        self._default = sources[0].name if sources else "<unknown>"
+        self._origins = {tuple(path): name for path, name in origins.items()}
+
+    def locate(self, path: KeyPath) -> tuple[str, int | None]:
+        """Return the source and 1-based line for ``path`` (see the class docstring)."""
+        path = tuple(path)
+        for length in range(len(path), 0, -1):
+            if path[:length] in self._origins:
+                return self._origins[path[:length]], None
+        # Each candidate: (source, node holding the value, node whose line to report).
+        current = [(name, node, node) for name, node in self._roots]
+        if not current:
+            return self._default, None
+        for part in path:
+            found = self._step(current, part)
+            if not found:
+                break
+            current = found
+        name, _, marker = current[0]
+        return name, marker.start_mark.line + 1
+
+    @staticmethod
+    def _step(
+        current: list[tuple[str, yaml.Node, yaml.Node]], part: str | int
+    ) -> list[tuple[str, yaml.Node, yaml.Node]]:
+        found: list[tuple[str, yaml.Node, yaml.Node]] = []
+        if isinstance(part, int):
+            offset = part
+            for name, node, _ in current:
+                if isinstance(node, yaml.SequenceNode):
+                    if offset < len(node.value):
+                        item = node.value[offset]
+                        return [(name, item, item)]
+                    offset -= len(node.value)
+            return found
+        for name, node, _ in current:
+            if isinstance(node, yaml.MappingNode):
+                for key_node, value_node in node.value:
+                    if isinstance(key_node, yaml.ScalarNode) and _plain(key_node.value) == part:
+                        found.append((name, value_node, key_node))
+                        break
+        return found

@@ -1,0 +1,212 @@
+"""Finding, reading and merging the configuration: :func:`load_config`."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Collection, Iterable, Mapping
+from importlib import metadata, resources
+from pathlib import Path
+from typing import Any
+
+from vmpooler.actors.config._yaml import (
+    Locator,
+    SourceText,
+    deep_merge,
+    normalise_keys,
+    parse_yaml,
+)
+from vmpooler.actors.config.env import apply_environment
+from vmpooler.actors.config.errors import ConfigError, ConfigProblem, Issue, format_key
+from vmpooler.actors.config.model import Config
+from vmpooler.actors.config.validate import validate_document
+
+__all__ = ["bundled_config_path", "load_config"]
+
+ENV_DOCUMENT = "VMPOOLER_CONFIG"
+ENV_FILE = "VMPOOLER_CONFIG_FILE"
+
+
+def bundled_config_path() -> str:
+    """Where the bundled default configuration (``conf/vmpooler.yaml``) lives."""
+    return str(resources.files("vmpooler.conf") / "vmpooler.yaml")
+
+
+def _entry_point_names(group: str) -> frozenset[str]:
+    return frozenset(metadata.entry_points(group=group).names)
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    known_provider_classes: Collection[str] | None = None,
+    known_dns_classes: Collection[str] | None = None,
+) -> Config:
+    """Read, merge, override and validate the configuration; return it frozen.
+
+    Source, first match wins: ``path`` (the CLI's ``--config``); the YAML document in
+    ``VMPOOLER_CONFIG``; the file named by ``VMPOOLER_CONFIG_FILE``; ``vmpooler.yaml`` in
+    ``cwd``; the bundled ``conf/vmpooler.yaml``. Relative paths (including ``extra_config``
+    files) are resolved against ``cwd``, which defaults to the process's working directory.
+    ``environ`` defaults to ``os.environ``; pass ``{}`` to ignore the environment.
+
+    ``known_provider_classes`` / ``known_dns_classes`` are the class names a provider's
+    ``provider_class`` / a dns config's ``dns_class`` may name (case-insensitively); None
+    means the installed entry points of groups ``vmpooler.providers`` / ``vmpooler.dns``.
+
+    Raises :class:`ConfigError` listing every problem found. Has no side effects besides
+    reading files; safe to call from any thread.
+    """
+    environ = os.environ if environ is None else environ
+    cwd = Path.cwd() if cwd is None else Path(cwd)
+    main, description = _main_source(path, environ, cwd)
+    notes: list[str] = []
+    document = _read_document(main, notes)
+    sources = [main]
+    problems: list[ConfigProblem] = []
+    document = _merge_extra_configs(document, environ, cwd, sources, problems, notes)
+    document = _copy_legacy_vsphere(document, notes)
+    overrides = apply_environment(document, environ)
+    if known_provider_classes is None:
+        known_provider_classes = _entry_point_names("vmpooler.providers")
+    if known_dns_classes is None:
+        known_dns_classes = _entry_point_names("vmpooler.dns")
+    config, issues, more_notes = validate_document(
+        overrides.document,
+        source=description,
+        known_provider_classes=known_provider_classes,
+        known_dns_classes=known_dns_classes,
+        debug=overrides.debug,
+        api_port=overrides.api_port,
+        app_env=overrides.app_env,
+    )
+    locator = Locator(sources, overrides.origins)
+    problems.extend(_locate(locator, [*overrides.issues, *issues]))
+    if problems or config is None:
+        raise ConfigError(problems)
+    all_notes = (*notes, *overrides.notes, *more_notes)
+    return dataclasses.replace(config, notes=tuple(dict.fromkeys(all_notes)))
+
+
+def _main_source(
+    path: str | os.PathLike[str] | None, environ: Mapping[str, str], cwd: Path
+) -> tuple[SourceText, str]:
+    """The main document and the human description of where it came from."""
+    if path is not None:
+        return _read_file(cwd / path), str(cwd / path)
+    if environ.get(ENV_DOCUMENT):
+        description = f"environment variable {ENV_DOCUMENT}"
+        return SourceText(ENV_DOCUMENT, environ[ENV_DOCUMENT]), description
+    if environ.get(ENV_FILE):
+        file = cwd / environ[ENV_FILE]
+        return _read_file(file), str(file)
+    local = cwd / "vmpooler.yaml"
+    if local.is_file():
+        return _read_file(local), str(local)
+    bundled = resources.files("vmpooler.conf") / "vmpooler.yaml"
+    return SourceText(bundled_config_path(), bundled.read_text(encoding="utf-8")), str(bundled)
+
+
+def _read_file(file: Path) -> SourceText:
+    try:
+        return SourceText(str(file), file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(
+            [ConfigProblem(str(file), None, "<document>", f"cannot read the file: {reason}")]
+        ) from None
+
+
+def _read_document(source: SourceText, notes: list[str]) -> dict[str, Any]:
+    """Parse and normalise one document; it must be a mapping. Raises ConfigError."""
+    data, problem = parse_yaml(source)
+    if problem is not None:
+        raise ConfigError([problem])
+    document, clashes = normalise_keys(data)
+    notes.extend(f"{source.name}: {clash}" for clash in clashes)
+    if not isinstance(document, dict):
+        kind = "empty" if document is None else f"a {type(document).__name__}"
+        raise ConfigError(
+            [ConfigProblem(source.name, 1, "<document>",
+                           f"the configuration must be a mapping of sections, but it is {kind}")]
+        )
+    return document
+
+
+def _extra_config_paths(document: Mapping[str, Any], environ: Mapping[str, str]) -> tuple[
+    list[str], str
+]:
+    """The ``extra_config`` file list (``EXTRA_CONFIG`` wins) and where it was set."""
+    if environ.get("EXTRA_CONFIG"):
+        return environ["EXTRA_CONFIG"].split(","), "EXTRA_CONFIG"
+    section = document.get("config")
+    value = section.get("extra_config") if isinstance(section, Mapping) else None
+    if isinstance(value, str):
+        return value.split(","), ""
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        return list(value), ""
+    return [], ""
+
+
+def _merge_extra_configs(
+    document: dict[str, Any],
+    environ: Mapping[str, str],
+    cwd: Path,
+    sources: list[SourceText],
+    problems: list[ConfigProblem],
+    notes: list[str],
+) -> dict[str, Any]:
+    """Deep-merge each ``extra_config`` file into ``document`` (see ``_yaml.deep_merge``)."""
+    paths, env_source = _extra_config_paths(document, environ)
+    for name in (item.strip() for item in paths):
+        if not name:
+            continue
+        try:
+            source = _read_file(cwd / name)
+        except ConfigError as exc:
+            reason = exc.problems[0].message
+            where = (env_source, None) if env_source else _extra_config_location(sources[0])
+            problems.append(ConfigProblem(
+                where[0], where[1], "config.extra_config", f"{cwd / name}: {reason}"
+            ))
+            continue
+        try:
+            extra = _read_document(source, notes)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+            continue
+        sources.append(source)
+        notes.append(f"merged extra_config file {source.name}")
+        document = deep_merge(document, extra)
+    return document
+
+
+def _extra_config_location(main: SourceText) -> tuple[str, int | None]:
+    """Where ``config.extra_config`` is written in the main document."""
+    return Locator([main], {}).locate(("config", "extra_config"))
+
+
+def _copy_legacy_vsphere(document: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """vmpooler copies a legacy top-level ``:vsphere:`` section to ``:providers: :vsphere:``."""
+    if document.get("vsphere") is None:
+        return document
+    providers = document.get("providers")
+    if providers is None:
+        providers = {}
+    if not isinstance(providers, Mapping) or "vsphere" in providers:
+        return document
+    notes.append("top-level :vsphere: is deprecated; it is used as :providers: :vsphere:")
+    return {**document, "providers": {**providers, "vsphere": document["vsphere"]}}
+
+
+def _locate(locator: Locator, issues: Iterable[Issue]) -> list[ConfigProblem]:
+    problems = []
+    for issue in issues:
+        if issue.source is not None:
+            source, line = issue.source, None
+        else:
+            source, line = locator.locate(issue.path)
+        problems.append(ConfigProblem(source, line, format_key(issue.path), issue.message))
+    return problems

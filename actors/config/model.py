@@ -1,0 +1,280 @@
+"""The parsed configuration: frozen, slotted dataclasses built once by ``load_config``.
+
+Every value here has been validated and defaulted; nothing else in vmpooler needs to read
+the YAML document or ``os.environ`` again. Mappings are read-only and sequences are tuples,
+so a ``Config`` may be shared freely between threads and actors.
+
+Settings are declared once: each field of :class:`GlobalSettings` and :class:`RedisSettings`
+carries its YAML key (the field name), its environment variable, its type ("kind") and its
+allowed range in ``dataclasses.field`` metadata, which drives validation and env overrides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from vmpooler.actors.config._data import empty_mapping, freeze, mask_secrets
+
+__all__ = [
+    "Config",
+    "DnsConfig",
+    "GlobalSettings",
+    "MetricsSettings",
+    "PoolConfig",
+    "ProviderConfig",
+    "RedisSettings",
+]
+
+_T = TypeVar("_T")
+
+DEFAULT_RATE_LIMITS: Mapping[str, Mapping[str, int]] = freeze(
+    {
+        "global_per_ip": {"limit": 100, "period": 60},
+        "authenticated": {"limit": 500, "period": 60},
+        "vm_creation": {"limit": 20, "period": 60},
+        "vm_deletion": {"limit": 50, "period": 60},
+    }
+)
+
+
+def setting(
+    default: Any,
+    kind: str,
+    *,
+    env: str | None = None,
+    minimum: float | None = 0,
+    maximum: float | None = None,
+    positive: bool = False,
+) -> Any:
+    """Declare one setting.
+
+    ``kind`` is one of ``int``, ``number`` (int or float), ``bool``, ``str``, ``strs`` (list
+    of strings) or ``weights`` (mapping of string to int); a trailing ``?`` means ``None`` is
+    allowed. ``minimum``/``maximum`` bound numbers inclusively, ``positive`` demands > 0.
+    """
+    meta = {
+        "kind": kind,
+        "env": env,
+        "minimum": minimum,
+        "maximum": maximum,
+        "positive": positive,
+    }
+    if kind == "weights":
+        return field(default_factory=empty_mapping, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True, slots=True)
+class GlobalSettings:
+    """The ``:config:`` section. Durations are minutes unless the comment says otherwise."""
+
+    site_name: str = setting("<b>vmpooler</b>", "str", env="SITE_NAME")
+    logfile: str | None = setting(None, "str?", env="LOGFILE")
+    prefix: str = setting("", "str", env="PREFIX")
+    task_limit: int = setting(10, "int", env="TASK_LIMIT")
+    ondemand_clone_limit: int = setting(10, "int", env="ONDEMAND_CLONE_LIMIT")
+    timeout: int = setting(15, "int", env="TIMEOUT")
+    timeout_notification: int = setting(5, "int", env="TIMEOUT_NOTIFICATION")
+    max_vm_retries: int = setting(3, "int")
+    vm_checktime: int = setting(1, "int", env="VM_CHECKTIME", minimum=1)
+    vm_lifetime: int = setting(24, "int", env="VM_LIFETIME")  # hours
+    vm_lifetime_auth: int | None = setting(None, "int?", env="VM_LIFETIME_AUTH")  # hours
+    max_lifetime_upper_limit: int | None = setting(
+        None, "int?", env="MAX_LIFETIME_UPPER_LIMIT"
+    )  # hours
+    ready_ttl: int = setting(60, "int", env="READY_TTL")
+    ondemand_request_ttl: int = setting(5, "int", env="ONDEMAND_REQUEST_TTL")
+    max_ondemand_instances_per_request: int = setting(
+        10, "int", env="MAX_ONDEMAND_INSTANCES_PER_REQUEST"
+    )
+    allowed_tags: tuple[str, ...] | None = setting(None, "strs?")
+    clone_target: str | None = setting(None, "str?", env="CLONE_TARGET")
+    backend_weight: Mapping[str, int] = setting(None, "weights")
+    experimental_features: bool = setting(False, "bool", env="EXPERIMENTAL_FEATURES")
+    usage_stats: bool = setting(False, "bool", env="USAGE_STATS")
+    request_logger: bool = setting(False, "bool", env="REQUEST_LOGGER")
+    rate_limiting_enabled: bool = setting(False, "bool")
+    migration_limit: int | None = setting(None, "int?", env="MIGRATION_LIMIT")
+    max_tries: int = setting(3, "int", env="MAX_TRIES", minimum=1)
+    retry_factor: int = setting(10, "int", env="RETRY_FACTOR")
+    check_loop_delay_min: float = setting(5.0, "number", positive=True)  # seconds
+    check_loop_delay_max: float = setting(60.0, "number", positive=True)  # seconds
+    check_loop_delay_decay: float = setting(2.0, "number", minimum=None)
+    check_ready_vm_hostname_for_mismatch: bool = setting(True, "bool")
+    create_template_delta_disks: bool = setting(
+        False, "bool", env="CREATE_TEMPLATE_DELTA_DISKS"
+    )
+    create_linked_clones: bool = setting(True, "bool", env="CREATE_LINKED_CLONES")
+    purge_unconfigured_resources: bool = setting(
+        False, "bool", env="PURGE_UNCONFIGURED_RESOURCES"
+    )
+    circuit_breaker_enabled: bool = setting(True, "bool")
+    circuit_breaker_failure_threshold: int = setting(5, "int", minimum=1)
+    circuit_breaker_timeout: float = setting(30.0, "number")  # seconds
+    circuit_breaker_half_open_attempts: int = setting(3, "int", minimum=1)
+    provider_call_timeout: float = setting(600.0, "number", positive=True)  # seconds
+    dlq_enabled: bool = setting(False, "bool")
+    dlq_ttl: int = setting(168, "int")  # hours
+    dlq_max_entries: int = setting(10000, "int")
+    raw: Mapping[str, Any] = field(default_factory=empty_mapping)
+    """The whole ``:config:`` section as written, after environment overrides."""
+
+
+@dataclass(frozen=True, slots=True)
+class RedisSettings:
+    """The ``:redis:`` section. ``server`` None means: start the embedded redis-server."""
+
+    server: str | None = setting(None, "str?", env="REDIS_SERVER")
+    port: int = setting(6379, "int", env="REDIS_PORT", minimum=1, maximum=65535)
+    password: str | None = setting(None, "str?", env="REDIS_PASSWORD")
+    username: str | None = setting(None, "str?")
+    db: int = setting(0, "int")
+    data_ttl: int = setting(168, "int", env="REDIS_DATA_TTL")  # hours
+    connection_pool_size: int = setting(10, "int", env="REDIS_CONNECTION_POOL_SIZE", minimum=1)
+    connection_pool_timeout: float = setting(
+        5.0, "number", env="REDIS_CONNECTION_POOL_TIMEOUT", positive=True
+    )  # seconds
+    reconnect_attempts: int = setting(10, "int", env="REDIS_RECONNECT_ATTEMPTS")
+    data_dir: str = setting("./var/redis", "str", env="VMPOOLER_REDIS_DATA_DIR")
+
+    @property
+    def embedded(self) -> bool:
+        """True when no server is configured and vmpooler runs its own redis-server."""
+        return self.server is None
+
+
+@dataclass(frozen=True, slots=True)
+class PoolConfig:
+    """One entry of ``:pools:``. ``None`` fields fall back to the global setting.
+
+    ``domain`` comes from the pool's ``dns_plugin`` entry in ``:dns_configs:``; a pool without
+    ``dns_plugin`` has ``domain`` None and its VMs' FQDN is the bare hostname.
+    ``raw`` holds every key of the pool as written (unknown keys are carried through).
+    """
+
+    name: str
+    size: int
+    template: str
+    ready_ttl: int  # minutes
+    provider: str = "dummy"
+    alias: tuple[str, ...] = ()
+    dns_plugin: str | None = None
+    domain: str | None = None
+    clone_target: str | None = None
+    timeout: int | None = None  # minutes
+    timeout_notification: int | None = None  # minutes
+    check_loop_delay_min: float | None = None  # seconds
+    check_loop_delay_max: float | None = None  # seconds
+    check_loop_delay_decay: float | None = None
+    check_hostname_for_mismatch: bool | None = None
+    raw: Mapping[str, Any] = field(default_factory=empty_mapping)
+
+    def loop_delays(self, settings: GlobalSettings) -> tuple[float, float, float]:
+        """Effective ``(min, max, decay)`` back-off for this pool's check loop, in seconds.
+
+        Pool values win over the global ones (vmpooler ignored the global ones for pools; we
+        do not). Clamped like vmpooler: max below min becomes min, decay <= 1 becomes 2.0.
+        """
+        low = _first(self.check_loop_delay_min, settings.check_loop_delay_min)
+        high = max(low, _first(self.check_loop_delay_max, settings.check_loop_delay_max))
+        decay = _first(self.check_loop_delay_decay, settings.check_loop_delay_decay)
+        return low, high, decay if decay > 1 else 2.0
+
+    def pending_timeout(self, settings: GlobalSettings) -> int:
+        """Minutes a VM of this pool may stay pending (pool ``timeout`` or the global one)."""
+        return _first(self.timeout, settings.timeout)
+
+
+def _first(value: _T | None, fallback: _T) -> _T:
+    return fallback if value is None else value
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderConfig:
+    """One ``:providers:`` entry. ``provider_class`` is the entry-point name that implements
+    it (canonical spelling); ``settings`` holds every key of the entry as written."""
+
+    name: str
+    provider_class: str
+    settings: Mapping[str, Any] = field(default_factory=empty_mapping)
+
+
+@dataclass(frozen=True, slots=True)
+class DnsConfig:
+    """One ``:dns_configs:`` entry: its plugin class, the domain it serves, all its keys."""
+
+    name: str
+    dns_class: str
+    domain: str | None = None
+    settings: Mapping[str, Any] = field(default_factory=empty_mapping)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSettings:
+    """The one active metrics backend: ``none``, ``datadog``, ``statsd`` or ``graphite``.
+
+    Precedence when several sections are present: ``:datadog:``, ``:statsd:``, ``:graphite:``.
+    """
+
+    backend: str = "none"
+    host: str | None = None
+    port: int | None = None
+    prefix: str = "vmpooler"
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """The whole validated configuration.
+
+    ``raw`` is the merged document (plain keys, environment overrides applied, no defaults
+    filled in); ``notes`` are non-fatal remarks for the log. ``rate_limits`` is the
+    ``:rate_limits:`` section merged over vmpooler's defaults, per class. ``debug`` reflects
+    ``VMPOOLER_DEBUG``; ``api_port`` ``PORT`` (4567); ``app_env`` ``APP_ENV``/``RACK_ENV``.
+    """
+
+    source: str
+    settings: GlobalSettings = field(default_factory=GlobalSettings)
+    redis: RedisSettings = field(default_factory=RedisSettings)
+    pools: tuple[PoolConfig, ...] = ()
+    providers: Mapping[str, ProviderConfig] = field(default_factory=empty_mapping)
+    dns_configs: Mapping[str, DnsConfig] = field(default_factory=empty_mapping)
+    auth: Mapping[str, Any] | None = None
+    tagfilter: Mapping[str, str] = field(default_factory=empty_mapping)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    raw: Mapping[str, Any] = field(default_factory=empty_mapping)
+    notes: tuple[str, ...] = ()
+    rate_limits: Mapping[str, Mapping[str, int]] = field(
+        default_factory=lambda: DEFAULT_RATE_LIMITS
+    )
+    debug: bool = False
+    api_port: int = 4567
+    app_env: str = "development"
+
+    def pool(self, name: str) -> PoolConfig:
+        """The pool called ``name`` (not an alias); raises ``KeyError`` if there is none."""
+        for pool in self.pools:
+            if pool.name == name:
+                return pool
+        raise KeyError(name)
+
+    @property
+    def pool_names(self) -> tuple[str, ...]:
+        """Configured pool names in file order (aliases are not included)."""
+        return tuple(pool.name for pool in self.pools)
+
+    @property
+    def aliases(self) -> Mapping[str, tuple[str, ...]]:
+        """Alias → names of the pools that carry it, in pool order."""
+        index: dict[str, list[str]] = {}
+        for pool in self.pools:
+            for alias in pool.alias:
+                index.setdefault(alias, []).append(pool.name)
+        return freeze(index)
+
+    def masked(self) -> dict[str, Any]:
+        """A plain copy of ``raw`` with every secret value replaced by ``"********"``."""
+        masked: dict[str, Any] = mask_secrets(self.raw)
+        return masked

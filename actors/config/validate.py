@@ -1,0 +1,229 @@
+"""Validation: turn a normalised document (plain keys, env overrides applied) into a Config.
+
+Every problem is collected; nothing raises here. The loader maps the returned issues to
+files and lines and raises one ``ConfigError`` listing them all.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Mapping
+from dataclasses import fields
+from typing import Any
+
+from vmpooler.actors.config._check import Checker
+from vmpooler.actors.config._data import freeze
+from vmpooler.actors.config._pools import build_dns_configs, build_pools, build_providers
+from vmpooler.actors.config._values import show
+from vmpooler.actors.config.errors import DOMAIN_REMOVED, Issue
+from vmpooler.actors.config.model import (
+    DEFAULT_RATE_LIMITS,
+    Config,
+    GlobalSettings,
+    MetricsSettings,
+    RedisSettings,
+)
+
+__all__ = ["KNOWN_SECTIONS", "validate_document"]
+
+KNOWN_SECTIONS = frozenset({
+    "config", "pools", "providers", "redis", "auth", "dns_configs", "tagfilter", "statsd",
+    "graphite", "prometheus", "datadog", "rate_limits", "vsphere", "graphs", "tracing",
+})
+# Documented `:config:` keys that GlobalSettings does not model (carried in `raw`).
+_OTHER_CONFIG_KEYS = frozenset({
+    "extra_config", "create_folders", "manage_host_selection", "host_selection_max_age",
+    "utilization_limit", "adaptive_timeout_enabled", "connection_pool_timeout_min",
+    "connection_pool_timeout_max", "connection_pool_timeout_initial",
+    "connection_pool_monitor_enabled", "connection_pool_monitor_interval", "purge_enabled",
+    "purge_dry_run", "purge_interval", "max_pending_age", "max_ready_age", "max_completed_age",
+    "max_orphaned_age", "health_check_enabled", "health_check_interval", "health_thresholds",
+    "purge_unconfigured_folders", "domain",
+})
+
+
+def validate_document(
+    doc: Any,
+    *,
+    source: str,
+    known_provider_classes: Collection[str],
+    known_dns_classes: Collection[str],
+    debug: bool = False,
+    api_port: int = 4567,
+    app_env: str = "development",
+) -> tuple[Config | None, list[Issue], list[str]]:
+    """Validate ``doc``; return ``(config, issues, notes)`` — ``config`` is None if issues."""
+    chk = Checker()
+    if not isinstance(doc, Mapping):
+        chk.fail((), f"the configuration must be a mapping of sections, got {show(doc)}")
+        return None, chk.issues, chk.notes
+    for key in doc:
+        if key not in KNOWN_SECTIONS:
+            chk.note(f"unknown top-level section :{key}: (carried through, unused)")
+    settings = _settings(chk.mapping(doc.get("config"), ("config",)), chk)
+    redis = _redis(chk.mapping(doc.get("redis"), ("redis",)), chk)
+    providers = build_providers(
+        chk.mapping(doc.get("providers"), ("providers",)), chk, known_provider_classes
+    )
+    dns_configs = build_dns_configs(
+        chk.mapping(doc.get("dns_configs"), ("dns_configs",)), chk, known_dns_classes
+    )
+    entries = doc.get("pools")
+    if "pools" not in doc:
+        chk.note("no :pools: section: no pools are configured "
+                 "(loading pools from Redis is not supported)")
+    if entries is not None and not isinstance(entries, list):
+        chk.fail(("pools",), f"expected a list of pools, got {show(entries)}")
+    pools = build_pools(
+        entries if isinstance(entries, list) else [], chk, settings, providers, dns_configs
+    )
+    config = Config(
+        source=source,
+        settings=settings,
+        redis=redis,
+        pools=pools,
+        providers=freeze(providers),
+        dns_configs=freeze(dns_configs),
+        auth=_auth(doc, chk, debug),
+        tagfilter=_tagfilter(chk.mapping(doc.get("tagfilter"), ("tagfilter",)), chk),
+        metrics=_metrics(doc, chk),
+        raw=freeze(doc),
+        rate_limits=_rate_limits(chk.mapping(doc.get("rate_limits"), ("rate_limits",)), chk),
+        debug=debug,
+        api_port=api_port,
+        app_env=app_env,
+    )
+    if chk.issues:
+        return None, chk.issues, chk.notes
+    return config, chk.issues, chk.notes
+
+
+def _settings(section: Mapping[str, Any], chk: Checker) -> GlobalSettings:
+    path = ("config",)
+    if section.get("domain") is not None:
+        chk.fail(("config", "domain"), DOMAIN_REMOVED)
+    known = {item.name for item in fields(GlobalSettings)} | _OTHER_CONFIG_KEYS
+    for key in section:
+        if key not in known:
+            chk.note(f"unknown key config.{key} (carried through, unused)")
+    effective = dict(section)
+    if "purge_unconfigured_folders" in section:
+        chk.note("config.purge_unconfigured_folders is deprecated; "
+                 "use purge_unconfigured_resources")
+        effective.setdefault("purge_unconfigured_resources",
+                             section["purge_unconfigured_folders"])
+    settings = chk.build(GlobalSettings, effective, path, raw=freeze(section))
+    low, high = settings.check_loop_delay_min, settings.check_loop_delay_max
+    changes: dict[str, float] = {}
+    if high < low:
+        chk.note(f"config.check_loop_delay_max ({high}) is below check_loop_delay_min "
+                 f"({low}); using {low}")
+        changes["check_loop_delay_max"] = low
+    if settings.check_loop_delay_decay <= 1:
+        chk.note(f"config.check_loop_delay_decay ({settings.check_loop_delay_decay}) "
+                 "must exceed 1; using 2.0")
+        changes["check_loop_delay_decay"] = 2.0
+    return _replace(settings, changes)
+
+
+def _replace(settings: GlobalSettings, changes: Mapping[str, Any]) -> GlobalSettings:
+    if not changes:
+        return settings
+    values = {item.name: getattr(settings, item.name) for item in fields(settings)}
+    return GlobalSettings(**{**values, **changes})
+
+
+def _redis(section: Mapping[str, Any], chk: Checker) -> RedisSettings:
+    effective = dict(section)
+    if effective.get("server") == "":
+        effective["server"] = None
+    return chk.build(RedisSettings, effective, ("redis",))
+
+
+def _auth(doc: Mapping[str, Any], chk: Checker, debug: bool) -> Mapping[str, Any] | None:
+    if doc.get("auth") is None:
+        return None
+    section = chk.mapping(doc["auth"], ("auth",))
+    path = ("auth",)
+    provider = chk.require(section, "provider", path, "str")
+    if provider == "dummy" and not debug:
+        chk.fail((*path, "provider"), "dummy authentication accepts any username that differs "
+                 "from the password; it is refused unless VMPOOLER_DEBUG is set")
+    elif provider == "ldap":
+        ldap = chk.mapping(section.get("ldap"), (*path, "ldap"))
+        chk.require(ldap, "host", (*path, "ldap"), "str")
+        chk.get(ldap, "port", (*path, "ldap"), "int?", minimum=1, maximum=65535)
+        chk.require(ldap, "base", (*path, "ldap"), "strs")
+        chk.require(ldap, "user_object", (*path, "ldap"), "strs")
+        chk.mapping(ldap.get("encryption"), (*path, "ldap", "encryption"))
+        chk.mapping(ldap.get("service_account_hash"), (*path, "ldap", "service_account_hash"))
+    elif isinstance(provider, str) and provider != "dummy":
+        chk.fail((*path, "provider"), f"unknown auth provider {provider!r} (dummy or ldap)")
+    return freeze(section)
+
+
+def _tagfilter(section: Mapping[str, Any], chk: Checker) -> Mapping[str, str]:
+    filters: dict[str, str] = {}
+    for tag, pattern in section.items():
+        path = ("tagfilter", str(tag))
+        if not isinstance(pattern, str):
+            chk.fail(path, f"expected a regular expression string, got {show(pattern)}")
+            continue
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            chk.fail(path, f"invalid regular expression {pattern!r}: {exc}")
+            continue
+        filters[str(tag)] = pattern
+    return freeze(filters)
+
+
+def _metrics(doc: Mapping[str, Any], chk: Checker) -> MetricsSettings:
+    if "prometheus" in doc:
+        chk.note(":prometheus: is not supported and is ignored; use :datadog: or :statsd:")
+    chosen = [name for name in ("datadog", "statsd", "graphite")
+              if name in doc and (name == "datadog" or doc[name] is not None)]
+    for name in chosen[1:]:
+        chk.note(f":{name}: is ignored because :{chosen[0]}: takes precedence")
+    if not chosen:
+        return MetricsSettings()
+    backend = chosen[0]
+    path = (backend,)
+    section = chk.mapping(doc[backend], path)
+    port_limits = {"minimum": 1, "maximum": 65535}
+    if backend == "datadog":
+        prefix = chk.get(section, "prefix", path, "str") or chk.get(
+            section, "namespace", path, "str", "vmpooler")
+        tags = section.get("tags")
+        if isinstance(tags, Mapping):
+            tags = [f"{key}:{value}" for key, value in tags.items()]
+        return MetricsSettings(
+            backend=backend,
+            host=chk.get(section, "host", path, "str", "127.0.0.1"),
+            port=chk.get(section, "port", path, "int", 8125, **port_limits),
+            prefix=prefix,
+            tags=chk.get({"tags": tags}, "tags", path, "strs", ()),
+        )
+    host = chk.require(section, "server", path, "str")
+    return MetricsSettings(
+        backend=backend,
+        host=host if isinstance(host, str) else None,
+        port=chk.get(section, "port", path, "int", 8125 if backend == "statsd" else 2003,
+                     **port_limits),
+        prefix=chk.get(section, "prefix", path, "str", "vmpooler"),
+    )
+
+
+def _rate_limits(section: Mapping[str, Any], chk: Checker) -> Mapping[str, Mapping[str, int]]:
+    limits = {name: dict(value) for name, value in DEFAULT_RATE_LIMITS.items()}
+    for name, value in section.items():
+        path = ("rate_limits", str(name))
+        if name not in limits:
+            chk.note(f"unknown rate limit class rate_limits.{name} (ignored; known: "
+                     f"{', '.join(DEFAULT_RATE_LIMITS)})")
+            continue
+        entry = chk.mapping(value, path)
+        limits[name]["limit"] = chk.get(entry, "limit", path, "int", limits[name]["limit"])
+        limits[name]["period"] = chk.get(entry, "period", path, "int", limits[name]["period"],
+                                         minimum=1)
+    return freeze(limits)
