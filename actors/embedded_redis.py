@@ -11,12 +11,15 @@ We only locate the binary it ships.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import importlib.util
 import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +57,19 @@ def find_redis_server(prefer_system: bool = False) -> str:
     )
 
 
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """Linux: SIGTERM the redis-server when vmpooler dies, even by ``kill -9``, so an
+    orphan never keeps writing the AOF that the next vmpooler opens. Linux ties this to the
+    *thread* that started the server: start it from a thread that lives as long as it."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def free_port() -> int:
     """Return a TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -67,8 +83,11 @@ class EmbeddedRedis:
 
     ``data_dir`` holds ``appendonly.aof`` (and ``redis.log``); it is created if missing.
     ``persist=False`` turns off both AOF and RDB snapshots (tests). The server listens on
-    127.0.0.1 only, on ``port`` (a free port when 0). :meth:`start` returns once the server
-    answers PING; :meth:`stop` asks it to shut down (flushing the AOF) and waits.
+    127.0.0.1 only, on ``port`` (a free port when 0), which is also written to
+    ``<data_dir>/redis.port`` for tools. :meth:`start` returns once the server answers PING;
+    :meth:`stop` asks it to shut down (flushing the AOF) and waits. One data directory
+    serves one server at a time: a second :meth:`start` on it raises
+    :class:`EmbeddedRedisError` instead of corrupting the AOF.
     """
 
     data_dir: Path
@@ -77,6 +96,7 @@ class EmbeddedRedis:
     binary: str | None = None
     startup_timeout: float = 10.0
     _process: subprocess.Popen[bytes] | None = None
+    _lock: int | None = None
 
     @property
     def url(self) -> str:
@@ -89,6 +109,7 @@ class EmbeddedRedis:
             return self
         self.data_dir = Path(self.data_dir).resolve()
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._take_lock()
         if not self.port:
             self.port = free_port()
         binary = self.binary or find_redis_server()
@@ -106,12 +127,38 @@ class EmbeddedRedis:
             args += ["--appendonly", "yes", "--appendfsync", "everysec"]
         else:
             args += ["--appendonly", "no"]
-        log.info("starting embedded redis-server on 127.0.0.1:%d (data %s)", self.port, self.data_dir)
-        self._process = subprocess.Popen(  # noqa: S603 - fixed argument list
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        log.info("[*] [redis] starting embedded redis-server on 127.0.0.1:%d (data in %s)",
+                 self.port, self.data_dir)
+        self._process = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
         )
-        self._wait_until_up()
+        try:
+            self._wait_until_up()
+        except BaseException:
+            self._release_lock()
+            raise
+        (self.data_dir / "redis.port").write_text(f"{self.port}\n")
         return self
+
+    def _take_lock(self) -> None:
+        if self._lock is not None:
+            return
+        fd = os.open(self.data_dir / "vmpooler.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise EmbeddedRedisError(
+                f"{self.data_dir} is in use by another vmpooler; stop it or set a different "
+                ":redis: data_dir"
+            ) from None
+        self._lock = fd
+
+    def _release_lock(self) -> None:
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     def _wait_until_up(self) -> None:
         assert self._process is not None
@@ -142,14 +189,9 @@ class EmbeddedRedis:
         """Shut the server down cleanly (AOF flushed); kill it if it does not exit in time."""
         process, self._process = self._process, None
         if process is None or process.poll() is not None:
+            self._release_lock()
             return
-        try:
-            client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=timeout)
-            with contextlib.suppress(redis.ConnectionError):
-                client.shutdown(nosave=not self.persist)
-            client.close()
-        except redis.RedisError as exc:
-            log.warning("embedded redis-server shutdown failed: %s", exc)
+        process.terminate()  # redis-server shuts down gracefully on SIGTERM (AOF flushed)
         try:
             process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -157,6 +199,7 @@ class EmbeddedRedis:
             process.wait()
         if process.stderr:
             process.stderr.close()
+        self._release_lock()
 
     def __enter__(self) -> EmbeddedRedis:
         return self.start()

@@ -26,3 +26,18 @@ def test_restart_finds_previous_state(tmp_path: Path) -> None:
         client.close()
     finally:
         again.stop()
+
+
+def test_one_data_dir_serves_one_server(tmp_path: Path) -> None:
+    import pytest
+
+    from vmpooler.actors.embedded_redis import EmbeddedRedisError
+
+    first = EmbeddedRedis(data_dir=tmp_path).start()
+    try:
+        assert (tmp_path / "redis.port").read_text().strip() == str(first.port)
+        with pytest.raises(EmbeddedRedisError, match="in use by another vmpooler"):
+            EmbeddedRedis(data_dir=tmp_path).start()
+    finally:
+        first.stop()
+    EmbeddedRedis(data_dir=tmp_path).start().stop()
