@@ -96,7 +96,8 @@ class DummyProvider(Provider):
         filename = self.settings.get("filename")
         self._path = Path(filename) if filename else None
         state: Any = deepcopy(self.settings.get("initial_state"))
-        if self._path is not None and self._path.exists():
+        from_file = self._path is not None and self._path.exists()
+        if self._path is not None and from_file:
             try:
                 state = yaml.safe_load(self._path.read_text())
             except (OSError, yaml.YAMLError) as exc:
@@ -111,6 +112,12 @@ class DummyProvider(Provider):
         self._pools: dict[str, list[_Vm]] = {
             str(pool): [dict(vm) for vm in vms or []] for pool, vms in pools.items()
         }
+        for vms in self._pools.values() if from_file else ():
+            for vm in vms:
+                # A clone in flight when the last process died: like a hypervisor's clone
+                # task, it finished while nobody was watching.
+                if vm.get("dummy_state") == "CLONING":
+                    vm["dummy_state"] = "RUNNING"
 
     # -- contract ------------------------------------------------------------------------
 

@@ -524,3 +524,11 @@ def test_is_permanent_survives_broken_str() -> None:
             raise RuntimeError("boom")
 
     assert is_permanent(BrokenStrError()) is False
+
+
+def test_clone_in_flight_when_the_process_died_has_finished_on_reload(tmp_path: Path) -> None:
+    path = tmp_path / "d.yaml"
+    path.write_text(yaml.safe_dump(
+        {"pool": {"pool1": [{"name": "vm1", "poolname": "pool1", "dummy_state": "CLONING"}]}}))
+    provider = make({"filename": str(path)})
+    assert provider.vm_ready("pool1", "vm1") is True
