@@ -108,6 +108,8 @@ class PoolActor(OutcomeHandlers, SupervisedActor):
         self.next_check: dict[str, float] = {}
         self.next_running_check: dict[str, float] = {}
         self.notified: set[str] = set()
+        self.reserved_at: dict[str, float] = {}
+        self.list_sent_at = 0.0
         self.call_ids = 0
 
     # -- mailbox ----------------------------------------------------------------------------
@@ -153,6 +155,7 @@ class PoolActor(OutcomeHandlers, SupervisedActor):
             self._schedule_cycle()
             return
         self.listing = True
+        self.list_sent_at = self.clock.monotonic()
         self.cycle_again = False
         provider.tell(self._call(ProviderOp.LIST_VMS, None))
 
@@ -239,7 +242,7 @@ class PoolActor(OutcomeHandlers, SupervisedActor):
         for vm in sorted(snap.pending - self.busy.keys(), reverse=True):
             if vm in inventory:
                 activity |= self._send(ProviderOp.CHECK_PENDING, vm)
-            elif self._pending_vanished(vm, now):
+            elif self._pending_vanished(vm):
                 pending.discard(vm)
         for vm in snap.completed - self.busy.keys():
             if vm in inventory:
@@ -331,15 +334,22 @@ class PoolActor(OutcomeHandlers, SupervisedActor):
         self.store.set_check_times(stamps)
         return ready
 
-    def _pending_vanished(self, vm: str, now: float) -> bool:
-        started = self._clone_started(vm)
-        if started is not None and (now - started) / 60.0 <= self.timeout_min:
+    def _pending_vanished(self, vm: str) -> bool:
+        """A pending VM missing from the inventory with no clone of ours running for it.
+
+        vmpooler waits for the pending timeout; we know better: the clone that reserved it
+        died with an earlier process (or the VM vanished), so it can never become ready.
+        A VM reserved after this cycle's inventory was requested is simply too new.
+        """
+        reserved = self.reserved_at.get(vm)
+        if reserved is not None and reserved >= self.list_sent_at:
             return False
-        if self.store.clone_failed(self.name, vm, error="VM vanished from the provider",
+        if self.store.clone_failed(self.name, vm, error="VM is not in the provider's inventory",
                                    error_class="VmNotFound", ttl=self.data_ttl,
                                    release_slot=False):
-            log.info("[!] [%s] '%s' pending VM is not in inventory and timed out; removed",
-                     self.name, vm)
+            log.info("[!] [%s] '%s' is pending but not in the provider's inventory and no clone "
+                     "is running for it; removed from 'pending'", self.name, vm)
+            self.metrics.increment("vmpooler_errors.markedasfailed", tags={"pool": self.name})
         self._forget_caches(vm)
         return True
 
@@ -359,6 +369,7 @@ class PoolActor(OutcomeHandlers, SupervisedActor):
         self.ready_since.pop(vm, None)
         self.next_check.pop(vm, None)
         self.next_running_check.pop(vm, None)
+        self.reserved_at.pop(vm, None)
         self.notified.discard(vm)
 
     # -- overrides, template, size ------------------------------------------------------------
@@ -442,6 +453,7 @@ class PoolActor(OutcomeHandlers, SupervisedActor):
                                        tags={"pool": self.name})
                 continue
             self.clone_started[vm] = now
+            self.reserved_at[vm] = self.clock.monotonic()
             if not self._send(ProviderOp.CLONE, vm):
                 self.store.clone_failed(self.name, vm, error="provider unavailable",
                                         error_class="ProviderUnavailable", ttl=self.data_ttl,

@@ -121,6 +121,7 @@ class OutcomeHandlers:
                 self.ready_since[vm] = now
                 self.next_check[vm] = self.clock.monotonic() + self.settings.vm_checktime * 60
                 self.clone_started.pop(vm, None)
+                self.reserved_at.pop(vm, None)
                 self.notified.discard(vm)
                 self.metrics.timing("time_to_ready_state", boot, tags={"pool": self.name})
                 log.info("[>] [%s] '%s' moved from 'pending' to 'ready' queue", self.name, vm)

@@ -22,7 +22,6 @@ import logging
 import socket
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +40,7 @@ from vmpooler.actors.messages import (
 )
 from vmpooler.actors.metrics import Metrics
 from vmpooler.actors.supervisor import SupervisedActor
+from vmpooler.actors.workers import WorkerPool
 from vmpooler.providers.base import Provider
 from vmpooler.providers.dns import DnsPlugin, DynamicDns
 from vmpooler.providers.errors import ProviderError, is_permanent
@@ -123,11 +123,9 @@ class ProviderActor(SupervisedActor):
         self._tokens = itertools.count(1)
         self._calls: dict[int, _InFlight] = {}
         self._busy: dict[tuple[str, str | None], int] = {}
-        self._clone_pool = ThreadPoolExecutor(max(1, clone_workers), f"{name}-clone")
-        self._list_pool = ThreadPoolExecutor(2, f"{name}-list")
-        self._call_pool = ThreadPoolExecutor(
-            max(2, provider.max_concurrent_calls), f"{name}-call"
-        )
+        self._clone_pool = WorkerPool(f"{name}-clone", clone_workers)
+        self._list_pool = WorkerPool(f"{name}-list", 2)
+        self._call_pool = WorkerPool(f"{name}-call", max(2, provider.max_concurrent_calls))
 
     # -- mailbox ----------------------------------------------------------------------------
     def handle(self, message: Any) -> Any:
@@ -141,7 +139,7 @@ class ProviderActor(SupervisedActor):
 
     def on_stop(self) -> None:
         for pool in (self._clone_pool, self._list_pool, self._call_pool):
-            pool.shutdown(wait=False, cancel_futures=True)
+            pool.shutdown()
 
     def in_flight(self) -> int:
         """Calls currently running or queued (for tests and status)."""

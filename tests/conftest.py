@@ -38,3 +38,10 @@ def redis_client(redis_server: EmbeddedRedis) -> Iterator[redis.Redis]:
 def repo_root() -> Path:
     """The checkout's top directory."""
     return Path(__file__).resolve().parent.parent
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Stop any actor a failed test left behind, so the run can exit."""
+    import pykka
+
+    pykka.ActorRegistry.stop_all(block=True, timeout=5)

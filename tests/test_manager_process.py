@@ -128,7 +128,7 @@ def test_kill_9_mid_clone_then_restart_leaves_nothing_unaccounted(
         return True
 
     wait_until(reconciled, 30, "every inventory VM to be in a queue")
-    wait_until(lambda: all(redis_client.scard(schema.ready(p)) >= 1 for p in pools), 30)
+    wait_until(lambda: full(redis_client, pools), 30, "the pools to fill again")
     doc = yaml.safe_load(inventory_file.read_text()) or {}
     for pool, vms in (doc.get("pool") or {}).items():
         where = accounted(redis_client, pool)

@@ -261,3 +261,18 @@ def test_unconfigured_pool_is_unpublished(redis_client: redis.Redis) -> None:
     with started(redis_client, make_config([pool("a", 0)])):
         assert redis_client.smembers(schema.pools()) == {"a"}
         assert not redis_client.exists(schema.pool_hash("gone"))
+
+
+def test_pending_vm_whose_clone_died_with_a_previous_process_is_dropped(
+    redis_client: redis.Redis,
+) -> None:
+    # Reserved in Redis by a manager that was killed before its provider call started:
+    # the VM will never exist, so waiting for the pending timeout would only starve the pool.
+    redis_client.sadd(schema.pending("a"), "ghost-vm")
+    redis_client.hset(schema.vm("ghost-vm"), mapping={"clone": "2024-05-01 13:02:11 +0000",
+                                                      "template": "a", "pool": "a"})
+    with started(redis_client, make_config([pool("a", 2)])) as h:
+        h.wait_full("a", 2)
+        assert not redis_client.sismember(schema.pending("a"), "ghost-vm")
+        assert redis_client.hget(schema.vm("ghost-vm"), "clone_error_class") == "VmNotFound"
+        assert redis_client.ttl(schema.vm("ghost-vm")) > 0
