@@ -35,7 +35,8 @@ from vmpooler.actors.messages import (
 from vmpooler.actors.metrics import Metrics
 from vmpooler.actors.pool_outcomes import OutcomeHandlers
 from vmpooler.actors.pool_policy import Backoff, LifetimePolicy
-from vmpooler.actors.store import CloneReservation, PoolSnapshot, Store
+from vmpooler.actors.pool_upkeep import PoolUpkeep
+from vmpooler.actors.store import PoolSnapshot, Store
 from vmpooler.actors.supervisor import ActorDirectory, SupervisedActor
 
 __all__ = ["PoolActor"]
@@ -45,7 +46,7 @@ log = logging.getLogger(__name__)
 _MISMATCH_GRACE = 60.0  # seconds a VM must be ready before its hostname is checked
 
 
-class PoolActor(OutcomeHandlers, SupervisedActor):
+class PoolActor(OutcomeHandlers, PoolUpkeep, SupervisedActor):
     """Owns the VMs of one pool. Construct with :meth:`pykka.ThreadingActor.start`."""
 
     def __init__(
@@ -371,122 +372,3 @@ class PoolActor(OutcomeHandlers, SupervisedActor):
         self.next_running_check.pop(vm, None)
         self.reserved_at.pop(vm, None)
         self.notified.discard(vm)
-
-    # -- overrides, template, size ------------------------------------------------------------
-    def _apply_overrides(self, snap: PoolSnapshot) -> bool:
-        """Apply size/template/clone-target overrides and resets. True if the pool drained."""
-        drained = False
-        if snap.undo_size:
-            self.store.ack_undo(self.name, size=True)
-        size = self.pool.size
-        if snap.size_override is not None:
-            try:
-                size = max(0, int(snap.size_override))
-            except ValueError:
-                log.warning("[!] [%s] ignoring size override %r", self.name, snap.size_override)
-        if size != self.size:
-            log.info("[*] [%s] size changed from %d to %d", self.name, self.size, size)
-            self.size = size
-        if snap.undo_template:
-            self.store.ack_undo(self.name, template=True)
-        template = snap.template_override or self.pool.template
-        if template != self.template:
-            log.info("[*] [%s] template changed from '%s' to '%s'", self.name, self.template,
-                     template)
-            self.template = template
-            drained |= self._drain(f"template changed to '{template}'") >= 0
-        target = snap.clone_target_override or self.pool.clone_target
-        if target != self.clone_target:
-            self.clone_target = target
-            drained |= self._drain(f"clone target changed to '{target}'") >= 0
-        if snap.reset_requested and self.store.ack_reset(self.name):
-            drained |= self._drain("pool reset requested") >= 0
-        if snap.prepared_template != self.template and not self.preparing:
-            self._prepare_template()
-        return drained
-
-    def _drain(self, reason: str) -> int:
-        moved = self.store.drain(self.name)
-        log.info("[*] [%s] %s: %d ready and pending VMs moved to 'completed'", self.name, reason,
-                 moved)
-        self.actor_ref.tell(PoolChanged(self.name, "drained"))
-        return moved
-
-    def _prepare_template(self) -> None:
-        if self.settings.create_template_delta_disks and not self.store.has_delta_disks(
-            self.template
-        ):
-            provider = self._provider()
-            if provider is not None:
-                self.preparing = True
-                provider.tell(self._call(ProviderOp.PREPARE_TEMPLATE, f"template:{self.template}"))
-                return
-        self.store.set_prepared_template(self.name, self.template)
-
-    # -- refill and excess ----------------------------------------------------------------------
-    def _repopulate(self, ready: int, pending: int) -> bool:
-        if self.preparing:
-            return False
-        want = self.size - ready - pending
-        started = 0
-        for _ in range(max(0, want)):
-            if not self._start_clone():
-                break
-            started += 1
-        return started > 0
-
-    def _start_clone(self) -> bool:
-        provider = self._provider()
-        if provider is None:
-            return False
-        for _ in range(3):
-            vm = self.hostnames.candidate(self.settings.prefix)
-            now = self.clock.now()
-            code = self.store.reserve_clone(
-                self.name, vm, limit=self.settings.task_limit,
-                clone_time=timefmt.format_epoch(now), domain=self.pool.domain,
-            )
-            if code == CloneReservation.NO_SLOT:
-                return False
-            if code == CloneReservation.NAME_TAKEN:
-                self.metrics.increment("vmpooler_errors.duplicatehostname",
-                                       tags={"pool": self.name})
-                continue
-            self.clone_started[vm] = now
-            self.reserved_at[vm] = self.clock.monotonic()
-            if not self._send(ProviderOp.CLONE, vm):
-                self.store.clone_failed(self.name, vm, error="provider unavailable",
-                                        error_class="ProviderUnavailable", ttl=self.data_ttl,
-                                        release_slot=True)
-                return False
-            log.info("[*] [%s] '%s' is being cloned from '%s'", self.name, vm, self.template)
-            return True
-        log.error("[!] [%s] could not find a free hostname in 3 attempts", self.name)
-        return False
-
-    def _remove_excess(self, ready: set[str], pending: set[str]) -> None:
-        surplus = len(ready) - self.size
-        if surplus <= 0:
-            return
-        for vm in sorted(ready - self.busy.keys())[:surplus]:
-            if self.store.retire(self.name, vm, "ready"):
-                ready.discard(vm)
-                log.info("[>] [%s] '%s' is surplus to the pool size, moved to 'completed'",
-                         self.name, vm)
-        if pending:
-            self.store.drain(self.name, include_ready=False)
-
-    def refill(self) -> None:
-        """Start clones if the pool is short (after a clone slot was released)."""
-        if self.preparing or not self.initialised:
-            return
-        counts = self.store.counts(self.name, ("ready", "pending"))
-        self._repopulate(counts["ready"], counts["pending"])
-
-    def _flag_empty(self, snap: PoolSnapshot, ready: int) -> None:
-        if ready == 0 and self.size > 0:
-            if not snap.empty_flag:
-                self.store.set_empty_flag(self.name, True)
-                log.info("[!] [%s] is empty", self.name)
-        elif snap.empty_flag:
-            self.store.set_empty_flag(self.name, False)

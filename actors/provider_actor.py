@@ -17,6 +17,7 @@ against the breaker: a broken template in one pool must not cut off the others.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import socket
@@ -176,10 +177,8 @@ class ProviderActor(SupervisedActor):
             except BaseException as exc:  # reported as a failure, never lost
                 error = exc
             seconds = time.monotonic() - started
-            try:
+            with contextlib.suppress(pykka.ActorDeadError):
                 me.tell(_CallDone(token, result, error, seconds))
-            except pykka.ActorDeadError:
-                pass
 
         executor.submit(run)
 

@@ -209,7 +209,7 @@ def dlq(queue: str) -> str:
 
 
 class Scripts:
-    """Lua sources of every compare-and-set transition. Register them with ``redis.register_script``.
+    """Lua sources of every compare-and-set transition, registered once by the store.
 
     Return codes: ``1`` applied; ``0`` the VM was not in the expected state (nothing written);
     negative values are documented per script.

@@ -11,6 +11,7 @@ counted): the rest of the system keeps running.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -86,14 +87,12 @@ class SupervisedActor(pykka.ThreadingActor):
     ) -> None:
         if self.supervisor is None:
             return
-        try:
+        with contextlib.suppress(pykka.ActorDeadError):
             self.supervisor.tell(ActorCrashed(
                 name=self.supervised_name,
                 error=str(exception_value),
                 error_class=exception_type.__name__ if exception_type else "Exception",
             ))
-        except pykka.ActorDeadError:
-            pass
 
 
 @dataclass

@@ -15,6 +15,7 @@ thread-safe and never blocks on an actor.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -247,10 +248,8 @@ class PoolerSystem:
         for name in order:
             ref = self.directory.get(name)
             if ref is not None:
-                try:
+                with contextlib.suppress(pykka.ActorDeadError):
                     ref.stop(block=True, timeout=timeout)
-                except pykka.ActorDeadError:
-                    pass
         if res.owns_scheduler:
             res.scheduler.stop()
         for provider in res.providers.values():
@@ -264,7 +263,7 @@ class PoolerSystem:
             res.embedded.stop()
         log.info("[*] [manager] stopped")
 
-    # -- reads and commands -------------------------------------------------------------------------
+    # -- reads and commands ----------------------------------------------------------------------
     @property
     def redis(self) -> redis.Redis:
         """The Redis client the system uses (shared; do not close it)."""

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from vmpooler.providers.base import Provider, ProviderContext, VmInfo
 from vmpooler.providers.errors import (
     PermanentProviderError,

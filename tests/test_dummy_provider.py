@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from vmpooler.providers.base import ProviderContext
 from vmpooler.providers.dummy import DummyProvider, fake_ip
 from vmpooler.providers.errors import (

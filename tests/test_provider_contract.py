@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from vmpooler.providers.base import Provider, ProviderContext, VmInfo
 from vmpooler.providers.dummy import DummyProvider
 from vmpooler.providers.errors import PermanentProviderError, is_permanent

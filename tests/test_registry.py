@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+
 from vmpooler.providers.base import Provider, ProviderContext, VmInfo
 from vmpooler.providers.dns import DnsPlugin, DynamicDns
 from vmpooler.providers.dummy import DummyProvider

@@ -1,0 +1,143 @@
+"""Keeping a pool at its size and template (a mixin of ``PoolActor``, reference §4.7–§4.8):
+overrides, drains, template preparation, refill within the clone limit, surplus removal
+and the empty-pool flag. Runs on the pool actor's thread only.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from vmpooler.actors import timefmt
+from vmpooler.actors.messages import PoolChanged, ProviderOp
+from vmpooler.actors.store import CloneReservation, PoolSnapshot
+
+if TYPE_CHECKING:
+    from vmpooler.actors.pool_actor import PoolActor
+
+__all__ = ["PoolUpkeep"]
+
+log = logging.getLogger(__name__)
+
+
+class PoolUpkeep:
+    """Size, template and refill decisions of one pool."""
+
+    # -- overrides, template, size ------------------------------------------------------------
+    def _apply_overrides(self: PoolActor, snap: PoolSnapshot) -> bool:
+        """Apply size/template/clone-target overrides and resets. True if the pool drained."""
+        drained = False
+        if snap.undo_size:
+            self.store.ack_undo(self.name, size=True)
+        size = self.pool.size
+        if snap.size_override is not None:
+            try:
+                size = max(0, int(snap.size_override))
+            except ValueError:
+                log.warning("[!] [%s] ignoring size override %r", self.name, snap.size_override)
+        if size != self.size:
+            log.info("[*] [%s] size changed from %d to %d", self.name, self.size, size)
+            self.size = size
+        if snap.undo_template:
+            self.store.ack_undo(self.name, template=True)
+        template = snap.template_override or self.pool.template
+        if template != self.template:
+            log.info("[*] [%s] template changed from '%s' to '%s'", self.name, self.template,
+                     template)
+            self.template = template
+            drained |= self._drain(f"template changed to '{template}'") >= 0
+        target = snap.clone_target_override or self.pool.clone_target
+        if target != self.clone_target:
+            self.clone_target = target
+            drained |= self._drain(f"clone target changed to '{target}'") >= 0
+        if snap.reset_requested and self.store.ack_reset(self.name):
+            drained |= self._drain("pool reset requested") >= 0
+        if snap.prepared_template != self.template and not self.preparing:
+            self._prepare_template()
+        return drained
+
+    def _drain(self: PoolActor, reason: str) -> int:
+        moved = self.store.drain(self.name)
+        log.info("[*] [%s] %s: %d ready and pending VMs moved to 'completed'", self.name, reason,
+                 moved)
+        self.actor_ref.tell(PoolChanged(self.name, "drained"))
+        return moved
+
+    def _prepare_template(self: PoolActor) -> None:
+        if self.settings.create_template_delta_disks and not self.store.has_delta_disks(
+            self.template
+        ):
+            provider = self._provider()
+            if provider is not None:
+                self.preparing = True
+                provider.tell(self._call(ProviderOp.PREPARE_TEMPLATE, f"template:{self.template}"))
+                return
+        self.store.set_prepared_template(self.name, self.template)
+
+    # -- refill and excess ----------------------------------------------------------------------
+    def _repopulate(self: PoolActor, ready: int, pending: int) -> bool:
+        if self.preparing:
+            return False
+        want = self.size - ready - pending
+        started = 0
+        for _ in range(max(0, want)):
+            if not self._start_clone():
+                break
+            started += 1
+        return started > 0
+
+    def _start_clone(self: PoolActor) -> bool:
+        provider = self._provider()
+        if provider is None:
+            return False
+        for _ in range(3):
+            vm = self.hostnames.candidate(self.settings.prefix)
+            now = self.clock.now()
+            code = self.store.reserve_clone(
+                self.name, vm, limit=self.settings.task_limit,
+                clone_time=timefmt.format_epoch(now), domain=self.pool.domain,
+            )
+            if code == CloneReservation.NO_SLOT:
+                return False
+            if code == CloneReservation.NAME_TAKEN:
+                self.metrics.increment("vmpooler_errors.duplicatehostname",
+                                       tags={"pool": self.name})
+                continue
+            self.clone_started[vm] = now
+            self.reserved_at[vm] = self.clock.monotonic()
+            if not self._send(ProviderOp.CLONE, vm):
+                self.store.clone_failed(self.name, vm, error="provider unavailable",
+                                        error_class="ProviderUnavailable", ttl=self.data_ttl,
+                                        release_slot=True)
+                return False
+            log.info("[*] [%s] '%s' is being cloned from '%s'", self.name, vm, self.template)
+            return True
+        log.error("[!] [%s] could not find a free hostname in 3 attempts", self.name)
+        return False
+
+    def _remove_excess(self: PoolActor, ready: set[str], pending: set[str]) -> None:
+        surplus = len(ready) - self.size
+        if surplus <= 0:
+            return
+        for vm in sorted(ready - self.busy.keys())[:surplus]:
+            if self.store.retire(self.name, vm, "ready"):
+                ready.discard(vm)
+                log.info("[>] [%s] '%s' is surplus to the pool size, moved to 'completed'",
+                         self.name, vm)
+        if pending:
+            self.store.drain(self.name, include_ready=False)
+
+    def refill(self: PoolActor) -> None:
+        """Start clones if the pool is short (after a clone slot was released)."""
+        if self.preparing or not self.initialised:
+            return
+        counts = self.store.counts(self.name, ("ready", "pending"))
+        self._repopulate(counts["ready"], counts["pending"])
+
+    def _flag_empty(self: PoolActor, snap: PoolSnapshot, ready: int) -> None:
+        if ready == 0 and self.size > 0:
+            if not snap.empty_flag:
+                self.store.set_empty_flag(self.name, True)
+                log.info("[!] [%s] is empty", self.name)
+        elif snap.empty_flag:
+            self.store.set_empty_flag(self.name, False)
