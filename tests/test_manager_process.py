@@ -214,3 +214,32 @@ def test_version() -> None:
     result = subprocess.run([*VMPOOLER, "--version"], capture_output=True, text=True,
                             timeout=60)
     assert result.returncode == 0 and result.stdout.startswith("vmpooler ")
+
+
+def test_logfile_gets_vmpooler_formatted_lines(
+    tmp_path: Path, redis_server: EmbeddedRedis, redis_client: redis.Redis,
+    processes: list[subprocess.Popen[str]],
+) -> None:
+    config = write_config(tmp_path / "f.yaml", redis_port=redis_server.port,
+                          pools={"alpha": 1}, dummy={})
+    document = yaml.safe_load(config.read_text())
+    document[":config"]["logfile"] = str(tmp_path / "vmpooler.log")
+    config.write_text(yaml.safe_dump(document))
+    manager = spawn(processes, "manager", "--config", str(config))
+    wait_until(lambda: full(redis_client, {"alpha": 1}), 30)
+    manager.send_signal(signal.SIGTERM)
+    assert manager.wait(timeout=20) == 0
+    lines = (tmp_path / "vmpooler.log").read_text().splitlines()
+    assert any("moved from 'pending' to 'ready'" in line for line in lines)
+    import re
+    assert all(re.match(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] ", line) for line in lines)
+
+
+def test_unwritable_logfile_is_a_clear_error(tmp_path: Path) -> None:
+    config = tmp_path / "f.yaml"
+    config.write_text(f":config:\n  logfile: {tmp_path}/no/such/dir/x.log\n"
+                      ":pools:\n- {name: p, size: 0}\n")
+    result = subprocess.run([*VMPOOLER, "manager", "--config", str(config)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert "logfile" in result.stderr and "Traceback" not in result.stderr

@@ -70,7 +70,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"# source: {config.source}")
         print(render_config(config), end="")
         return 0
-    configure_logging(args.log_level, config.settings.logfile)
+    try:
+        configure_logging(args.log_level, config.settings.logfile)
+    except (OSError, ValueError) as exc:
+        cause = exc.__cause__ or exc
+        print(f"vmpooler: {config.source}: config.logfile: cannot open "
+              f"{config.settings.logfile!r}: {cause}", file=sys.stderr)
+        return 1
     for note in config.notes:
         log.warning("[!] [config] %s", note)
     return _run_manager(config)
