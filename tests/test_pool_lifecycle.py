@@ -3,18 +3,21 @@ redis-server and the dummy provider, on a fake clock."""
 
 from __future__ import annotations
 
+import random
 import time
 
 import redis
 
 from tests.harness import (
     assert_no_vm_in_two_queues,
+    context_for,
     make_config,
     pool,
     started,
     wait_until,
 )
 from vmpooler.actors import schema
+from vmpooler.providers.dummy import DummyProvider
 
 
 def test_fills_every_pool_to_size(redis_client: redis.Redis) -> None:
@@ -276,3 +279,72 @@ def test_pending_vm_whose_clone_died_with_a_previous_process_is_dropped(
         assert not redis_client.sismember(schema.pending("a"), "ghost-vm")
         assert redis_client.hget(schema.vm("ghost-vm"), "clone_error_class") == "VmNotFound"
         assert redis_client.ttl(schema.vm("ghost-vm")) > 0
+
+
+class FlakyReadiness(DummyProvider):
+    """A dummy whose readiness answer the test can flip."""
+
+    ready_answer = True
+
+    def vm_ready(self, pool: str, vm: str) -> bool:
+        return self.ready_answer and super().vm_ready(pool, vm)
+
+
+def test_ready_vm_failing_its_readiness_check_is_retired(redis_client: redis.Redis) -> None:
+    config = make_config([pool("a", 1)], vm_checktime=1, dlq_enabled=True,
+                         check_loop_delay_min=30, check_loop_delay_max=30)
+    provider = FlakyReadiness(context_for(config), rng=random.Random(3), sleep=lambda _s: None)
+    with started(redis_client, config, provider=provider) as h:
+        (vm,) = h.wait_full("a", 1)
+        h.quiesce()
+        provider.ready_answer = False
+        h.advance(90, step=30)
+        wait_until(lambda: redis_client.zcard(schema.dlq("ready")) >= 1)
+        assert redis_client.zrange(schema.dlq("ready"), 0, 0)[0].startswith(f"{vm}:")
+        assert not redis_client.sismember(schema.ready("a"), vm)
+
+
+def test_ready_and_running_vms_missing_from_inventory_are_retired(
+    redis_client: redis.Redis,
+) -> None:
+    config = make_config([pool("a", 2)])
+    with started(redis_client, config) as h:
+        ready = sorted(h.wait_full("a", 2))
+        h.quiesce()
+        h.checkout("a", ready[0])
+        h.provider.destroy_vm("a", ready[0])  # vanished behind our back
+        h.provider.destroy_vm("a", ready[1])
+        h.system.notify("a")
+        for vm in ready:
+            wait_until(lambda vm=vm: redis_client.hget(schema.vm(vm), "destroy") is None
+                       and not any(redis_client.sismember(getattr(schema, q)("a"), vm)
+                                   for q in ("ready", "running")), 10, f"{vm} to be retired")
+        h.wait_full("a", 2)
+
+
+def test_running_vm_the_provider_no_longer_has_is_retired(redis_client: redis.Redis) -> None:
+    config = make_config([pool("a", 1)])
+
+    class Vanishing(FlakyReadiness):
+        def get_vm(self, pool_name: str, vm: str):  # type: ignore[no-untyped-def]
+            return None if not self.ready_answer else super().get_vm(pool_name, vm)
+
+    provider = Vanishing(context_for(config), rng=random.Random(3), sleep=lambda _s: None)
+    with started(redis_client, config, provider=provider) as h:
+        (vm,) = h.wait_full("a", 1)
+        h.quiesce()
+        provider.ready_answer = False  # still listed, but neither ready nor found
+        h.checkout("a", vm)
+        h.system.notify("a")
+        wait_until(lambda: not redis_client.sismember(schema.running("a"), vm))
+
+
+def test_clone_target_override_drains(redis_client: redis.Redis) -> None:
+    config = make_config([pool("a", 2)])
+    with started(redis_client, config) as h:
+        before = h.wait_full("a", 2)
+        h.quiesce()
+        redis_client.hset(schema.config_clone_target(), "a", "cluster2")
+        h.system.notify("a", "clone target")
+        wait_until(lambda: not (redis_client.smembers(schema.ready("a")) & before))
+        assert not h.wait_full("a", 2) & before
