@@ -16,13 +16,16 @@ import pykka
 __all__ = [
     "ActorCrashed",
     "CallProvider",
+    "CloneSlotFreed",
     "PoolChanged",
     "ProviderCallFinished",
     "ProviderFailure",
     "ProviderOp",
+    "RefillPool",
     "RestartActor",
     "RunPoolCycle",
     "StartDrain",
+    "WantCloneSlot",
 ]
 
 
@@ -158,6 +161,27 @@ class StartDrain:
 
     pool: str
     reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class WantCloneSlot:
+    """Pool actor → slot broker: no clone slot was free; wake me when one is."""
+
+    pool: str
+
+
+@dataclass(frozen=True, slots=True)
+class CloneSlotFreed:
+    """Pool actor → slot broker: ``count`` clone slots were released and not reused."""
+
+    count: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class RefillPool:
+    """Slot broker → pool actor: a clone slot is free; start clones if still short."""
+
+    pool: str
 
 
 @dataclass(frozen=True, slots=True)

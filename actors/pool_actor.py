@@ -29,6 +29,7 @@ from vmpooler.actors.messages import (
     PoolChanged,
     ProviderCallFinished,
     ProviderOp,
+    RefillPool,
     RunPoolCycle,
     StartDrain,
 )
@@ -102,6 +103,7 @@ class PoolActor(OutcomeHandlers, PoolUpkeep, SupervisedActor):
         self.listing = False
         self.cycle_again = False
         self.preparing = False
+        self.waiting_for_slot = False
         self.owed_slots = 0
         self.busy: dict[str, ProviderOp] = {}
         self.clone_started: dict[str, float] = {}
@@ -132,6 +134,8 @@ class PoolActor(OutcomeHandlers, PoolUpkeep, SupervisedActor):
         elif isinstance(message, PoolChanged):
             log.debug("[%s] woken: %s", self.name, message.reason)
             self._request_cycle()
+        elif isinstance(message, RefillPool):
+            self._guard(self.refill)
         elif isinstance(message, StartDrain):
             self._guard(self._drain, message.reason or "drain requested")
         return None

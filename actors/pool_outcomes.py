@@ -91,7 +91,7 @@ class OutcomeHandlers:
             self.metrics.gauge("vmpooler_clone", result.seconds, tags={"pool": self.name})
             log.info("[+] [%s] '%s' cloned in %.2f seconds", self.name, vm, result.seconds)
             self._send(ProviderOp.CHECK_PENDING, vm)
-            self.refill()
+            self.refill(freed=1)
             return
         failure = msg.failure
         if failure.error_class == "StaleDnsError":
@@ -107,7 +107,7 @@ class OutcomeHandlers:
         self._forget_caches(vm)
         log.error("[!] [%s] '%s' clone failed: %s: %s", self.name, vm, failure.error_class,
                   failure.message)
-        self.refill()
+        self.refill(freed=1)
 
     # -- pending --------------------------------------------------------------------------------
     def _pending_checked(self: PoolActor, msg: ProviderCallFinished) -> None:

@@ -9,7 +9,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from vmpooler.actors import timefmt
-from vmpooler.actors.messages import PoolChanged, ProviderOp
+from vmpooler.actors.messages import CloneSlotFreed, PoolChanged, ProviderOp, WantCloneSlot
 from vmpooler.actors.store import CloneReservation, PoolSnapshot
 
 if TYPE_CHECKING:
@@ -86,6 +86,13 @@ class PoolUpkeep:
             started += 1
         return started > 0
 
+    def _want_slot(self: PoolActor) -> None:
+        if not self.waiting_for_slot:
+            self.waiting_for_slot = True
+            broker = self.directory.get("slots")
+            if broker is not None:
+                broker.tell(WantCloneSlot(self.name))
+
     def _start_clone(self: PoolActor) -> bool:
         provider = self._provider()
         if provider is None:
@@ -98,6 +105,7 @@ class PoolUpkeep:
                 clone_time=timefmt.format_epoch(now), domain=self.pool.domain,
             )
             if code == CloneReservation.NO_SLOT:
+                self._want_slot()
                 return False
             if code == CloneReservation.NAME_TAKEN:
                 self.metrics.increment("vmpooler_errors.duplicatehostname",
@@ -127,12 +135,22 @@ class PoolUpkeep:
         if pending:
             self.store.drain(self.name, include_ready=False)
 
-    def refill(self: PoolActor) -> None:
-        """Start clones if the pool is short (after a clone slot was released)."""
-        if self.preparing or not self.initialised:
-            return
-        counts = self.store.counts(self.name, ("ready", "pending"))
-        self._repopulate(counts["ready"], counts["pending"])
+    def refill(self: PoolActor, *, freed: int = 0) -> None:
+        """Start clones if the pool is short. ``freed`` clone slots were just released by
+        this pool: those it does not reuse go to pools waiting for one."""
+        self.waiting_for_slot = False
+        started = 0
+        if not self.preparing and self.initialised:
+            counts = self.store.counts(self.name, ("ready", "pending"))
+            want = self.size - counts["ready"] - counts["pending"]
+            for _ in range(max(0, want)):
+                if not self._start_clone():
+                    break
+                started += 1
+        if freed > started and not self.waiting_for_slot:
+            broker = self.directory.get("slots")
+            if broker is not None:
+                broker.tell(CloneSlotFreed(freed - started))
 
     def _flag_empty(self: PoolActor, snap: PoolSnapshot, ready: int) -> None:
         if ready == 0 and self.size > 0:

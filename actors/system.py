@@ -34,6 +34,7 @@ from vmpooler.actors.messages import PoolChanged, StartDrain
 from vmpooler.actors.metrics import Metrics, create_metrics
 from vmpooler.actors.pool_actor import PoolActor
 from vmpooler.actors.provider_actor import ProviderActor, resolves
+from vmpooler.actors.slot_broker import SlotBroker
 from vmpooler.actors.store import Store, connect
 from vmpooler.actors.supervisor import ActorDirectory, Supervisor
 from vmpooler.actors.task_actor import TaskActor
@@ -153,6 +154,8 @@ class PoolerSystem:
             dns = {p.name: self._dns_plugin(p) for p in cfg.pools if p.provider == name}
             sup.start_child(f"provider:{name}", self._provider_factory(name, provider, dns,
                                                                       resolver)).get()
+        sup.start_child("slots", lambda s: SlotBroker.start(
+            directory=self.directory, supervisor=s)).get()
         for pool in cfg.pools:
             sup.start_child(f"pool:{pool.name}", self._pool_factory(pool, hostnames)).get()
         sup.start_child("tasks", lambda s: TaskActor.start(
@@ -240,7 +243,7 @@ class PoolerSystem:
         res = self._res
         names = self.directory.names()
         order = (
-            [n for n in names if n.startswith("pool:")] + ["tasks"]
+            [n for n in names if n.startswith("pool:")] + ["tasks", "slots"]
             + [n for n in names if n.startswith("provider:")]
         )
         if self._supervisor is not None:

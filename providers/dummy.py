@@ -113,6 +113,7 @@ class DummyProvider(Provider):
         self._pools: dict[str, list[_Vm]] = {
             str(pool): [dict(vm) for vm in vms or []] for pool, vms in pools.items()
         }
+        self._names = {vm["name"] for vms in self._pools.values() for vm in vms}
         for vms in self._pools.values() if from_file else ():
             for vm in vms:
                 # A clone in flight when the last process died: like a hypervisor's clone
@@ -166,9 +167,10 @@ class DummyProvider(Provider):
             "disks": [],
         }
         with self._lock:
-            if any(v["name"] == vm for vms in self._pools.values() for v in vms):
+            if vm in self._names:
                 raise TransientProviderError(f"VM {vm} already exists on provider {self.name}")
             self._pools.setdefault(pool, []).append(record)
+            self._names.add(vm)
             self._persist()
         try:
             self._simulate("createvm")
@@ -277,7 +279,10 @@ class DummyProvider(Provider):
 
     def _remove(self, pool: str, vm: str) -> None:  # caller holds the lock
         if pool in self._pools:
+            before = len(self._pools[pool])
             self._pools[pool] = [v for v in self._pools[pool] if v["name"] != vm]
+            if len(self._pools[pool]) < before:
+                self._names.discard(vm)
 
     def _require(self, pool: str, vm: str) -> _Vm:
         with self._lock:
