@@ -135,7 +135,8 @@ class PoolActor(OutcomeHandlers, PoolUpkeep, SupervisedActor):
             log.debug("[%s] woken: %s", self.name, message.reason)
             self._request_cycle()
         elif isinstance(message, RefillPool):
-            self._guard(self.refill)
+            # A slot is offered; if this pool no longer needs it, refill passes it on.
+            self._guard(lambda: self.refill(freed=1))
         elif isinstance(message, StartDrain):
             self._guard(self._drain, message.reason or "drain requested")
         return None

@@ -348,3 +348,15 @@ def test_clone_target_override_drains(redis_client: redis.Redis) -> None:
         h.system.notify("a", "clone target")
         wait_until(lambda: not (redis_client.smembers(schema.ready("a")) & before))
         assert not h.wait_full("a", 2) & before
+
+
+def test_freed_clone_slots_go_to_waiting_pools_without_a_timer(
+    redis_client: redis.Redis,
+) -> None:
+    # One clone slot for three pools, and a clock that never moves: only the slot broker's
+    # hand-over can fill the pools that found no free slot.
+    config = make_config([pool("a", 2), pool("b", 2), pool("c", 2)], task_limit=1)
+    with started(redis_client, config) as h:
+        for name in ("a", "b", "c"):
+            h.wait_full(name, 2)
+        assert redis_client.get(schema.tasks_clone()) == "0"
