@@ -104,6 +104,12 @@ class PoolActor(OutcomeHandlers, PoolUpkeep, SupervisedActor):
         self.cycle_again = False
         self.preparing = False
         self.waiting_for_slot = False
+        self.clone_failures = 0
+        self.clone_retry_at = 0.0
+        self.busy_since: dict[str, float] = {}
+        self.preparing_since = 0.0
+        # A provider answer older than this is presumed lost (its provider actor crashed).
+        self.lost_after = settings.provider_call_timeout + 60.0
         self.owed_slots = 0
         self.busy: dict[str, ProviderOp] = {}
         self.clone_started: dict[str, float] = {}
@@ -127,6 +133,7 @@ class PoolActor(OutcomeHandlers, PoolUpkeep, SupervisedActor):
         if isinstance(message, ProviderCallFinished):
             if message.vm is not None:
                 self.busy.pop(message.vm, None)
+                self.busy_since.pop(message.vm, None)
             self._guard(self.on_outcome, message)
         elif isinstance(message, RunPoolCycle):
             if message.generation in (0, self.generation):
@@ -152,9 +159,15 @@ class PoolActor(OutcomeHandlers, PoolUpkeep, SupervisedActor):
 
     # -- the cycle ----------------------------------------------------------------------------
     def _request_cycle(self) -> None:
-        if self.listing:
+        mono = self.clock.monotonic()
+        if self.listing and mono - self.list_sent_at <= self.lost_after:
             self.cycle_again = True
+            self._schedule_cycle()  # in case the answer never comes
             return
+        if self.listing:
+            log.warning("[!] [%s] no inventory answer for %.0fs; asking again", self.name,
+                        mono - self.list_sent_at)
+        self._expire_lost_calls(mono)
         provider = self._provider()
         if provider is None:
             log.warning("[!] [%s] provider '%s' is not running", self.name, self.pool.provider)
@@ -164,6 +177,19 @@ class PoolActor(OutcomeHandlers, PoolUpkeep, SupervisedActor):
         self.list_sent_at = self.clock.monotonic()
         self.cycle_again = False
         provider.tell(self._call(ProviderOp.LIST_VMS, None))
+        self._schedule_cycle()  # a safety net, replaced when the inventory arrives
+
+    def _expire_lost_calls(self, mono: float) -> None:
+        """Forget provider calls whose answer is overdue: their provider actor crashed, and
+        the restarted one will answer the next call for the same VM."""
+        lost = [vm for vm, since in self.busy_since.items() if mono - since > self.lost_after]
+        for vm in lost:
+            log.warning("[!] [%s] no answer to %s of '%s'; it will be retried", self.name,
+                        self.busy[vm].value, vm)
+            self.busy.pop(vm, None)
+            self.busy_since.pop(vm, None)
+        if self.preparing and mono - self.preparing_since > self.lost_after:
+            self.preparing = False
 
     def _provider(self) -> pykka.ActorRef[Any] | None:
         return self.directory.get(f"provider:{self.pool.provider}")
@@ -181,10 +207,12 @@ class PoolActor(OutcomeHandlers, PoolUpkeep, SupervisedActor):
         if provider is None:
             return False
         self.busy[vm] = op
+        self.busy_since[vm] = self.clock.monotonic()
         try:
             provider.tell(self._call(op, vm, *args))
         except pykka.ActorDeadError:
             del self.busy[vm]
+            del self.busy_since[vm]
             return False
         return True
 

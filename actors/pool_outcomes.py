@@ -88,12 +88,16 @@ class OutcomeHandlers:
             except Exception:
                 self.owed_slots += 1
                 raise
+            self.clone_failures = 0
             self.metrics.gauge("vmpooler_clone", result.seconds, tags={"pool": self.name})
             log.info("[+] [%s] '%s' cloned in %.2f seconds", self.name, vm, result.seconds)
             self._send(ProviderOp.CHECK_PENDING, vm)
             self.refill(freed=1)
             return
         failure = msg.failure
+        self.clone_failures += 1
+        self.clone_retry_at = self.clock.monotonic() + min(
+            self.backoff.max, self.backoff.min * 2 ** (self.clone_failures - 1))
         if failure.error_class == "StaleDnsError":
             self.metrics.increment("vmpooler_errors.staledns", tags={"pool": self.name})
         self._dead_letter("clone", vm, failure.error_class, failure.message)

@@ -70,6 +70,7 @@ class PoolUpkeep:
             provider = self._provider()
             if provider is not None:
                 self.preparing = True
+                self.preparing_since = self.clock.monotonic()
                 provider.tell(self._call(ProviderOp.PREPARE_TEMPLATE, f"template:{self.template}"))
                 return
         self.store.set_prepared_template(self.name, self.template)
@@ -78,6 +79,8 @@ class PoolUpkeep:
     def _repopulate(self: PoolActor, ready: int, pending: int) -> bool:
         if self.preparing:
             return False
+        if self.clock.monotonic() < self.clone_retry_at:
+            return False  # clones failed just now; the periodic cycle tries again
         want = self.size - ready - pending
         started = 0
         for _ in range(max(0, want)):
@@ -113,7 +116,7 @@ class PoolUpkeep:
                 continue
             self.clone_started[vm] = now
             self.reserved_at[vm] = self.clock.monotonic()
-            if not self._send(ProviderOp.CLONE, vm):
+            if not self._send(ProviderOp.CLONE, vm, self.template, self.clone_target):
                 self.store.clone_failed(self.name, vm, error="provider unavailable",
                                         error_class="ProviderUnavailable", ttl=self.data_ttl,
                                         release_slot=True)
@@ -140,7 +143,8 @@ class PoolUpkeep:
         this pool: those it does not reuse go to pools waiting for one."""
         self.waiting_for_slot = False
         started = 0
-        if not self.preparing and self.initialised:
+        backing_off = self.clock.monotonic() < self.clone_retry_at
+        if not self.preparing and self.initialised and not backing_off:
             counts = self.store.counts(self.name, ("ready", "pending"))
             want = self.size - counts["ready"] - counts["pending"]
             for _ in range(max(0, want)):

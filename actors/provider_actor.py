@@ -188,7 +188,8 @@ class ProviderActor(SupervisedActor):
         if op is ProviderOp.LIST_VMS:
             return lambda: tuple(p.vms_in_pool(pool))
         if op is ProviderOp.CLONE:
-            return lambda: self._clone(pool, vm)
+            template, target = (*args, None, None)[:2]
+            return lambda: self._clone(pool, vm, template, target)
         if op is ProviderOp.CHECK_PENDING:
             return lambda: bool(p.vm_ready(pool, vm))
         if op is ProviderOp.CHECK_READY:
@@ -214,7 +215,9 @@ class ProviderActor(SupervisedActor):
         plugin = self.dns_plugins.get(pool)
         return None if plugin is None or isinstance(plugin, DynamicDns) else plugin
 
-    def _clone(self, pool: str, vm: str) -> CloneResult:
+    def _clone(
+        self, pool: str, vm: str, template: str | None, clone_target: str | None
+    ) -> CloneResult:
         plugin = self.dns_plugins.get(pool)
         domain = plugin.domain if plugin is not None else None
         if domain and not self.provider.skip_dns_check_before_creating_vm:
@@ -222,13 +225,16 @@ class ProviderActor(SupervisedActor):
             if self.resolver(fqdn):
                 raise StaleDnsError(f"{fqdn} already resolves in DNS")
         started = time.monotonic()
-        self.provider.create_vm(pool, vm)
+        self.provider.create_vm(pool, vm, template=template, clone_target=clone_target)
         ip = self.provider.get_vm_ip_address(pool, vm)
         if not ip:
             raise ProviderError(f"provider returned no IP address for {vm}")
         dns = self._dns(pool)
         if dns is not None:
-            dns.create_or_replace_record(vm, ip)
+            try:
+                dns.create_or_replace_record(vm, ip)
+            except Exception as exc:  # a DNS plugin failure must not lose a good VM
+                log.warning("[!] [%s] DNS record for '%s' not created: %s", pool, vm, exc)
         return CloneResult(ip=ip, seconds=time.monotonic() - started)
 
     def _check_ready(self, pool: str, vm: str, check_hostname: bool) -> ReadyCheckResult:
@@ -265,7 +271,10 @@ class ProviderActor(SupervisedActor):
         self.provider.destroy_vm(pool, vm)
         dns = self._dns(pool)
         if dns is not None and fqdn:
-            dns.delete_record(fqdn)
+            try:
+                dns.delete_record(fqdn)
+            except Exception as exc:  # the VM is gone; a stale record is only logged
+                log.warning("[!] [%s] DNS record '%s' not deleted: %s", pool, fqdn, exc)
         return time.monotonic() - started
 
     # -- completion -------------------------------------------------------------------------

@@ -106,8 +106,14 @@ class Provider(ABC):
         """
 
     @abstractmethod
-    def create_vm(self, pool: str, vm: str) -> VmInfo:
+    def create_vm(
+        self, pool: str, vm: str, *, template: str | None = None,
+        clone_target: str | None = None,
+    ) -> VmInfo:
         """Clone VM ``vm`` for ``pool`` and block until it exists; return its info.
+
+        ``template`` and ``clone_target`` are the ones in effect for the pool (an operator's
+        override, else the pool's configuration); None means "as configured".
 
         Worker thread, may take minutes (the core applies the timeout). On failure raise a
         ProviderError and leave no VM behind (best effort); bad template/folder/credentials

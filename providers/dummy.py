@@ -142,7 +142,10 @@ class DummyProvider(Provider):
                 self._persist()
             return self._info(record)
 
-    def create_vm(self, pool: str, vm: str) -> VmInfo:
+    def create_vm(
+        self, pool: str, vm: str, *, template: str | None = None,
+        clone_target: str | None = None,
+    ) -> VmInfo:
         """Add the VM (state CLONING), wait ``createvm_max_time``, then mark it RUNNING.
 
         Raises PermanentProviderError for a pool this provider does not serve, a transient
@@ -155,7 +158,7 @@ class DummyProvider(Provider):
             "name": vm,
             "hostname": vm,
             "domain": "dummy.local",
-            "vm_template": pool_config.get("template"),
+            "vm_template": template or pool_config.get("template"),
             "template": pool,
             "poolname": pool,
             "ready": False,

@@ -360,3 +360,79 @@ def test_freed_clone_slots_go_to_waiting_pools_without_a_timer(
         for name in ("a", "b", "c"):
             h.wait_full(name, 2)
         assert redis_client.get(schema.tasks_clone()) == "0"
+
+
+class RecordingClones(DummyProvider):
+    """A dummy that remembers the template and clone target of every clone."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.clones: dict[str, tuple[str | None, str | None]] = {}
+
+    def create_vm(self, pool: str, vm: str, *, template: str | None = None,
+                  clone_target: str | None = None):  # type: ignore[no-untyped-def]
+        self.clones[vm] = (template, clone_target)
+        return super().create_vm(pool, vm, template=template, clone_target=clone_target)
+
+
+def test_overrides_reach_the_provider(redis_client: redis.Redis) -> None:
+    config = make_config([pool("a", 1, template="old", clone_target="c1")])
+    provider = RecordingClones(context_for(config), rng=random.Random(3), sleep=lambda _s: None)
+    with started(redis_client, config, provider=provider) as h:
+        (first,) = h.wait_full("a", 1)
+        assert provider.clones[first] == ("old", "c1")
+        h.quiesce()
+        redis_client.hset(schema.config_template(), "a", "new")
+        redis_client.hset(schema.config_clone_target(), "a", "c2")
+        h.system.notify("a", "overrides")
+        wait_until(lambda: first not in redis_client.smembers(schema.ready("a")))
+        (second,) = h.wait_full("a", 1)
+        assert provider.clones[second] == ("new", "c2")
+
+
+def test_failing_clones_back_off_instead_of_spinning(redis_client: redis.Redis) -> None:
+    config = make_config([pool("a", 2)], check_loop_delay_min=5, check_loop_delay_max=60)
+    with started(redis_client, config, createvm_fail_percent=100) as h:
+        wait_until(lambda: redis_client.get(schema.empty("a")) == "true")
+        h.quiesce()
+        attempts = len(redis_client.keys(schema.vm("*")))
+        assert attempts <= 2, "a failed clone must not be retried at once"
+        h.advance(60, step=5)
+        later = len(redis_client.keys(schema.vm("*")))
+        assert attempts < later <= attempts + 2 * 6, "retries follow the back-off"
+
+
+def test_pool_recovers_when_its_provider_actor_dies_mid_call(redis_client: redis.Redis) -> None:
+    import threading
+
+    from vmpooler.actors.messages import ActorCrashed
+
+    config = make_config([pool("a", 1)], provider_call_timeout=30, check_loop_delay_min=5,
+                         check_loop_delay_max=5)
+    release = threading.Event()
+
+    class Hanging(DummyProvider):
+        hang = True
+
+        def vms_in_pool(self, pool_name: str) -> list[str]:
+            if self.hang:
+                self.hang = False
+                release.wait(30)  # held until the test ends: this answer is never delivered
+            return super().vms_in_pool(pool_name)
+
+    provider = Hanging(context_for(config), rng=random.Random(3), sleep=lambda _s: None)
+    try:
+        with started(redis_client, config, provider=provider) as h:
+            old = h.system.actor_ref("provider:dummy")
+            assert old is not None
+            old.stop()  # dies with the inventory call in flight
+            supervisor = h.system._supervisor
+            assert supervisor is not None
+            supervisor.tell(ActorCrashed("provider:dummy", "killed by the test", "Test"))
+            supervisor.ask("ping")  # the crash is handled and the restart scheduled
+            h.clock.advance(2)  # the supervisor's back-off
+            wait_until(lambda: h.system.actor_ref("provider:dummy") not in (None, old))
+            h.advance(100, step=5)  # past provider_call_timeout + 60: the answer is lost
+            h.wait_full("a", 1)
+    finally:
+        release.set()
