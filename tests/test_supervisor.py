@@ -1,0 +1,201 @@
+"""The supervisor: restart with doubling back-off, a restart budget, and containment of
+``SystemExit``/``KeyboardInterrupt`` to the one actor that raised it.
+
+Children are :class:`Toy` actors that crash on command. Time is a :class:`FakeClock`
+(the supervisor's clock and scheduler), so a back-off elapses only when the test says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pykka
+import pytest
+
+from tests.harness import wait_until
+from vmpooler.actors.clock import FakeClock
+from vmpooler.actors.messages import RestartActor
+from vmpooler.actors.metrics import RecordingMetrics
+from vmpooler.actors.supervisor import ActorDirectory, SupervisedActor, Supervisor
+
+BACKOFF = 1.0
+INTENSITY = 3
+PERIOD = 100.0
+WAIT = 5.0
+
+
+class Toy(SupervisedActor):
+    """Answers ``"ping"`` with its generation; raises what it is told to raise."""
+
+    def __init__(self, *, name: str, generation: int,
+                 supervisor: pykka.ActorRef[Any] | None) -> None:
+        super().__init__(name=name, supervisor=supervisor)
+        self.generation = generation
+
+    def handle(self, message: Any) -> Any:
+        if isinstance(message, BaseException):
+            raise message
+        return self.generation
+
+
+@dataclass
+class Tree:
+    """A started supervisor with its directory, clock and metrics."""
+
+    supervisor: pykka.ActorRef[Any]
+    directory: ActorDirectory
+    clock: FakeClock
+    metrics: RecordingMetrics
+    starts: dict[str, int] = field(default_factory=dict)
+
+    def start_child(self, name: str) -> pykka.ActorRef[Any]:
+        def factory(sup: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
+            self.starts[name] = self.starts.get(name, 0) + 1
+            return Toy.start(name=name, generation=self.starts[name], supervisor=sup)
+
+        ref: pykka.ActorRef[Any] = self.supervisor.proxy().start_child(name, factory).get(
+            timeout=WAIT)
+        return ref
+
+    def crash(self, name: str, error: BaseException | None = None) -> None:
+        """Make the child crash (a ``tell`` whose handler raises) and wait until it stopped."""
+        ref = self.directory.get(name)
+        assert ref is not None, f"{name} is not running"
+        ref.tell(error or RuntimeError("boom"))
+        wait_until(lambda: not ref.is_alive(), WAIT, f"{name} to stop")
+
+    def restart_delays(self) -> list[float]:
+        return [due for due, msg in self.clock.pending() if isinstance(msg, RestartActor)]
+
+    def ping(self, name: str) -> int:
+        ref = self.directory.get(name)
+        assert ref is not None, f"{name} is not running"
+        return int(ref.ask("ping", timeout=WAIT))
+
+    def given_up(self) -> list[str]:
+        return list(self.supervisor.proxy().given_up().get(timeout=WAIT))
+
+
+@pytest.fixture
+def tree() -> Iterator[Tree]:
+    clock = FakeClock()
+    metrics = RecordingMetrics()
+    directory = ActorDirectory()
+    supervisor = Supervisor.start(
+        directory=directory, scheduler=clock, clock=clock, metrics=metrics,
+        backoff=BACKOFF, max_backoff=60.0, intensity=INTENSITY, period=PERIOD,
+    )
+    t = Tree(supervisor, directory, clock, metrics)
+    yield t
+    supervisor.stop(timeout=WAIT)
+    for name in directory.names():
+        ref = directory.get(name)
+        if ref is not None:
+            ref.stop(timeout=WAIT)
+
+
+def _crash_and_wait_for_report(t: Tree, name: str, crashes_before: int,
+                               error: BaseException | None = None) -> None:
+    """Crash the child, then wait until the supervisor has handled the report (it arrives
+    from the dying actor's thread just after the actor stops)."""
+    t.crash(name, error)
+    wait_until(lambda: t.metrics.counts("vmpooler_actor.crashed", actor=name) > crashes_before,
+               WAIT, f"the crash of {name} to be reported")
+    t.supervisor.ask("ping", timeout=WAIT)
+
+
+def _restart_after(t: Tree, name: str, delay: float, generation: int) -> None:
+    """Check the child is not back before ``delay``, and is back (new ref) once it passed."""
+    old_starts = t.starts[name]
+    assert t.restart_delays() == [pytest.approx(delay)]
+    t.clock.advance(delay - 0.01)
+    t.supervisor.ask("ping", timeout=WAIT)
+    assert t.directory.get(name) is None
+    assert t.starts[name] == old_starts
+    t.clock.advance(0.01)
+    wait_until(lambda: t.directory.get(name) is not None, WAIT, f"{name} to be restarted")
+    assert t.ping(name) == generation
+
+
+def test_crashed_child_is_restarted_after_a_doubling_backoff(tree: Tree) -> None:
+    first = tree.start_child("toy")
+    assert tree.ping("toy") == 1
+    for n, delay in enumerate([BACKOFF, 2 * BACKOFF, 4 * BACKOFF]):
+        _crash_and_wait_for_report(tree, "toy", n)
+        _restart_after(tree, "toy", delay, generation=n + 2)
+    current = tree.directory.get("toy")
+    assert current is not None and current.actor_urn != first.actor_urn
+    assert not first.is_alive()
+    assert tree.metrics.counts("vmpooler_actor.crashed", actor="toy") == 3
+    assert tree.metrics.counts("vmpooler_actor.restarted", actor="toy") == 3
+    assert tree.given_up() == []
+
+
+def test_backoff_starts_over_after_a_quiet_period(tree: Tree) -> None:
+    tree.start_child("toy")
+    _crash_and_wait_for_report(tree, "toy", 0)
+    _restart_after(tree, "toy", BACKOFF, generation=2)
+    tree.clock.advance(PERIOD)
+    _crash_and_wait_for_report(tree, "toy", 1)
+    _restart_after(tree, "toy", BACKOFF, generation=3)
+
+
+def test_supervisor_gives_up_after_intensity_restarts_within_period(tree: Tree) -> None:
+    tree.start_child("toy")
+    tree.start_child("other")
+    for n in range(INTENSITY):
+        _crash_and_wait_for_report(tree, "toy", n)
+        _restart_after(tree, "toy", BACKOFF * 2**n, generation=n + 2)
+    _crash_and_wait_for_report(tree, "toy", INTENSITY)
+    assert tree.given_up() == ["toy"]
+    assert "toy" not in tree.directory.names()
+    assert tree.restart_delays() == []
+    assert tree.metrics.counts("vmpooler_actor.given_up", actor="toy") == 1
+    tree.clock.advance(PERIOD)
+    tree.supervisor.ask("ping", timeout=WAIT)
+    assert tree.directory.get("toy") is None
+    assert tree.starts["toy"] == INTENSITY + 1
+    # The rest of the tree never noticed.
+    assert tree.ping("other") == 1
+    assert tree.starts["other"] == 1
+
+
+@pytest.mark.parametrize("error", [SystemExit(1), KeyboardInterrupt()],
+                         ids=["SystemExit", "KeyboardInterrupt"])
+def test_base_exception_stops_only_the_actor_that_raised_it(
+    tree: Tree, error: BaseException
+) -> None:
+    tree.start_child("toy")
+    other = tree.start_child("other")
+    bystander = Toy.start(name="bystander", generation=0, supervisor=None)
+    try:
+        _crash_and_wait_for_report(tree, "toy", 0, error)
+        assert other.is_alive() and bystander.is_alive() and tree.supervisor.is_alive()
+        assert tree.ping("other") == 1
+        assert bystander.ask("ping", timeout=WAIT) == 0
+        _restart_after(tree, "toy", BACKOFF, generation=2)
+    finally:
+        bystander.stop(timeout=WAIT)
+
+
+def test_ask_failures_go_back_to_the_caller_without_a_restart(tree: Tree) -> None:
+    ref = tree.start_child("toy")
+    with pytest.raises(ValueError, match="bad request"):
+        ref.ask(ValueError("bad request"), timeout=WAIT)
+    tree.supervisor.ask("ping", timeout=WAIT)
+    assert ref.is_alive() and tree.ping("toy") == 1
+    assert tree.metrics.counts("vmpooler_actor.crashed") == 0
+
+
+def test_directory_returns_only_live_refs() -> None:
+    directory = ActorDirectory()
+    ref = Toy.start(name="x", generation=1, supervisor=None)
+    directory.put("x", ref)
+    assert directory.get("x") == ref
+    ref.stop(timeout=WAIT)
+    assert directory.get("x") is None
+    assert directory.names() == ["x"]
+    directory.remove("x")
+    assert directory.names() == []
