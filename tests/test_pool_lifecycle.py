@@ -410,6 +410,7 @@ def test_pool_recovers_when_its_provider_actor_dies_mid_call(redis_client: redis
     config = make_config([pool("a", 1)], provider_call_timeout=30, check_loop_delay_min=5,
                          check_loop_delay_max=5)
     release = threading.Event()
+    entered = threading.Event()
 
     class Hanging(DummyProvider):
         hang = True
@@ -417,6 +418,7 @@ def test_pool_recovers_when_its_provider_actor_dies_mid_call(redis_client: redis
         def vms_in_pool(self, pool_name: str) -> list[str]:
             if self.hang:
                 self.hang = False
+                entered.set()
                 release.wait(30)  # held until the test ends: this answer is never delivered
             return super().vms_in_pool(pool_name)
 
@@ -425,6 +427,7 @@ def test_pool_recovers_when_its_provider_actor_dies_mid_call(redis_client: redis
         with started(redis_client, config, provider=provider) as h:
             old = h.system.actor_ref("provider:dummy")
             assert old is not None
+            assert entered.wait(10), "the inventory call is running"
             old.stop()  # dies with the inventory call in flight
             supervisor = h.system._supervisor
             assert supervisor is not None
