@@ -122,7 +122,7 @@ class PoolActor(OutcomeHandlers, PoolUpkeep, SupervisedActor):
         self.call_ids = 0
 
     # -- mailbox ----------------------------------------------------------------------------
-    def on_start(self) -> None:
+    def setup(self) -> None:
         self.actor_ref.tell(RunPoolCycle(generation=0))
 
     def on_stop(self) -> None:

@@ -40,6 +40,8 @@ class OutcomeHandlers:
     def on_outcome(self: PoolActor, msg: ProviderCallFinished) -> None:
         """Dispatch one provider answer."""
         if msg.failure is not None and msg.failure.busy:
+            if msg.op is ProviderOp.LIST_VMS:
+                self.on_inventory(None, msg.failure.message)  # back off, cycle later
             return  # another call for this VM is running; the next cycle looks again
         handler = {
             ProviderOp.LIST_VMS: OutcomeHandlers._listed,

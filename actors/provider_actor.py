@@ -17,10 +17,10 @@ against the breaker: a broken template in one pool must not cut off the others.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import socket
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -89,7 +89,52 @@ class _CallTimedOut:
 class _InFlight:
     call: CallProvider
     timer: Timer | None
+    submitted: float = 0.0
     answered: bool = False
+
+
+class ProviderRuntime:
+    """What outlives one :class:`ProviderActor` instance: its worker pools and the calls
+    they are running.
+
+    The supervisor restarts a crashed provider actor with the same runtime, so the new
+    instance still refuses a second call for a VM whose first call is running, and answers
+    the calls its predecessor submitted: a worker finishing after the crash hands its result
+    to whichever instance is current (or parks it until one starts).
+    """
+
+    def __init__(self, name: str, *, clone_workers: int, call_workers: int) -> None:
+        self.tokens = itertools.count(1)
+        self.calls: dict[int, _InFlight] = {}
+        self.busy: dict[tuple[str, str | None], int] = {}
+        self.clone_pool = WorkerPool(f"{name}-clone", clone_workers)
+        self.list_pool = WorkerPool(f"{name}-list", 2)
+        self.call_pool = WorkerPool(f"{name}-call", max(2, call_workers))
+        self._lock = threading.Lock()
+        self._current: pykka.ActorRef[Any] | None = None
+        self._parked: list[_CallDone] = []
+
+    def attach(self, ref: pykka.ActorRef[Any]) -> list[_CallDone]:
+        """Make ``ref`` the instance results go to; return results parked meanwhile."""
+        with self._lock:
+            self._current = ref
+            parked, self._parked = self._parked, []
+        return parked
+
+    def deliver(self, done: _CallDone) -> None:
+        """From a worker thread: tell the current instance, or park the result."""
+        with self._lock:
+            ref = self._current
+            try:
+                if ref is None:
+                    raise pykka.ActorDeadError("no provider actor")
+                ref.tell(done)
+            except pykka.ActorDeadError:
+                self._parked.append(done)
+
+    def shutdown(self) -> None:
+        for pool in (self.clone_pool, self.list_pool, self.call_pool):
+            pool.shutdown()
 
 
 class ProviderActor(SupervisedActor):
@@ -110,6 +155,7 @@ class ProviderActor(SupervisedActor):
         resolve_reply_to: Callable[[str], pykka.ActorRef[Any] | None],
         resolver: Callable[[str], bool] = resolves,
         supervisor: pykka.ActorRef[Any] | None = None,
+        runtime: ProviderRuntime | None = None,
     ) -> None:
         super().__init__(name=f"provider:{name}", supervisor=supervisor)
         self.provider = provider
@@ -121,12 +167,10 @@ class ProviderActor(SupervisedActor):
         self.call_timeout = call_timeout
         self.resolve_reply_to = resolve_reply_to
         self.resolver = resolver
-        self._tokens = itertools.count(1)
-        self._calls: dict[int, _InFlight] = {}
-        self._busy: dict[tuple[str, str | None], int] = {}
-        self._clone_pool = WorkerPool(f"{name}-clone", clone_workers)
-        self._list_pool = WorkerPool(f"{name}-list", 2)
-        self._call_pool = WorkerPool(f"{name}-call", max(2, provider.max_concurrent_calls))
+        self.runtime = runtime or ProviderRuntime(
+            name, clone_workers=clone_workers, call_workers=provider.max_concurrent_calls)
+        self._calls = self.runtime.calls
+        self._busy = self.runtime.busy
 
     # -- mailbox ----------------------------------------------------------------------------
     def handle(self, message: Any) -> Any:
@@ -138,9 +182,18 @@ class ProviderActor(SupervisedActor):
             self._timed_out(message.token)
         return None
 
+    def setup(self) -> None:
+        now = self.clock.monotonic()
+        for token, entry in self._calls.items():  # a predecessor's calls: re-arm timeouts
+            if not entry.answered:
+                entry.timer = self.scheduler.tell_later(
+                    max(0.0, entry.submitted + self.call_timeout - now), self.actor_ref,
+                    _CallTimedOut(token))
+        for done in self.runtime.attach(self.actor_ref):
+            self.actor_ref.tell(done)
+
     def on_stop(self) -> None:
-        for pool in (self._clone_pool, self._list_pool, self._call_pool):
-            pool.shutdown()
+        self.runtime.shutdown()
 
     def in_flight(self) -> int:
         """Calls currently running or queued (for tests and status)."""
@@ -158,14 +211,14 @@ class ProviderActor(SupervisedActor):
                 f"circuit breaker open for provider {self.provider.name}; retry in "
                 f"{self.breaker.retry_after():.0f}s", "CircuitOpenError", circuit_open=True))
             return
-        token = next(self._tokens)
+        token = next(self.runtime.tokens)
         timer = self.scheduler.tell_later(self.call_timeout, self.actor_ref, _CallTimedOut(token))
-        self._calls[token] = _InFlight(call, timer)
+        self._calls[token] = _InFlight(call, timer, submitted=self.clock.monotonic())
         self._busy[key] = token
         executor = {
-            ProviderOp.CLONE: self._clone_pool, ProviderOp.LIST_VMS: self._list_pool,
-        }.get(call.op, self._call_pool)
-        me = self.actor_ref
+            ProviderOp.CLONE: self.runtime.clone_pool, ProviderOp.LIST_VMS: self.runtime.list_pool,
+        }.get(call.op, self.runtime.call_pool)
+        deliver = self.runtime.deliver
         work = self._work_for(call)
 
         def run() -> None:
@@ -177,8 +230,7 @@ class ProviderActor(SupervisedActor):
             except BaseException as exc:  # reported as a failure, never lost
                 error = exc
             seconds = time.monotonic() - started
-            with contextlib.suppress(pykka.ActorDeadError):
-                me.tell(_CallDone(token, result, error, seconds))
+            deliver(_CallDone(token, result, error, seconds))
 
         executor.submit(run)
 

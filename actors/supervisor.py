@@ -71,6 +71,17 @@ class SupervisedActor(pykka.ThreadingActor):
         """Handle one message; raising stops this actor and reports it to the supervisor."""
         raise NotImplementedError
 
+    def setup(self) -> None:
+        """Run once on the actor's thread before its first message (instead of
+        ``on_start``); raising is reported to the supervisor like a crash."""
+
+    def on_start(self) -> None:
+        try:
+            self.setup()
+        except BaseException as exc:  # pykka skips on_failure for on_start errors
+            self.on_failure(type(exc), exc, exc.__traceback__)
+            raise
+
     def on_receive(self, message: Any) -> Any:
         try:
             return self.handle(message)

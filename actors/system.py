@@ -33,7 +33,7 @@ from vmpooler.actors.hostnames import HostnameGenerator
 from vmpooler.actors.messages import PoolChanged, StartDrain
 from vmpooler.actors.metrics import Metrics, create_metrics
 from vmpooler.actors.pool_actor import PoolActor
-from vmpooler.actors.provider_actor import ProviderActor, resolves
+from vmpooler.actors.provider_actor import ProviderActor, ProviderRuntime, resolves
 from vmpooler.actors.slot_broker import SlotBroker
 from vmpooler.actors.store import Store, connect
 from vmpooler.actors.supervisor import ActorDirectory, Supervisor
@@ -197,6 +197,10 @@ class PoolerSystem:
         def setting(key: str, default: Any) -> Any:
             return overrides.get(key, default)
 
+        # Shared by every incarnation of this provider's actor (see ProviderRuntime).
+        runtime = ProviderRuntime(name, clone_workers=s.task_limit,
+                                  call_workers=provider.max_concurrent_calls)
+
         def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
             breaker = CircuitBreaker(
                 name, clock=self.clock.monotonic, metrics=res.metrics,
@@ -214,7 +218,7 @@ class PoolerSystem:
                 breaker=breaker, clone_workers=s.task_limit,
                 call_timeout=float(setting("provider_call_timeout", s.provider_call_timeout)),
                 resolve_reply_to=lambda pool: self.directory.get(f"pool:{pool}"),
-                resolver=resolver, supervisor=supervisor,
+                resolver=resolver, supervisor=supervisor, runtime=runtime,
             )
 
         return factory

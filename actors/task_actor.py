@@ -64,7 +64,7 @@ class TaskActor(SupervisedActor):
         self.args: dict[int, tuple[str, Any]] = {}
         self.call_ids = 0
 
-    def on_start(self) -> None:
+    def setup(self) -> None:
         self.actor_ref.tell(RunPoolCycle())
 
     def handle(self, message: Any) -> Any:

@@ -17,6 +17,7 @@ from tests.harness import (
     wait_until,
 )
 from vmpooler.actors import schema
+from vmpooler.actors.messages import ProviderOp
 from vmpooler.providers.dummy import DummyProvider
 
 
@@ -402,13 +403,14 @@ def test_failing_clones_back_off_instead_of_spinning(redis_client: redis.Redis) 
         assert attempts < later <= attempts + 2 * 6, "retries follow the back-off"
 
 
-def test_pool_recovers_when_its_provider_actor_dies_mid_call(redis_client: redis.Redis) -> None:
+def test_pool_recovers_when_its_provider_actor_crashes_mid_call(
+    redis_client: redis.Redis,
+) -> None:
     import threading
 
-    from vmpooler.actors.messages import ActorCrashed
+    from vmpooler.actors.messages import CallProvider
 
-    config = make_config([pool("a", 1)], provider_call_timeout=30, check_loop_delay_min=5,
-                         check_loop_delay_max=5)
+    config = make_config([pool("a", 1)], check_loop_delay_min=5, check_loop_delay_max=5)
     release = threading.Event()
     entered = threading.Event()
 
@@ -419,7 +421,7 @@ def test_pool_recovers_when_its_provider_actor_dies_mid_call(redis_client: redis
             if self.hang:
                 self.hang = False
                 entered.set()
-                release.wait(30)  # held until the test ends: this answer is never delivered
+                release.wait(30)
             return super().vms_in_pool(pool_name)
 
     provider = Hanging(context_for(config), rng=random.Random(3), sleep=lambda _s: None)
@@ -428,14 +430,14 @@ def test_pool_recovers_when_its_provider_actor_dies_mid_call(redis_client: redis
             old = h.system.actor_ref("provider:dummy")
             assert old is not None
             assert entered.wait(10), "the inventory call is running"
-            old.stop()  # dies with the inventory call in flight
-            supervisor = h.system._supervisor
-            assert supervisor is not None
-            supervisor.tell(ActorCrashed("provider:dummy", "killed by the test", "Test"))
-            supervisor.ask("ping")  # the crash is handled and the restart scheduled
+            # A message its handler cannot take (no reply_to) crashes the provider actor.
+            old.tell(CallProvider(ProviderOp.CHECK_PENDING, "a", "x", None, ()))  # type: ignore[arg-type]
+            wait_until(lambda: not old.is_alive(), 10, "the provider actor to crash")
             h.clock.advance(2)  # the supervisor's back-off
             wait_until(lambda: h.system.actor_ref("provider:dummy") not in (None, old))
-            h.advance(100, step=5)  # past provider_call_timeout + 60: the answer is lost
+            release.set()  # the call its predecessor started finishes now
             h.wait_full("a", 1)
+            assert h.system._supervisor is not None
+            assert h.system._supervisor.proxy().restart_counts().get()["provider:dummy"] == 1
     finally:
         release.set()

@@ -199,3 +199,24 @@ def test_directory_returns_only_live_refs() -> None:
     assert directory.names() == ["x"]
     directory.remove("x")
     assert directory.names() == []
+
+
+class FailsToStart(Toy):
+    """Raises in ``setup`` on its first start only."""
+
+    def setup(self) -> None:
+        if self.generation == 1:
+            raise RuntimeError("cannot start")
+
+
+def test_an_actor_that_fails_to_start_is_reported_and_restarted(tree: Tree) -> None:
+    def factory(sup: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
+        tree.starts["flaky"] = tree.starts.get("flaky", 0) + 1
+        return FailsToStart.start(name="flaky", generation=tree.starts["flaky"], supervisor=sup)
+
+    tree.supervisor.proxy().start_child("flaky", factory).get(timeout=WAIT)
+    wait_until(lambda: tree.metrics.counts("vmpooler_actor.crashed", actor="flaky") == 1, WAIT)
+    wait_until(lambda: tree.restart_delays(), WAIT, "a restart to be scheduled")
+    tree.clock.advance(BACKOFF)
+    wait_until(lambda: tree.directory.get("flaky") is not None, WAIT, "the restart")
+    assert tree.ping("flaky") == 2
