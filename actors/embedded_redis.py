@@ -138,7 +138,10 @@ class EmbeddedRedis:
         except BaseException:
             self._release_lock()
             raise
-        (self.data_dir / "redis.port").write_text(f"{self.port}\n")
+        port_file = self.data_dir / "redis.port"
+        partial = port_file.with_suffix(".port.tmp")
+        partial.write_text(f"{self.port}\n")
+        partial.replace(port_file)  # readers never see a half-written file
         return self
 
     def _take_lock(self) -> None:

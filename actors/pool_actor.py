@@ -34,6 +34,7 @@ from vmpooler.actors.messages import (
     StartDrain,
 )
 from vmpooler.actors.metrics import Metrics
+from vmpooler.actors.pool_checks import PoolChecks
 from vmpooler.actors.pool_outcomes import OutcomeHandlers
 from vmpooler.actors.pool_policy import Backoff, LifetimePolicy
 from vmpooler.actors.pool_upkeep import PoolUpkeep
@@ -44,10 +45,7 @@ __all__ = ["PoolActor"]
 
 log = logging.getLogger(__name__)
 
-_MISMATCH_GRACE = 60.0  # seconds a VM must be ready before its hostname is checked
-
-
-class PoolActor(OutcomeHandlers, PoolUpkeep, SupervisedActor):
+class PoolActor(OutcomeHandlers, PoolChecks, PoolUpkeep, SupervisedActor):
     """Owns the VMs of one pool. Construct with :meth:`pykka.ThreadingActor.start`."""
 
     def __init__(
@@ -299,93 +297,6 @@ class PoolActor(OutcomeHandlers, PoolUpkeep, SupervisedActor):
         if snap.clone_target_override:
             self.clone_target = snap.clone_target_override
         self.initialised = True
-
-    # -- per-queue checks -------------------------------------------------------------------
-    def _check_running(self, snap: PoolSnapshot, inventory: set[str], now: float) -> None:
-        due = []
-        mono = self.clock.monotonic()
-        for vm in snap.running - self.busy.keys():
-            if vm not in inventory:
-                if self.store.retire(self.name, vm, "running"):
-                    log.info("[>] [%s] '%s' not in inventory, moved to 'completed'", self.name, vm)
-                continue
-            if self.next_running_check.get(vm, 0.0) <= mono:
-                due.append(vm)
-        if not due:
-            return
-        fields = self.store.vm_fields(due, ["checkout", "lifetime", "user_tagged", "token:user"])
-        active = self.store.active_members(self.name, due)
-        for vm in due:
-            self.next_running_check[vm] = mono + self.settings.vm_checktime * 60
-            checkout, lifetime, tagged, user = fields[vm]
-            if vm not in active:
-                if self.store.retire(self.name, vm, "running"):
-                    log.info("[>] [%s] '%s' has no active entry, moved to 'completed'",
-                             self.name, vm)
-                continue
-            hours = self.lifetime.hours(lifetime)
-            started = timefmt.parse_epoch(checkout)
-            if hours > 0 and started is not None and int((now - started) // 3600) >= hours:
-                if self.store.retire(self.name, vm, "running"):
-                    log.info("[>] [%s] '%s' reached its lifetime of %dh, moved to 'completed'",
-                             self.name, vm, hours)
-                continue
-            self._send(ProviderOp.CHECK_RUNNING, vm, tagged != "true", user)
-
-    def _check_ready(self, snap: PoolSnapshot, inventory: set[str], now: float) -> set[str]:
-        ready = set(snap.ready)
-        mono = self.clock.monotonic()
-        unknown = [vm for vm in snap.ready if vm not in self.ready_since]
-        if unknown:
-            for vm, (since, check) in self.store.vm_fields(unknown, ["ready", "check"]).items():
-                started = timefmt.parse_epoch(since)
-                self.ready_since[vm] = started if started is not None else 0.0
-                last = timefmt.parse_epoch(check)
-                age = now - last if last is not None else None
-                checktime = self.settings.vm_checktime * 60
-                self.next_check[vm] = mono + (checktime - age if age is not None and
-                                              age < checktime else 0.0)
-        stamps: dict[str, str] = {}
-        for vm in snap.ready - self.busy.keys():
-            if vm not in inventory:
-                if self.store.retire(self.name, vm, "ready"):
-                    ready.discard(vm)
-                    log.info("[>] [%s] '%s' not in inventory, moved to 'completed'", self.name, vm)
-                continue
-            if self.next_check.get(vm, 0.0) > mono:
-                continue
-            self.next_check[vm] = mono + self.settings.vm_checktime * 60
-            stamps[vm] = timefmt.format_epoch(now)
-            since = self.ready_since.get(vm) or None
-            if since is None or (now - since) / 60.0 > self.pool.ready_ttl:
-                if self.store.retire(self.name, vm, "ready"):
-                    ready.discard(vm)
-                    log.info("[>] [%s] '%s' reached its ready TTL of %s min, moved to "
-                             "'completed'", self.name, vm, self.pool.ready_ttl)
-                continue
-            check_name = bool(self.check_hostname) and now - since > _MISMATCH_GRACE
-            self._send(ProviderOp.CHECK_READY, vm, check_name)
-        self.store.set_check_times(stamps)
-        return ready
-
-    def _pending_vanished(self, vm: str) -> bool:
-        """A pending VM missing from the inventory with no clone of ours running for it.
-
-        vmpooler waits for the pending timeout; we know better: the clone that reserved it
-        died with an earlier process (or the VM vanished), so it can never become ready.
-        A VM reserved after this cycle's inventory was requested is simply too new.
-        """
-        reserved = self.reserved_at.get(vm)
-        if reserved is not None and reserved >= self.list_sent_at:
-            return False
-        if self.store.clone_failed(self.name, vm, error="VM is not in the provider's inventory",
-                                   error_class="VmNotFound", ttl=self.data_ttl,
-                                   release_slot=False):
-            log.info("[!] [%s] '%s' is pending but not in the provider's inventory and no clone "
-                     "is running for it; removed from 'pending'", self.name, vm)
-            self.metrics.increment("vmpooler_errors.markedasfailed", tags={"pool": self.name})
-        self._forget_caches(vm)
-        return True
 
     def _clone_started(self, vm: str) -> float | None:
         if vm not in self.clone_started:
