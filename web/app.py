@@ -1,0 +1,38 @@
+"""The Falcon application: ``create_app`` wires resources to their collaborators.
+
+``create_app`` only wires; it reads no environment and starts nothing, so tests build it
+with whatever store, commands and clock they like. Routes accept an optional trailing
+slash; an unknown route answers 404 ``{"ok": false}``.
+"""
+
+from __future__ import annotations
+
+import falcon
+
+from vmpooler.web.context import ApiContext
+from vmpooler.web.errors import ApiError, install_error_handlers
+from vmpooler.web.resources import config as config_resources
+from vmpooler.web.resources import misc, status, token, vm
+
+__all__ = ["API_PREFIX", "create_app"]
+
+API_PREFIX = "/api/v3"
+
+
+class _NotFound:
+    """Sink for every path no route matched."""
+
+    def __call__(self, req: falcon.Request, resp: falcon.Response, **_: str) -> None:
+        raise ApiError(404)
+
+
+def create_app(ctx: ApiContext) -> falcon.App:
+    """A WSGI application serving vmpooler's API v3 over ``ctx``."""
+    app = falcon.App(media_type="application/json")
+    app.req_options.strip_url_path_trailing_slash = True
+    app.req_options.auto_parse_form_urlencoded = False
+    install_error_handlers(app)
+    for module in (misc, vm, status, token, config_resources):
+        module.register(app, ctx, API_PREFIX)
+    app.add_sink(_NotFound(), r"/")
+    return app

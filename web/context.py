@@ -1,0 +1,37 @@
+"""What every resource is given: configuration, Redis, commands, clock, metrics, auth."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import redis
+
+from vmpooler.actors.clock import Clock, RealClock
+from vmpooler.actors.config import Config
+from vmpooler.actors.metrics import Metrics, NullMetrics
+from vmpooler.web.commands import Commands, NullCommands
+
+__all__ = ["ApiContext"]
+
+
+@dataclass
+class ApiContext:
+    """Shared, thread-safe collaborators of the API resources.
+
+    ``redis`` is a client with a connection pool (decode_responses=True); ``rng`` draws
+    random choices (alias selection, tokens) and is injectable for tests.
+    """
+
+    config: Config
+    redis: redis.Redis
+    commands: Commands = field(default_factory=NullCommands)
+    clock: Clock = field(default_factory=RealClock)
+    metrics: Metrics = field(default_factory=NullMetrics)
+    rng: random.Random = field(default_factory=random.SystemRandom)
+    started_at: float = 0.0
+
+    @property
+    def auth_configured(self) -> bool:
+        """vmpooler's "auth configured": a truthy top-level ``:auth:``."""
+        return bool(self.config.auth)

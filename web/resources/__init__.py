@@ -1,0 +1,1 @@
+"""API resources, one module per group; each has ``register(app, ctx, prefix)``."""
