@@ -1,11 +1,287 @@
-"""API v3 resources: status (to be filled in)."""
+"""``GET /status``, ``/poolstat``, ``/totalrunning``, ``/summary`` and ``/summary/{route}[/{key}]``.
+
+Shapes, key order and messages follow vmpooler 3.9.1 (reference §1.3). Each request costs
+one pipelined Redis round trip (:class:`~vmpooler.actors.status_store.StatusStore`),
+whatever the number of pools or days; nothing is cached.
+
+Divergences from vmpooler 3.9.1 (bugs fixed, on purpose):
+
+* ``/status`` is never cached. vmpooler cached each ``view`` for 30 s and so showed stale
+  numbers to the very clients that had just changed them; ours reads Redis on every request,
+  in one pipelined round trip for any number of pools.
+* ``queue.requested`` counts the real on-demand backlog: ZCARD of
+  ``vmpooler__provisioning__request`` + ZCARD of ``vmpooler__provisioning__processing`` + the
+  counts of the ``vmpooler__odcreate__task`` members (``name:pool:count:id``). vmpooler
+  SCARDed per-pool keys that do not exist (always 0 with one pool).
+* ``queue`` numbers are read from their own commands: vmpooler read its pipelined results in
+  the wrong order with several pools (2 ready + 1 running in one pool, the other empty, gave
+  ``requested: 3, ready: 0, running: 0``); ours gives ``requested: 0, ready: 2, running: 1``.
+* ``status.ok`` / ``status.empty`` / ``status.message`` report empty pools whatever ``view``
+  asks for; vmpooler only checked for empty pools when the ``pools`` section was included,
+  so ``view=capacity`` always said "fully armed" even with empty pools.
+* ``/poolstat`` ``max`` always applies the size override of ``vmpooler__config__poolsize``;
+  vmpooler applied it only once some other request had synced the sizes. A size override
+  that is not an integer is ignored (vmpooler's ``to_i`` made it 0 or a digit prefix).
+* ``/summary`` errors are JSON ``{"ok": false, "error": "<message>"}`` with status 400;
+  vmpooler sent the same message as plain text under a JSON content type.
+* A well-formed but impossible date (``2024-02-30``) is a 400 with the usual
+  ``Invalid date format`` message; vmpooler answered 500.
+* A ``from``..``to`` range of more than 366 days is a 400
+  (``Date range is too large, it may span at most 366 days.``); vmpooler read every day.
+* The range-level ``boot``/``clone`` statistics of ``/summary`` carry the ``average``,
+  ``min`` and ``max`` vmpooler documented but never produced: ``duration`` over every sample
+  of the range (average = total / count, 1 dp), ``count`` over the per-day counts. The
+  per-pool ``average`` is the true mean of the pool's samples (vmpooler averaged the daily
+  minimums and maximums together).
+* A pool configured with an empty alias list shows no ``alias`` key (vmpooler showed ``[]``).
+"""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
+from datetime import date, timedelta
+from typing import Any
+from urllib.parse import unquote_plus
+
 import falcon
 
+from vmpooler.actors import timefmt
+from vmpooler.actors.config import PoolConfig
+from vmpooler.actors.status_store import StatusReading, StatusStore
+from vmpooler.web import stats
 from vmpooler.web.context import ApiContext
+from vmpooler.web.errors import ApiError, json_body
+
+__all__ = ["MAX_SUMMARY_DAYS", "SECTIONS", "register", "summary_dates"]
+
+SECTIONS = ("boot", "capacity", "clone", "pools", "queue")
+"""Optional top-level sections of ``/status``; ``status`` is always present."""
+
+MAX_SUMMARY_DAYS = 366
+"""Longest ``/summary`` range, in days (both ends included)."""
+
+_DATE_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_OK_MESSAGE = "Battle station fully armed and operational."
+
+
+def _query(req: falcon.Request) -> dict[str, str | None]:
+    """Query parameters as Rack sees them: ``name`` alone is None, ``name=`` is ``""``.
+
+    The last occurrence of a name wins.
+    """
+    params: dict[str, str | None] = {}
+    for part in req.query_string.split("&"):
+        if not part:
+            continue
+        name, sep, value = part.partition("=")
+        params[unquote_plus(name)] = unquote_plus(value) if sep else None
+    return params
+
+
+def _size(pool: PoolConfig, overrides: Mapping[str, str]) -> int:
+    """The pool's size with its Redis override applied (an unreadable override is ignored)."""
+    value = overrides.get(pool.name)
+    if value is not None:
+        try:
+            return int(value)
+        except ValueError:
+            pass
+    return pool.size
+
+
+def _alias(pool: PoolConfig) -> Any:
+    """The pool's alias as configured (list or string), or None when it has none."""
+    aka = pool.raw.get("alias", list(pool.alias) or None)
+    if aka is None or (not isinstance(aka, str) and len(aka) == 0):
+        return None
+    return aka if isinstance(aka, str) else list(aka)
+
+
+class _Resource:
+    """A resource reading through ``store``; ``ctx`` gives configuration and clock."""
+
+    def __init__(self, ctx: ApiContext, store: StatusStore) -> None:
+        self._ctx = ctx
+        self._store = store
+
+
+class Status(_Resource):
+    """``GET /status?view=a,b``: service overview, one Redis round trip."""
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        view = _query(req).get("view")
+        wanted = set(SECTIONS) if view is None else set(view.split(",")) & set(SECTIONS)
+        pools = self._ctx.config.pools
+        names = [pool.name for pool in pools]
+        queues = ["ready"]
+        if wanted & {"pools", "queue"}:
+            queues += ["running", "pending"]
+        if "queue" in wanted:
+            queues.append("completed")
+        today = timefmt.date_bucket(self._ctx.clock.now())
+        reading = self._store.status(
+            names, queues=queues, last_boot="pools" in wanted, queue_totals="queue" in wanted,
+            daily=[kind for kind in ("clone", "boot") if kind in wanted], date=today)
+        sizes = {pool.name: _size(pool, reading.size_overrides) for pool in pools}
+        ready = reading.counts["ready"]
+        result: dict[str, Any] = {}
+        if "boot" in wanted:
+            result["boot"] = stats.task_metrics(reading.daily["boot"])
+        if "capacity" in wanted:
+            result["capacity"] = stats.capacity(sum(ready.values()), sum(sizes.values()))
+        if "clone" in wanted:
+            result["clone"] = stats.task_metrics(reading.daily["clone"])
+        if "pools" in wanted:
+            result["pools"] = self._pools(pools, sizes, reading)
+        if "queue" in wanted:
+            result["queue"] = _queue(reading)
+        result["status"] = self._status(names, sizes, ready)
+        json_body(resp, 200, result)
+
+    @staticmethod
+    def _pools(pools: tuple[PoolConfig, ...], sizes: dict[str, int],
+               reading: StatusReading) -> dict[str, Any]:
+        body: dict[str, Any] = {}
+        for pool in pools:
+            entry: dict[str, Any] = {
+                "ready": reading.counts["ready"][pool.name],
+                "running": reading.counts["running"][pool.name],
+                "pending": reading.counts["pending"][pool.name],
+                "max": sizes[pool.name],
+                "lastBoot": reading.last_boot[pool.name],
+            }
+            aka = _alias(pool)
+            if aka is not None:
+                entry["alias"] = aka
+            body[pool.name] = entry
+        return body
+
+    def _status(self, names: list[str], sizes: dict[str, int],
+                ready: Mapping[str, int]) -> dict[str, Any]:
+        status: dict[str, Any] = {"ok": True, "message": _OK_MESSAGE}
+        empty = [name for name in names if ready[name] == 0 and sizes[name] != 0]
+        if empty:
+            status.update(ok=False, message=f"Found {len(empty)} empty pools.", empty=empty)
+        status["uptime"] = stats.round1(self._ctx.clock.now() - self._ctx.started_at)
+        return status
+
+
+def _queue(reading: StatusReading) -> dict[str, int]:
+    """The ``queue`` section from per-pool counts, clone counters and on-demand queues."""
+    requested = stats.ondemand_requested(
+        reading.requests_waiting, reading.requests_processing, reading.ondemand_tasks)
+    return stats.queue(
+        {queue: sum(counts.values()) for queue, counts in reading.counts.items()},
+        reading.clones_in_flight + reading.ondemand_clones_in_flight, requested)
+
+
+class PoolStat(_Resource):
+    """``GET /poolstat?pool=a,b``: ``max``, ``alias`` and ``ready`` of pools named or aliased."""
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        asked = set((_query(req).get("pool") or "").split(","))
+        chosen = [pool for pool in self._ctx.config.pools
+                  if pool.name in asked or asked.intersection(pool.alias)]
+        ready, overrides = self._store.ready_counts([pool.name for pool in chosen])
+        body: dict[str, Any] = {}
+        for pool in chosen:
+            entry: dict[str, Any] = {"max": _size(pool, overrides)}
+            aka = _alias(pool)
+            if aka is not None:
+                entry["alias"] = aka
+            entry["ready"] = ready[pool.name]
+            body[pool.name] = entry
+        json_body(resp, 200, {"pools": body})
+
+
+class TotalRunning(_Resource):
+    """``GET /totalrunning``: ``{"running": n}`` over every configured pool."""
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        running = self._store.total_running(list(self._ctx.config.pool_names))
+        json_body(resp, 200, {"running": running})
+
+
+def _bad_request(message: str) -> ApiError:
+    return ApiError(400, {"ok": False, "error": message})
+
+
+def _parse_date(text: str) -> date:
+    invalid = _bad_request(f"Invalid date format '{text}', must match YYYY-MM-DD.")
+    if not _DATE_RE.fullmatch(text):
+        raise invalid
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        raise invalid from None
+
+
+def summary_dates(req: falcon.Request, today: str) -> list[str]:
+    """The ``from``..``to`` dates (``YYYY-MM-DD``, both included) asked for; default today.
+
+    Raises :class:`ApiError` 400 with vmpooler's messages, checked in vmpooler's order, then
+    for a range longer than :data:`MAX_SUMMARY_DAYS`.
+    """
+    query = _query(req)
+    raw_from, raw_to = query.get("from"), query.get("to")
+    first = _parse_date(today if raw_from is None else raw_from)
+    last = _parse_date(today if raw_to is None else raw_to)
+    if last < first:
+        raise _bad_request("Date range is invalid, 'to' cannot come before 'from'.")
+    if first > date.fromisoformat(today):
+        raise _bad_request("Date range is invalid, 'from' must be in the past.")
+    span = (last - first).days + 1
+    if span > MAX_SUMMARY_DAYS:
+        raise _bad_request(
+            f"Date range is too large, it may span at most {MAX_SUMMARY_DAYS} days.")
+    return [(first + timedelta(days=n)).isoformat() for n in range(span)]
+
+
+class Summary(_Resource):
+    """``GET /summary?from=&to=``: daily and range-level boot, clone and tag statistics."""
+
+    def _dates(self, req: falcon.Request) -> list[str]:
+        return summary_dates(req, timefmt.date_bucket(self._ctx.clock.now()))
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        dates = self._dates(req)
+        raw = self._store.daily(("boot", "clone", "tag"), dates)
+        boot = stats.task_summary("boot", list(zip(dates, raw["boot"], strict=True)))
+        clone = stats.task_summary("clone", list(zip(dates, raw["clone"], strict=True)))
+        tag = stats.tag_summary(list(zip(dates, raw["tag"], strict=True)))
+        daily = [
+            {"date": day, "boot": b["boot"], "clone": c["clone"], "tag": t["tag"]}
+            for day, b, c, t in zip(dates, boot["daily"], clone["daily"], tag["daily"],
+                                    strict=True)
+        ]
+        json_body(resp, 200, {"daily": daily, "boot": boot["boot"], "clone": clone["clone"],
+                              "tag": tag["tag"]})
+
+
+class SummaryRoute(Summary):
+    """``GET /summary/{boot|clone|tag}[/{key}]``: one section, optionally one sub-key."""
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response,  # type: ignore[override]
+               route: str, key: str | None = None) -> None:
+        dates = self._dates(req)
+        if route not in ("boot", "clone", "tag"):
+            raise ApiError(404)
+        days = list(zip(dates, self._store.daily((route,), dates)[route], strict=True))
+        if route == "tag":
+            body = stats.tag_summary(days, only=key)
+        else:
+            body = stats.task_summary(route, days, only=key)
+        json_body(resp, 200, body)
 
 
 def register(app: falcon.App, ctx: ApiContext, prefix: str) -> None:
-    """Add this group's routes under ``prefix``."""
+    """Add the status and summary routes under ``prefix``."""
+    store = StatusStore(ctx.redis)
+    app.add_route(f"{prefix}/status", Status(ctx, store))
+    app.add_route(f"{prefix}/poolstat", PoolStat(ctx, store))
+    app.add_route(f"{prefix}/totalrunning", TotalRunning(ctx, store))
+    app.add_route(f"{prefix}/summary", Summary(ctx, store))
+    route = SummaryRoute(ctx, store)
+    app.add_route(f"{prefix}/summary/{{route}}", route)
+    app.add_route(f"{prefix}/summary/{{route}}/{{key}}", route)
