@@ -16,6 +16,7 @@ __all__ = [
     "active",
     "boot_stats",
     "clone_stats",
+    "commands",
     "completed",
     "config_clone_target",
     "config_poolsize",
@@ -26,10 +27,13 @@ __all__ = [
     "lastboot",
     "migrating",
     "migration",
+    "odcreate_task",
     "pending",
     "pool_hash",
     "poolreset",
     "pools",
+    "provisioning_processing",
+    "provisioning_request",
     "ready",
     "running",
     "tasks_clone",
@@ -126,6 +130,25 @@ def tasks_snapshot_revert() -> str:
     return f"{_P}tasks__snapshot-revert"
 
 
+# -- on-demand request queues (global sorted sets) -------------------------------------------
+def provisioning_request() -> str:
+    """Sorted set of on-demand request ids not yet expanded, score = creation epoch."""
+    return f"{_P}provisioning__request"
+
+
+def provisioning_processing() -> str:
+    """Sorted set of on-demand request ids being provisioned, score = creation epoch."""
+    return f"{_P}provisioning__processing"
+
+
+def odcreate_task() -> str:
+    """Sorted set of clone tasks ``"<name>:<pool>:<count>:<id>"``.
+
+    Score: queueing epoch; 1 for retries, 0 for a cancel marker.
+    """
+    return f"{_P}odcreate__task"
+
+
 # -- statistics -------------------------------------------------------------------------------
 def clone_stats(date: str) -> str:
     """Hash ``"<pool>:<vm>"`` -> clone seconds, per day (``YYYY-MM-DD``)."""
@@ -206,6 +229,12 @@ def migration() -> str:
 def dlq(queue: str) -> str:
     """Sorted set of dead-letter entries for ``pending``, ``ready`` or ``clone``."""
     return f"{_P}dlq__{queue}"
+
+
+# -- API -> manager commands ------------------------------------------------------------------
+def commands() -> str:
+    """Stream of API commands for the managers' consumer group (ours; vmpooler has none)."""
+    return f"{_P}commands"
 
 
 class Scripts:
@@ -357,4 +386,112 @@ local n = tonumber(redis.call('GET', KEYS[1]) or '0')
 if n > 0 then return redis.call('DECR', KEYS[1]) end
 redis.call('SET', KEYS[1], 0)
 return 0
+"""
+
+    # KEYS[1] token hash (any key when ARGV[3] is ''), then five keys per pool i (1-based) at
+    # KEYS[2 + 5*(i-1)] ..: ready, running, completed, migrating, active
+    # ARGV[1] now, ARGV[2] VM hash key prefix, ARGV[3] owner token ('' = none), ARGV[4] lifetime
+    # ('' = none), ARGV[5] number of units, then per unit: n, then n pool indexes in preference
+    # order. Each unit takes one ready VM of the first of its pools that has one; a ready VM
+    # whose hash is gone is moved to completed and never handed out. All or nothing: if a unit
+    # finds no VM, every VM taken in this call goes back to ready and nothing else is written
+    # (apart from vanished VMs moved to completed and the token's ``last``).
+    # Returns {-1} token unknown (nothing written), {0, u} unit u (1-based) found no VM,
+    #         {1, p1, vm1, p2, vm2, ...} the pool index and VM of every unit, in unit order.
+    CHECKOUT = """
+if redis.replicate_commands then redis.replicate_commands() end
+local now, prefix, token, lifetime = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local user = false
+if token ~= '' then
+  if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
+  redis.call('HSET', KEYS[1], 'last', now)
+  user = redis.call('HGET', KEYS[1], 'user')
+end
+local function key(p, k) return KEYS[1 + 5 * (p - 1) + k] end
+local taken = {}
+local pos = 6
+for u = 1, tonumber(ARGV[5]) do
+  local n = tonumber(ARGV[pos])
+  local got = false
+  for c = 1, n do
+    local p = tonumber(ARGV[pos + c])
+    while not got do
+      local vm = redis.call('SPOP', key(p, 1))
+      if not vm then break end
+      if redis.call('EXISTS', prefix .. vm) == 1 then
+        got = {p, vm}
+      else
+        redis.call('SADD', key(p, 3), vm)
+      end
+    end
+    if got then break end
+  end
+  if not got then
+    for _, t in ipairs(taken) do redis.call('SADD', key(t[1], 1), t[2]) end
+    return {0, u}
+  end
+  taken[#taken + 1] = got
+  pos = pos + n + 1
+end
+local out = {1}
+for _, t in ipairs(taken) do
+  local p, vm = t[1], t[2]
+  local h = prefix .. vm
+  redis.call('SADD', key(p, 2), vm)
+  redis.call('SADD', key(p, 4), vm)
+  redis.call('HSET', key(p, 5), vm, now)
+  redis.call('HSET', h, 'checkout', now)
+  if token ~= '' then
+    redis.call('HSET', h, 'token:token', token)
+    if user then redis.call('HSET', h, 'token:user', user) end
+  end
+  if lifetime ~= '' then redis.call('HSET', h, 'lifetime', lifetime) end
+  out[#out + 1] = p
+  out[#out + 1] = vm
+end
+return out
+"""
+
+    # KEYS[1] token hash
+    # ARGV[1] now
+    # Returns {0} the token does not exist (nothing written), else records ``last`` = now and
+    # returns {1, user} ('' when the hash has no user).
+    TOUCH_TOKEN = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0} end
+redis.call('HSET', KEYS[1], 'last', ARGV[1])
+return {1, redis.call('HGET', KEYS[1], 'user') or ''}
+"""
+
+    # KEYS[1] running, KEYS[2] ready, KEYS[3] completed, KEYS[4] active hash, KEYS[5] migrating
+    # ARGV[1] vm
+    # A returned VM leaves running (or ready) for completed, and its active and migrating
+    # entries go. Returns 1 moved from running, 2 moved from ready, 3 already in completed
+    # (nothing written), 0 in none of these queues (nothing written).
+    RETURN_VM = """
+local vm = ARGV[1]
+local from_running = redis.call('SREM', KEYS[1], vm)
+local from_ready = redis.call('SREM', KEYS[2], vm)
+if from_running + from_ready == 0 then
+  if redis.call('SISMEMBER', KEYS[3], vm) == 1 then return 3 end
+  return 0
+end
+redis.call('SADD', KEYS[3], vm)
+redis.call('HDEL', KEYS[4], vm)
+redis.call('SREM', KEYS[5], vm)
+if from_running == 1 then return 1 end
+return 2
+"""
+
+    # KEYS[1] vm hash, KEYS[2] tag statistics hash of the day
+    # ARGV[1] vm, ARGV[2] lifetime ('' = unchanged), ARGV[3..] tag name, value pairs
+    # Writes ``lifetime`` and ``tag:<name>`` (and ``<vm>:<name>`` in the day's statistics) only
+    # if the VM hash still exists. Returns 1 written, 0 the VM is gone (nothing written).
+    MODIFY_VM = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'lifetime', ARGV[2]) end
+for i = 3, #ARGV, 2 do
+  redis.call('HSET', KEYS[1], 'tag:' .. ARGV[i], ARGV[i + 1])
+  redis.call('HSET', KEYS[2], ARGV[1] .. ':' .. ARGV[i], ARGV[i + 1])
+end
+return 1
 """
