@@ -1,0 +1,227 @@
+"""Checkout of ready VMs for POST ``/vm`` and POST ``/vm/:template`` (reference §1.3).
+
+The Python side reads the request and decides, per requested unit, the ordered candidate
+pools (vmpooler's alias and ``backend_weight`` selection); one Lua script then takes every VM
+or none (:meth:`CheckoutStore.checkout`). There is no process-local lock, so any number of
+API processes may check out from one Redis.
+
+What callers rely on: :func:`body_payload` and :func:`template_payload` raise vmpooler's 400
+or return ``{name: count}`` in request order; :func:`allocate` raises 404/401/503 as vmpooler
+does, or returns the 200 body, having sent metrics and ``pool_changed`` commands.
+
+Divergences from vmpooler 3.9.1: allocation is one atomic script across API processes (no
+in-process mutex, no partially allocated state visible to anyone); ``checkout.success`` is
+counted only for VMs actually handed out (vmpooler also counted VMs it then rolled back, and
+counted ``checkout.empty`` once per failing name); rollback leaves no ``lifetime`` behind;
+a ready VM whose hash vanished is moved to completed rather than handed out; POST
+``/vm/+`` (no names) answers 404 like an empty JSON body (vmpooler: 200 ``{"ok": true}``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import falcon
+
+from vmpooler.actors import timefmt
+from vmpooler.actors.checkout_store import CheckoutStore
+from vmpooler.actors.config import Config
+from vmpooler.web.context import ApiContext
+from vmpooler.web.errors import ApiError
+from vmpooler.web.tokens import presented_token, unauthorized
+from vmpooler.web.validate import InputError, check_pool_name, check_vm_count
+
+__all__ = [
+    "allocate",
+    "body_payload",
+    "candidate_pools",
+    "fqdn",
+    "pool_domain",
+    "record_usage",
+    "template_payload",
+    "usage_fields",
+]
+
+log = logging.getLogger(__name__)
+
+usage_fields = ("tag:jenkins_build_url", "token:user", "template")
+"""The VM fields :func:`record_usage` reads, in its order."""
+
+
+def body_payload(body: Mapping[str, Any]) -> dict[str, int]:
+    """``{name: count}`` from a parsed POST ``/vm`` body; 400 on the first bad pair."""
+    payload: dict[str, int] = {}
+    for name, count in body.items():
+        try:
+            payload[check_pool_name(name)] = check_vm_count(count)
+        except InputError as exc:
+            raise ApiError(400, {"ok": False, "error": exc.message}) from None
+    return payload
+
+
+def template_payload(template: str) -> dict[str, int]:
+    """``a+b+a`` → ``{"a": 2, "b": 1}`` (Ruby ``split``: trailing empty names dropped)."""
+    names = template.split("+")
+    while names and names[-1] == "":
+        names.pop()
+    payload: dict[str, int] = {}
+    for name in names:
+        payload[name] = payload.get(name, 0) + 1
+    return payload
+
+
+def _weight(config: Config, name: str) -> int | None:
+    try:
+        pool = config.pool(name)
+    except KeyError:
+        return None
+    target = pool.clone_target or config.settings.clone_target
+    return None if target is None else config.settings.backend_weight.get(target)
+
+
+def candidate_pools(ctx: ApiContext, name: str) -> list[str]:
+    """Pools that may serve one unit of ``name``, best first (vmpooler's fetch_single_vm).
+
+    Candidates are ``name`` and its alias targets. When every candidate is a pool whose
+    clone target has a ``backend_weight``, one is drawn by weight (0 never wins); otherwise
+    one is drawn uniformly. The drawn one goes first, the others follow as fallbacks. Names
+    that are not pools are dropped.
+    """
+    config = ctx.config
+    backends = [name]
+    aliases = config.aliases
+    if aliases:
+        backends += [p for p in aliases.get(name, ()) if p not in backends]
+        weights = [_weight(config, b) for b in backends]
+        first: str | None = None
+        if config.settings.backend_weight and None not in weights:
+            total = sum(w for w in weights if w is not None and w > 0)
+            if total > 0:
+                point = ctx.rng.random() * total
+                for backend, weight in zip(backends, weights, strict=True):
+                    if weight and weight > 0:
+                        point -= weight
+                        if point < 0:
+                            first = backend
+                            break
+        if first is None:
+            first = ctx.rng.choice(backends)
+        backends.remove(first)
+        backends.insert(0, first)
+    pools = set(config.pool_names)
+    return [b for b in backends if b in pools]
+
+
+def pool_domain(config: Config, pool: str) -> str | None:
+    """The domain of a configured pool; None without one or when it is not configured."""
+    try:
+        return config.pool(pool).domain
+    except KeyError:
+        return None
+
+
+def fqdn(config: Config, pool: str, vm: str) -> str:
+    """``<vm>.<domain of pool>``, or the bare name when the pool has no domain (or is gone)."""
+    domain = pool_domain(config, pool)
+    return f"{vm}.{domain}" if domain else vm
+
+
+def allocate(req: falcon.Request, ctx: ApiContext, store: CheckoutStore,
+             payload: Mapping[str, int]) -> dict[str, Any]:
+    """Check out ``payload`` all or nothing; the 200 body, or 404/401/503 raised."""
+    unknown = [name for name in payload if name not in _requestable(ctx.config)]
+    if not payload:
+        ctx.metrics.increment("checkout.invalid", tags={"pool": "unknown"})
+        raise ApiError(404)
+    if unknown:
+        for name in unknown:
+            ctx.metrics.increment("checkout.invalid", tags={"pool": name})
+        raise ApiError(404)
+    token = presented_token(req) if ctx.auth_configured else None
+    lifetime = ctx.config.settings.vm_lifetime_auth
+    requested = [name for name, count in payload.items() for _ in range(count)]
+    outcome = store.checkout(
+        [candidate_pools(ctx, name) for name in requested],
+        now=timefmt.format_epoch(ctx.clock.now()), token=token,
+        lifetime=lifetime if token is not None and lifetime and lifetime > 0 else None)
+    if outcome.bad_token:
+        raise unauthorized()
+    if not outcome.ok:
+        failed = requested[outcome.failed_unit or 0]
+        ctx.metrics.increment("checkout.empty", tags={"pool": failed})
+        raise ApiError(503)
+    body: dict[str, Any] = {"ok": True}
+    for name, taken in zip(requested, outcome.taken, strict=True):
+        ctx.metrics.increment("checkout.success", tags={"pool": taken.pool})
+        host = fqdn(ctx.config, taken.pool, taken.vm)
+        entry = body.setdefault(name, {})
+        if "hostname" not in entry:
+            entry["hostname"] = host
+        elif isinstance(entry["hostname"], list):
+            entry["hostname"].append(host)
+        else:
+            entry["hostname"] = [entry["hostname"], host]
+    if ctx.config.settings.usage_stats:
+        vms = [t.vm for t in outcome.taken]
+        for vm, values in store.vm_fields(vms, usage_fields).items():
+            record_usage(ctx, "allocate", vm, dict(zip(usage_fields, values, strict=True)))
+    for pool in dict.fromkeys(t.pool for t in outcome.taken):
+        ctx.commands.pool_changed(pool, "checkout")
+    return body
+
+
+def _requestable(config: Config) -> set[str]:
+    """vmpooler's ``pool_names``: configured pools plus aliases."""
+    return set(config.pool_names) | set(config.aliases)
+
+
+# -- usage statistics (reference §4.10) ---------------------------------------------------------
+def _ruby_split(text: str, sep: str) -> list[str]:
+    parts = text.split(sep)
+    while parts and parts[-1] == "":
+        parts.pop()
+    return parts
+
+
+def _component(labels: str | None) -> str:
+    if labels is None:
+        return ""
+    for part in _ruby_split(labels, ","):
+        key, _, value = part.partition("=")
+        if value and key == "RMM_COMPONENT_TO_TEST_NAME":
+            return value.split("=")[0]
+    return "none"
+
+
+def record_usage(ctx: ApiContext, operation: str, vm: str,
+                 fields: Mapping[str, str | None]) -> None:
+    """vmpooler's ``update_user_metrics`` for ``allocate``/``destroy``; never raises."""
+    try:
+        pool = (fields.get("template") or "").replace(".", "_")
+        if not pool:
+            raise ValueError("no template")
+        user = (fields.get("token:user") or "unauthenticated").replace(".", "_")
+        tags = {"operation": operation, "pool": pool}
+        ctx.metrics.increment("user", tags={"user": user, **tags})
+        url = fields.get("tag:jenkins_build_url")
+        if not url:
+            return
+        if "litmus" in url:
+            ctx.metrics.increment("usage_litmus", tags={"user": user, **tags})
+            return
+        parts = _ruby_split(url, "/")[2:]
+        stream = [s.replace(".", "_") for s in _ruby_split(parts[2], "_")]
+        value_stream = stream.pop(0) if stream else ""
+        branch = stream.pop() if stream else ""
+        project = stream.pop(0) if stream else ""
+        component = _component(parts[3] if len(parts) > 3 else None)
+        ctx.metrics.increment("usage_jenkins_instance", tags={
+            "instance": parts[0].replace(".", "_"), "value_stream": value_stream, **tags})
+        ctx.metrics.increment("usage_branch_project",
+                              tags={"branch": branch, "project": project, **tags})
+        ctx.metrics.increment("usage_job_component",
+                              tags={"job": "_".join(stream), "component": component, **tags})
+    except (ValueError, IndexError, AttributeError) as exc:
+        log.debug("[%s] usage labels of '%s' not evaluated: %s", fields.get("template"), vm, exc)
