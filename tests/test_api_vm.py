@@ -585,3 +585,41 @@ def test_usage_stats(redis_client: redis.Redis) -> None:
     assert a.metrics.counts("usage_job_component", job="agent_ci", component="agent") == 1
     assert a.client.simulate_delete(V + "/vm1", headers=AUTH).status_code == 200
     assert a.metrics.counts("user", user="j_doe", operation="destroy", pool="pool1") == 1
+
+
+class CountingConnection(redis.Connection):
+    """A real connection that counts round trips (each packed send is one)."""
+
+    sent = 0
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        CountingConnection.sent += 1
+        super().send_packed_command(command, check_health)
+
+
+@pytest.mark.parametrize("auth", [False, True])
+def test_checkout_is_one_round_trip(redis_client: redis.Redis, auth: bool) -> None:
+    kwargs = redis_client.connection_pool.connection_kwargs
+    client = redis.Redis(connection_pool=redis.ConnectionPool(
+        connection_class=CountingConnection, host=kwargs["host"], port=kwargs["port"],
+        decode_responses=True))
+    a = api(client, three_pools(redis_client, auth=auth, vm_lifetime_auth=2).ctx.config)
+    a.add_token()
+    for i in range(4):
+        a.add_vm("pool1", f"a{i}")
+        a.add_vm("pool2", f"b{i}")
+    assert post(a, {"pool1": 1}, AUTH).status_code == 200  # loads the script
+    CountingConnection.sent = 0
+    assert post(a, {"pool1": 2, "pool2": 2, "poolone": 1}, AUTH).status_code == 200
+    assert CountingConnection.sent == 1
+    CountingConnection.sent = 0
+    assert post(a, {"pool2": 3}, AUTH).status_code == 503
+    assert CountingConnection.sent == 1
+    client.close()
+
+
+def test_empty_token_header_with_auth_is_401(redis_client: redis.Redis) -> None:
+    a = three_pools(redis_client, auth=True)
+    a.add_vm("pool1", "vm1")
+    assert post(a, {"pool1": 1}, {"X-AUTH-TOKEN": ""}).status_code == 401
+    assert ready(a, "pool1") == {"vm1"}

@@ -9,12 +9,23 @@ What callers rely on: :func:`body_payload` and :func:`template_payload` raise vm
 or return ``{name: count}`` in request order; :func:`allocate` raises 404/401/503 as vmpooler
 does, or returns the 200 body, having sent metrics and ``pool_changed`` commands.
 
-Divergences from vmpooler 3.9.1: allocation is one atomic script across API processes (no
-in-process mutex, no partially allocated state visible to anyone); ``checkout.success`` is
-counted only for VMs actually handed out (vmpooler also counted VMs it then rolled back, and
-counted ``checkout.empty`` once per failing name); rollback leaves no ``lifetime`` behind;
-a ready VM whose hash vanished is moved to completed rather than handed out; POST
-``/vm/+`` (no names) answers 404 like an empty JSON body (vmpooler: 200 ``{"ok": true}``).
+Cost: exactly one Redis round trip per checkout (EVALSHA), the token check included (it is
+folded into the script); one more, a pipelined read, only when ``usage_stats`` is on.
+
+Divergences from vmpooler 3.9.1 (on purpose):
+
+* allocation is one atomic script valid across API processes (no in-process mutex); no
+  partially allocated state is ever visible, and a rollback leaves no field behind
+  (vmpooler left ``lifetime`` on VMs it put back);
+* ``checkout.success`` counts only VMs actually handed out, and ``checkout.empty`` is sent
+  once, for the first name that could not be served (vmpooler also counted VMs it rolled
+  back, and every failing name);
+* a ready VM whose hash vanished is moved to completed for the manager to reap instead of
+  being handed out;
+* POST ``/vm/+`` (no names at all) answers 404 like an empty JSON body (vmpooler: 200
+  ``{"ok": true}`` with no VM);
+* the JSON body's pool-name rule accepts dots (see :mod:`vmpooler.web.validate`); the count
+  cap 1..100 of the JSON body stays, and POST ``/vm/:template`` has no cap, as in vmpooler.
 """
 
 from __future__ import annotations
@@ -140,6 +151,8 @@ def allocate(req: falcon.Request, ctx: ApiContext, store: CheckoutStore,
             ctx.metrics.increment("checkout.invalid", tags={"pool": name})
         raise ApiError(404)
     token = presented_token(req) if ctx.auth_configured else None
+    if token == "":
+        raise unauthorized()
     lifetime = ctx.config.settings.vm_lifetime_auth
     requested = [name for name, count in payload.items() for _ in range(count)]
     outcome = store.checkout(

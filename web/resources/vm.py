@@ -17,6 +17,11 @@ Divergences (on purpose; the allocation and validation ones are listed in
   leaving it in two queues);
 * under ``:config: enforce_vm_ownership`` (off by default) a VM checked out with a token can
   only be returned, given a lifetime, a disk or snapshots with that same token (403 else).
+
+Kept as vmpooler does it: ``remaining`` and ``end_time`` use the VM's own ``lifetime`` field
+(0 when unset, so ``end_time`` = ``start_time``) while ``lifetime`` falls back to
+``vm_lifetime``; DELETE of a VM carrying ``token:token`` needs a valid token even when auth
+is not configured; the snapshot endpoints shorten the hostname without validating it.
 """
 
 from __future__ import annotations
