@@ -173,5 +173,15 @@ def test_raw_bodies_and_hostnames(redis_client: redis.Redis) -> None:
         _send(a, route[0], f"{P}/vm/" + route[1].format(host), body, "application/json",
               credentials)
 
+    @settings(SETTINGS, max_examples=60)
+    @given(path=st.sampled_from(sorted(DOC["paths"])), method=st.sampled_from(
+        ["GET", "POST", "PUT", "DELETE", "PATCH"]), segment=_hostnames, body=_bodies)
+    def methods(path: str, method: str, segment: str, body: bytes) -> None:
+        """Any method on any documented path (undocumented ones are 404/405 JSON)."""
+        concrete = "/".join(segment if part.startswith("{") else part
+                            for part in path.split("/"))
+        _send(a, method, concrete, body, "application/json", {"X-AUTH-TOKEN": TOKEN})
+
     bodies()
     hostnames()
+    methods()
