@@ -1,11 +1,160 @@
-"""API v3 resources: token (to be filled in)."""
+"""API v3 token endpoints (reference §1.3): list, create, show and delete API tokens.
+
+Every endpoint answers 404 ``{"ok": false}`` while auth is not configured. Tokens live in
+the hash ``schema.token(t)`` (``user``, ``created``, ``last``) with no TTL, as in vmpooler.
+
+Documented differences from vmpooler 3.9.1:
+
+* ``GET /token`` lists with ``SCAN`` (and pipelined ``HMGET`` per batch), never ``KEYS``,
+  so a large keyspace does not block Redis; tokens are listed in sorted order.
+* ``GET /token/{token}`` still needs no authentication (vmfloaty relies on it) but never
+  reveals another token: a path that is not a well-formed token (≤ 64 of
+  ``[A-Za-z0-9_-]``) answers 404 without touching Redis, and the answer holds only the
+  requested token's fields and the VMs whose ``token:token`` equals it (constant-time).
+* ``DELETE /token/{token}`` of a token that does not exist answers **404**; vmpooler
+  answers 401, which clients misread as bad credentials (its own spec asks "should this
+  be 404?"). Without valid credentials it is still 401, checked first.
+* The ``vms.running`` lookup walks the configured pools' running sets with ``SSCAN`` and
+  one pipelined ``HGET`` per batch of :data:`BATCH` VMs, instead of one round trip per VM.
+* New tokens come from :mod:`secrets` (a CSPRNG), never from ``ctx.rng``; creation uses
+  ``HSETNX`` so an (astronomically unlikely) collision can never hand out a live token.
+"""
 
 from __future__ import annotations
 
+import hmac
+import re
+import secrets
+import string
+from collections.abc import Iterator
+from typing import Any
+
 import falcon
 
+from vmpooler.actors import schema, timefmt
+from vmpooler.web.auth import authenticate
 from vmpooler.web.context import ApiContext
+from vmpooler.web.errors import ApiError, json_body
+
+__all__ = ["BATCH", "TOKEN_LENGTH", "new_token", "register"]
+
+TOKEN_LENGTH = 32
+BATCH = 500
+"""Keys or VMs handled per SCAN step and per pipeline."""
+
+_FIRST = string.ascii_lowercase[:25]  # a-y, as vmpooler
+_REST = string.ascii_lowercase + string.digits
+_WELL_FORMED = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def new_token() -> str:
+    """A fresh 32-character token: first char ``a``–``y``, the rest ``[a-z0-9]``."""
+    return secrets.choice(_FIRST) + "".join(
+        secrets.choice(_REST) for _ in range(TOKEN_LENGTH - 1))
+
+
+def _same_token(stored: str | None, token: str) -> bool:
+    """Constant-time equality of a stored token value with ``token``."""
+    if stored is None:
+        return False
+    return hmac.compare_digest(stored.encode("utf-8"), token.encode("utf-8"))
+
+
+def _require_auth(ctx: ApiContext) -> None:
+    if not ctx.auth_configured:
+        raise ApiError(404)
+
+
+class TokenCollection:
+    """``GET /token`` (my tokens) and ``POST /token`` (a new token for me)."""
+
+    def __init__(self, ctx: ApiContext) -> None:
+        self.ctx = ctx
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        """200 ``{"ok": true, <token>: {created, last}}`` for the caller's tokens, else 404."""
+        _require_auth(self.ctx)
+        user = authenticate(req, self.ctx)
+        found = {token: {"created": created, "last": last if last is not None else "never"}
+                 for token, created, last in self._tokens_of(user)}  # SCAN may repeat keys
+        result: dict[str, Any] = {"ok": bool(found)}
+        result.update(sorted(found.items()))
+        json_body(resp, 200 if result["ok"] else 404, result)
+
+    def _tokens_of(self, user: str) -> Iterator[tuple[str, str | None, str | None]]:
+        prefix = schema.token("")
+        cursor: int | str = 0
+        while True:
+            cursor, keys = self.ctx.redis.scan(cursor, match=schema.token("*"), count=BATCH)
+            if keys:
+                pipe = self.ctx.redis.pipeline(transaction=False)
+                for key in keys:
+                    pipe.hmget(key, "user", "created", "last")
+                for key, (owner, created, last) in zip(keys, pipe.execute(), strict=True):
+                    if owner == user and key.startswith(prefix):
+                        yield key[len(prefix):], created, last
+            if int(cursor) == 0:
+                return
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        """200 ``{"ok": true, "token": <new token>}`` owned by the caller."""
+        _require_auth(self.ctx)
+        user = authenticate(req, self.ctx)
+        while True:
+            token = new_token()
+            key = schema.token(token)
+            if self.ctx.redis.hsetnx(key, "user", user):
+                break
+        self.ctx.redis.hset(key, "created", timefmt.format_epoch(self.ctx.clock.now()))
+        json_body(resp, 200, {"ok": True, "token": token})
+
+
+class TokenItem:
+    """``GET /token/{token}`` (details, no auth) and ``DELETE /token/{token}``."""
+
+    def __init__(self, ctx: ApiContext) -> None:
+        self.ctx = ctx
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, token: str) -> None:
+        """200 ``{"ok": true, <token>: {<fields>, "vms"?: {"running": [...]}}}``, else 404."""
+        _require_auth(self.ctx)
+        if not _WELL_FORMED.fullmatch(token):
+            raise ApiError(404)
+        details: dict[str, Any] = dict(self.ctx.redis.hgetall(schema.token(token)))
+        if not details:
+            raise ApiError(404)
+        running = list(dict.fromkeys(self._running_vms(token)))  # SSCAN may repeat members
+        if running:
+            details["vms"] = {"running": running}
+        json_body(resp, 200, {"ok": True, token: details})
+
+    def _running_vms(self, token: str) -> Iterator[str]:
+        """VMs in any configured pool's running set checked out with ``token``."""
+        redis = self.ctx.redis
+        for pool in self.ctx.config.pools:
+            cursor: int | str = 0
+            while True:
+                cursor, vms = redis.sscan(schema.running(pool.name), cursor, count=BATCH)
+                if vms:
+                    pipe = redis.pipeline(transaction=False)
+                    for vm in vms:
+                        pipe.hget(schema.vm(vm), "token:token")
+                    for vm, owner in zip(vms, pipe.execute(), strict=True):
+                        if _same_token(owner, token):
+                            yield vm
+                if int(cursor) == 0:
+                    break
+
+    def on_delete(self, req: falcon.Request, resp: falcon.Response, token: str) -> None:
+        """200 ``{"ok": true}`` once deleted; 401 without credentials; 404 if missing."""
+        _require_auth(self.ctx)
+        authenticate(req, self.ctx)
+        if not _WELL_FORMED.fullmatch(token) or not self.ctx.redis.delete(schema.token(token)):
+            raise ApiError(404)
+        json_body(resp, 200, {"ok": True})
 
 
 def register(app: falcon.App, ctx: ApiContext, prefix: str) -> None:
-    """Add this group's routes under ``prefix``."""
+    """Add ``/token`` and ``/token/{token}`` under ``prefix``."""
+    app.add_route(f"{prefix}/token", TokenCollection(ctx))
+    app.add_route(f"{prefix}/token/{{token}}", TokenItem(ctx))
