@@ -27,6 +27,7 @@ import redis
 
 from vmpooler.actors.breaker import CircuitBreaker
 from vmpooler.actors.clock import Clock, RealClock, Scheduler, ThreadScheduler
+from vmpooler.actors.command_stream import consumer_factory
 from vmpooler.actors.config import Config, PoolConfig
 from vmpooler.actors.embedded_redis import EmbeddedRedis
 from vmpooler.actors.hostnames import HostnameGenerator
@@ -97,13 +98,16 @@ class PoolerSystem:
         hostnames: HostnameGenerator | None = None,
         resolver: Callable[[str], bool] = resolves,
         task_interval: float = 5.0,
+        consume_commands: bool = True,
     ) -> PoolerSystem:
         """Start everything and return at once (pools fill in the background).
 
         ``providers`` replaces the provider instances built from the configuration (by
         provider name); ``clock``/``scheduler`` default to the real ones. Raises
         ``redis.RedisError`` when Redis cannot be reached, and the provider's own error
-        when a provider cannot be built; nothing is left running then.
+        when a provider cannot be built; nothing is left running then. With
+        ``consume_commands`` a consumer actor reads the API's command stream
+        (:mod:`vmpooler.actors.command_stream`), for an API in another process.
         """
         clock = clock or RealClock()
         embedded = None
@@ -128,7 +132,7 @@ class PoolerSystem:
         system = cls(config, Store(client), clock, res)
         try:
             system._boot(dict(providers or {}), hostnames or HostnameGenerator(), resolver,
-                         task_interval)
+                         task_interval, consume_commands)
         except BaseException:
             system.stop()
             raise
@@ -136,7 +140,7 @@ class PoolerSystem:
 
     def _boot(
         self, providers: dict[str, Provider], hostnames: HostnameGenerator,
-        resolver: Callable[[str], bool], task_interval: float,
+        resolver: Callable[[str], bool], task_interval: float, consume_commands: bool,
     ) -> None:
         cfg, res = self.config, self._res
         self.store.reset_task_counters()
@@ -163,6 +167,10 @@ class PoolerSystem:
             pool_providers={p.name: p.provider for p in cfg.pools}, clock=self.clock,
             scheduler=res.scheduler, interval=task_interval, supervisor=s,
         )).get()
+        if consume_commands:
+            sup.start_child("commands", consumer_factory(
+                res.client, notify=self.notify, notify_tasks=self.notify_tasks,
+                clock=self.clock)).get()
         log.info("[*] [manager] started: %d pools, %d providers", len(cfg.pools),
                  len(res.providers))
 
@@ -247,7 +255,7 @@ class PoolerSystem:
         res = self._res
         names = self.directory.names()
         order = (
-            [n for n in names if n.startswith("pool:")] + ["tasks", "slots"]
+            ["commands"] + [n for n in names if n.startswith("pool:")] + ["tasks", "slots"]
             + [n for n in names if n.startswith("provider:")]
         )
         if self._supervisor is not None:
