@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +17,7 @@ import yaml
 
 from tests.harness import QUEUES, wait_until
 from vmpooler.actors import schema
-from vmpooler.actors.embedded_redis import EmbeddedRedis
+from vmpooler.actors.embedded_redis import EmbeddedRedis, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -143,7 +145,9 @@ def test_run_on_embedded_defaults_fills_every_default_pool(
     tmp_path: Path, processes: list[subprocess.Popen[str]], repo_root: Path,
 ) -> None:
     env_free = {k: v for k, v in os.environ.items() if not k.startswith(("VMPOOLER", "REDIS"))}
-    process = subprocess.Popen([*VMPOOLER, "run"], cwd=tmp_path, env=env_free,
+    port = free_port()
+    process = subprocess.Popen([*VMPOOLER, "run", "--bind", f"127.0.0.1:{port}"],
+                               cwd=tmp_path, env=env_free,
                                stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, text=True)
     processes.append(process)
     port_file = tmp_path / "var" / "redis" / "redis.port"
@@ -153,6 +157,8 @@ def test_run_on_embedded_defaults_fills_every_default_pool(
     pools = {p["name"]: p["size"] for p in bundled[":pools"]}
     wait_until(lambda: full(client, pools), 30, "every default pool to fill")
     client.close()
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v3/vm", timeout=10) as answer:
+        assert json.load(answer) == list(pools)
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=20) == 0
     assert (tmp_path / "var" / "redis" / "appendonly.aof").exists()

@@ -49,8 +49,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"vmpooler {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.add_parser("run", parents=[common],
-                   help="run everything in one process (embedded Redis when none is configured)")
+    serving = argparse.ArgumentParser(add_help=False)
+    serving.add_argument("--bind", metavar="HOST:PORT",
+                         help="listen address (default 127.0.0.1:$PORT, PORT defaulting to 4567)")
+    serving.add_argument("--threads", type=int, default=8, help="threads per worker (default 8)")
+    sub.add_parser("run", parents=[common, serving],
+                   help="API and manager in one process (embedded Redis when none is configured)")
+    api = sub.add_parser("api", parents=[common, serving],
+                         help="serve the REST API only (commands reach managers through Redis)")
+    api.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     sub.add_parser("manager", parents=[common], help="run the pool manager (the actor system)")
     sub.add_parser("check-config", parents=[common],
                    help="print the effective configuration (secrets masked) or its errors")
@@ -79,7 +86,28 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     for note in config.notes:
         log.warning("[!] [config] %s", note)
+    if command in ("run", "api"):
+        return _serve(config, args, with_manager=command == "run")
     return _run_manager(config)
+
+
+def _serve(config: Config, args: argparse.Namespace, *, with_manager: bool) -> int:
+    from vmpooler.web.server import ApiServer, ServeOptions
+
+    options = ServeOptions(
+        bind=args.bind or f"127.0.0.1:{config.api_port}",
+        workers=getattr(args, "workers", 1), threads=args.threads, log_level=args.log_level,
+    )
+    if hasattr(signal, "SIGUSR1"):
+        signal.signal(signal.SIGUSR1, pykka.debug.log_thread_tracebacks)
+    log.info("[*] [api] vmpooler %s serving on %s with %s", _version(), options.bind,
+             config.source)
+    try:
+        ApiServer(config, options, with_manager=with_manager).run()
+    except EmbeddedRedisError as exc:
+        log.error("[!] [manager] embedded redis-server failed: %s", exc)
+        return 1
+    return 0
 
 
 def _run_manager(config: Config) -> int:

@@ -1,0 +1,142 @@
+"""Serving the API with gunicorn: ``vmpooler api`` and ``vmpooler run``.
+
+``api``: gunicorn workers, each with its own Redis client (made after the fork), sending
+commands to a separately running manager through the Redis stream.
+
+``run``: everything for one machine. The gunicorn master starts the embedded redis-server
+(when no Redis server is configured) so it outlives worker restarts; the single worker
+process runs the actor system next to the API, and the API tells the actors directly.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import falcon
+import redis
+from gunicorn.app.base import BaseApplication
+
+from vmpooler.actors.config import Config
+from vmpooler.actors.embedded_redis import EmbeddedRedis
+from vmpooler.actors.store import connect
+from vmpooler.actors.system import PoolerSystem
+from vmpooler.web.app import create_app
+from vmpooler.web.commands import DirectCommands, StreamCommands
+from vmpooler.web.context import ApiContext
+
+__all__ = ["ApiServer", "ServeOptions", "redis_address"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """How gunicorn serves: ``bind`` address, process ``workers``, ``threads`` per worker."""
+
+    bind: str = "127.0.0.1:4567"
+    workers: int = 2
+    threads: int = 8
+    timeout: int = 60
+    log_level: str = "info"
+
+
+def redis_address(config: Config) -> tuple[str, int] | None:
+    """Where the configured Redis is; for the embedded one, where a running vmpooler put
+    it (``<data_dir>/redis.port``), or None when none is running."""
+    if not config.redis.embedded:
+        return str(config.redis.server), config.redis.port
+    port_file = Path(config.redis.data_dir) / "redis.port"
+    try:
+        return "127.0.0.1", int(port_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _client(config: Config, address: tuple[str, int]) -> redis.Redis:
+    return connect(address[0], address[1], password=config.redis.password,
+                   username=config.redis.username, db=config.redis.db,
+                   pool_size=config.redis.connection_pool_size,
+                   pool_timeout=config.redis.connection_pool_timeout)
+
+
+@dataclass
+class _State:
+    """What one process of the server holds (the master's or a worker's copy)."""
+
+    embedded: EmbeddedRedis | None = None
+    address: tuple[str, int] | None = None
+    system: PoolerSystem | None = None
+    contexts: list[ApiContext] = field(default_factory=list)
+
+
+class ApiServer(BaseApplication):  # type: ignore[misc]
+    """gunicorn application for ``vmpooler api`` (``with_manager=False``) or ``run``."""
+
+    def __init__(self, config: Config, options: ServeOptions, *, with_manager: bool) -> None:
+        self.config = config
+        self.options = options
+        self.with_manager = with_manager
+        self.state = _State()
+        super().__init__()
+
+    def load_config(self) -> None:
+        opts = self.options
+        settings: dict[str, Any] = {
+            "bind": [opts.bind],
+            "workers": 1 if self.with_manager else max(1, opts.workers),
+            "threads": max(1, opts.threads),
+            "worker_class": "gthread",
+            "timeout": opts.timeout,
+            "graceful_timeout": 10,
+            "loglevel": opts.log_level,
+            "accesslog": None,
+            "proc_name": "vmpooler",
+            "on_starting": self._on_starting,
+            "post_worker_init": self._post_worker_init,
+            "worker_exit": self._worker_exit,
+            "on_exit": self._on_exit,
+        }
+        for key, value in settings.items():
+            self.cfg.set(key, value)
+
+    # -- hooks (master) -----------------------------------------------------------------
+    def _on_starting(self, _arbiter: Any) -> None:
+        if self.config.redis.embedded and self.with_manager:
+            self.state.embedded = EmbeddedRedis(data_dir=Path(self.config.redis.data_dir)).start()
+            self.state.address = ("127.0.0.1", self.state.embedded.port)
+        else:
+            self.state.address = redis_address(self.config)
+
+    def _on_exit(self, _arbiter: Any) -> None:
+        if self.state.embedded is not None:
+            self.state.embedded.stop()
+
+    # -- worker ---------------------------------------------------------------------------
+    def load(self) -> falcon.App:
+        address = self.state.address or redis_address(self.config)
+        if address is None:
+            raise SystemExit(
+                f"no Redis: set :redis: server, or start `vmpooler manager` first so the "
+                f"embedded redis-server in {self.config.redis.data_dir} is running")
+        client = _client(self.config, address)
+        ctx = ApiContext(config=self.config, redis=client,
+                         commands=StreamCommands(client))
+        ctx.started_at = ctx.clock.now()
+        self.state.contexts.append(ctx)
+        return create_app(ctx)
+
+    def _post_worker_init(self, _worker: Any) -> None:
+        if not self.with_manager:
+            return
+        ctx = self.state.contexts[-1]
+        self.state.system = PoolerSystem.start(self.config, redis_client=ctx.redis,
+                                               consume_commands=False)
+        ctx.commands = DirectCommands(self.state.system)
+
+    def _worker_exit(self, _arbiter: Any, _worker: Any) -> None:
+        if self.state.system is not None:
+            self.state.system.stop()
+            self.state.system = None
