@@ -34,6 +34,7 @@ __all__ = [
     "pools",
     "provisioning_processing",
     "provisioning_request",
+    "ratelimit",
     "ready",
     "running",
     "tasks_clone",
@@ -102,6 +103,12 @@ def vm(name: str) -> str:
 def token(value: str) -> str:
     """Hash ``user``, ``created``, ``last`` of one API token."""
     return f"{_P}token__{value}"
+
+
+def ratelimit(cls: str, client: str) -> str:
+    """Integer request counter of one rate-limit class and client (``ip:<addr>`` or
+    ``token:<token>``); expires ``period`` seconds after it was created."""
+    return f"{_P}ratelimit__{cls}__{client}"
 
 
 # -- global counters and task queues --------------------------------------------------------
