@@ -11,6 +11,7 @@ import falcon
 
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import ApiError, install_error_handlers
+from vmpooler.web.middleware import build_middleware
 from vmpooler.web.resources import config as config_resources
 from vmpooler.web.resources import misc, openapi, status, token, vm
 
@@ -28,7 +29,7 @@ class _NotFound:
 
 def create_app(ctx: ApiContext) -> falcon.App:
     """A WSGI application serving vmpooler's API v3 over ``ctx``."""
-    app = falcon.App(media_type="application/json")
+    app = falcon.App(media_type="application/json", middleware=build_middleware(ctx))
     app.req_options.strip_url_path_trailing_slash = True
     app.req_options.auto_parse_form_urlencoded = False
     install_error_handlers(app)

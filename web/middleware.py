@@ -1,0 +1,219 @@
+"""Falcon middleware of the API: request timing, request log and rate limiter.
+
+:func:`build_middleware` gives the stack ``create_app`` installs, outermost first (Falcon
+calls ``process_request`` in list order and ``process_response`` in reverse, and runs every
+``process_response`` even when a ``process_request`` raised):
+
+1. :class:`RequestTimer`, always: ``http_request`` timing per response;
+2. :class:`RequestLogger` if ``request_logger`` is set (reference §1.7);
+3. :class:`RateLimiter` if ``rate_limiting_enabled`` is set (reference §1.6).
+
+As in vmpooler's Rack stack (§1.1), ``/healthcheck`` is neither rate limited nor logged, and
+a rejected (429) request is still logged. ``/api/v3/openapi.json`` (ours) is not limited.
+
+Divergences from vmpooler 3.9.1:
+
+* the limiter decides in one Redis round trip (a Lua script, see
+  :mod:`vmpooler.actors.ratelimit_store`), so concurrent requests cannot overshoot the limit
+  as vmpooler's GET-then-pipeline could;
+* **fixed window**: a counter's TTL is set when it is created, not refreshed by every
+  accepted request (vmpooler's sliding expiry eventually rejected slow, steady clients);
+* the request log line ends with ``Body: <n> bytes`` where vmpooler printed the Rack body
+  object's ``inspect`` (useless, and a way to leak tokens into logs);
+* the timer (``http_request`` timing tagged ``method`` and ``status``) is ours.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import falcon
+import redis
+
+from vmpooler.actors.ratelimit_store import RateLimitStore
+from vmpooler.web.context import ApiContext
+from vmpooler.web.errors import ApiError
+from vmpooler.web.tokens import TOKEN_HEADER
+
+__all__ = [
+    "EXEMPT_PATHS",
+    "RateLimiter",
+    "RequestLogger",
+    "RequestTimer",
+    "build_middleware",
+    "client_id",
+    "limit_class",
+]
+
+log = logging.getLogger(__name__)
+request_log = logging.getLogger("vmpooler.web.requests")
+
+#: Paths the rate limiter never counts (compared after trailing-slash stripping).
+EXEMPT_PATHS: frozenset[str] = frozenset({"/healthcheck", "/api/v3/openapi.json"})
+#: Paths the request logger never logs (vmpooler mounted these outside its logger).
+UNLOGGED_PATHS: frozenset[str] = frozenset({"/healthcheck"})
+
+_START = "vmpooler_request_started"
+
+
+def limit_class(method: str, path: str, token_header: str | None) -> str:
+    """vmpooler's class of a request: ``vm_creation`` (POST with ``/vm`` in the path, so
+    disk and snapshot POSTs too, but not ``/ondemandvm``), ``vm_deletion`` (DELETE with
+    ``/vm``), ``authenticated`` (the token header is present, even empty) or
+    ``global_per_ip``."""
+    if "/vm" in path:
+        if method == "POST":
+            return "vm_creation"
+        if method == "DELETE":
+            return "vm_deletion"
+    return "authenticated" if token_header is not None else "global_per_ip"
+
+
+def client_id(req: falcon.Request, *, trust_forwarded: bool = False) -> str:
+    """``token:<X-AUTH-TOKEN>`` when the header is non-empty, else ``ip:<address>``.
+
+    The address is ``req.remote_addr`` (the peer gunicorn saw). ``X-Forwarded-For`` and
+    ``Forwarded`` are ignored unless ``trust_forwarded`` (only behind a proxy that sets
+    them): otherwise any client could pick a fresh identity per request.
+    """
+    token = req.get_header(TOKEN_HEADER)
+    if token:
+        return f"token:{token}"
+    address = req.access_route[0] if trust_forwarded and req.access_route else req.remote_addr
+    return f"ip:{address}"
+
+
+class RequestTimer:
+    """Records ``metrics.timing("http_request", seconds, tags={"method", "status"})`` for
+    every response, through ``ctx.metrics``. Never fails a request."""
+
+    def __init__(self, ctx: ApiContext,
+                 timer: Callable[[], float] = time.perf_counter) -> None:
+        self._ctx = ctx
+        self._timer = timer
+
+    def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
+        """Note when the request started."""
+        setattr(req.context, _START, self._timer())
+
+    def process_response(self, req: falcon.Request, resp: falcon.Response,
+                         resource: object, req_succeeded: bool) -> None:
+        """Emit the timing (skipped if the request never reached ``process_request``)."""
+        started = getattr(req.context, _START, None)
+        if started is None:
+            return
+        try:
+            self._ctx.metrics.timing("http_request", max(0.0, self._timer() - started),
+                                     tags={"method": req.method,
+                                           "status": str(resp.status_code)})
+        except Exception:  # a metrics backend must never break a response
+            log.debug("[!] [api] http_request timing failed", exc_info=True)
+
+
+def _body_length(resp: falcon.Response) -> str:
+    """The response body size in bytes, or ``stream`` when it is not known up front."""
+    if resp.stream is not None:
+        return "stream"
+    body = resp.render_body()
+    return str(len(body) if body is not None else 0)
+
+
+class RequestLogger:
+    """One INFO line per response on ``vmpooler.web.requests``:
+    ``[ ] API: Method: <verb>, Status: <code>, Path: <path>, Body: <n> bytes``."""
+
+    def __init__(self, unlogged: Iterable[str] = UNLOGGED_PATHS) -> None:
+        self._unlogged = frozenset(unlogged)
+
+    def process_response(self, req: falcon.Request, resp: falcon.Response,
+                         resource: object, req_succeeded: bool) -> None:
+        """Log the finished request."""
+        if req.path in self._unlogged or not request_log.isEnabledFor(logging.INFO):
+            return
+        request_log.info("[ ] API: Method: %s, Status: %d, Path: %s, Body: %s bytes",
+                         req.method, resp.status_code, req.path, _body_length(resp))
+
+
+class RateLimiter:
+    """vmpooler's rate limiter (reference §1.6), one Redis round trip per request.
+
+    Each request is counted under ``vmpooler__ratelimit__<class>__<client>`` (see
+    :func:`limit_class`, :func:`client_id`) against ``ctx.config.rate_limits[<class>]``
+    (``limit`` requests per ``period`` seconds, vmpooler's defaults merged with the
+    ``:rate_limits:`` section). Over the limit the request is answered 429 with
+    ``X-RateLimit-Limit``, ``X-RateLimit-Remaining: 0``, ``X-RateLimit-Reset`` (epoch of the
+    window's end), ``Retry-After`` (seconds) and
+    ``{"ok": false, "error": "Rate limit exceeded", "limit", "period", "retry_after"}``;
+    accepted responses get no rate-limit headers (as in vmpooler). A rejected request does
+    not count. The window is fixed (see :mod:`vmpooler.actors.ratelimit_store`).
+
+    Redis errors fail open: the request proceeds and a warning is logged at most once per
+    ``warn_every`` seconds. ``trust_forwarded`` takes the client address from
+    ``X-Forwarded-For``/``Forwarded``; it is off (there is no setting for it yet), so the
+    address is ``req.remote_addr``.
+    """
+
+    def __init__(self, ctx: ApiContext, *, store: RateLimitStore | None = None,
+                 exempt: Iterable[str] = EXEMPT_PATHS, trust_forwarded: bool = False,
+                 warn_every: float = 60.0) -> None:
+        self._ctx = ctx
+        self._store = store if store is not None else RateLimitStore(ctx.redis)
+        self._exempt = frozenset(exempt)
+        self._trust_forwarded = trust_forwarded
+        self._warn_every = warn_every
+        self._warned_at: float | None = None
+        self._lock = threading.Lock()
+
+    def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
+        """Count the request; raise a 429 :class:`ApiError` if it is over its limit."""
+        if req.path in self._exempt:
+            return
+        cls = limit_class(req.method, req.path, req.get_header(TOKEN_HEADER))
+        settings = self._ctx.config.rate_limits.get(cls)
+        if not settings:
+            return
+        limit, period = int(settings["limit"]), int(settings["period"])
+        try:
+            decision = self._store.hit(cls, client_id(req, trust_forwarded=self._trust_forwarded),
+                                       limit, period)
+        except redis.RedisError as exc:
+            self._fail_open(exc)
+            return
+        if decision.allowed:
+            return
+        ttl = max(0, decision.ttl)
+        raise ApiError(429, _rejection(limit, period, ttl), headers={
+            "X-RateLimit-Limit": str(limit),
+            "X-RateLimit-Remaining": "0",
+            "X-RateLimit-Reset": str(int(self._ctx.clock.now()) + ttl),
+            "Retry-After": str(ttl),
+        })
+
+    def _fail_open(self, exc: redis.RedisError) -> None:
+        now = self._ctx.clock.monotonic()
+        with self._lock:
+            if self._warned_at is not None and now - self._warned_at < self._warn_every:
+                return
+            self._warned_at = now
+        log.warning("[!] [api] rate limiter cannot reach Redis, letting requests through: %s",
+                    exc)
+
+
+def _rejection(limit: int, period: int, ttl: int) -> dict[str, Any]:
+    return {"ok": False, "error": "Rate limit exceeded", "limit": limit, "period": period,
+            "retry_after": ttl}
+
+
+def build_middleware(ctx: ApiContext) -> list[object]:
+    """The middleware stack for ``ctx``: the timer always, the logger and the limiter when
+    ``request_logger`` / ``rate_limiting_enabled`` are set."""
+    stack: list[object] = [RequestTimer(ctx)]
+    if ctx.config.settings.request_logger:
+        stack.append(RequestLogger())
+    if ctx.config.settings.rate_limiting_enabled:
+        stack.append(RateLimiter(ctx))
+    return stack
