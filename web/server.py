@@ -10,12 +10,14 @@ process runs the actor system next to the API, and the API tells the actors dire
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import falcon
+import gunicorn.util
 import redis
 from gunicorn.app.base import BaseApplication
 
@@ -62,6 +64,15 @@ def _client(config: Config, address: tuple[str, int]) -> redis.Redis:
                    pool_timeout=config.redis.connection_pool_timeout)
 
 
+def _write_json_error(sock: Any, status_int: int, reason: str, mesg: str) -> None:
+    """gunicorn's ``util.write_error`` with a JSON body ``{"ok": false, "error": ...}``."""
+    body = json.dumps({"ok": False, "error": f"{reason}: {mesg}" if mesg else reason},
+                      indent=2).encode()
+    head = (f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
+    gunicorn.util.write_nonblock(sock, head.encode("latin1") + body)
+
+
 @dataclass
 class _State:
     """What one process of the server holds (the master's or a worker's copy)."""
@@ -94,6 +105,7 @@ class ApiServer(BaseApplication):  # type: ignore[misc]
             "loglevel": opts.log_level,
             "accesslog": None,
             "proc_name": "vmpooler",
+            "control_socket_disable": True,  # one shared ~/.gunicorn socket would clash
             "on_starting": self._on_starting,
             "post_worker_init": self._post_worker_init,
             "worker_exit": self._worker_exit,
@@ -129,6 +141,9 @@ class ApiServer(BaseApplication):  # type: ignore[misc]
         return create_app(ctx)
 
     def _post_worker_init(self, _worker: Any) -> None:
+        # Requests gunicorn cannot parse are answered by gunicorn itself, in HTML; in this
+        # worker process, answer them in JSON like everything else.
+        gunicorn.util.write_error = _write_json_error
         if not self.with_manager:
             return
         ctx = self.state.contexts[-1]
