@@ -73,13 +73,15 @@ class _Batch:
     def __init__(self, client: redis.Redis) -> None:
         self._pipe = client.pipeline(transaction=False)
         self._labels: list[Hashable] = []
+        self._label_set: set[Hashable] = set()
 
     def add(self, label: Hashable, command: str, *args: Any) -> None:
         """Queue ``command(*args)``; its answer will be found under ``label``."""
-        if label in self._labels:
+        if label in self._label_set:
             raise ValueError(f"duplicate label {label!r}")
         getattr(self._pipe, command)(*args)
         self._labels.append(label)
+        self._label_set.add(label)
 
     def run(self) -> dict[Hashable, Any]:
         """Send everything in one round trip (none when empty); answers by label."""

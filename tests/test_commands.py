@@ -18,6 +18,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from tests.harness import Harness, make_config, pool, started, wait_until
+from vmpooler.actors import schema
 from vmpooler.actors.clock import FakeClock
 from vmpooler.actors.command_stream import (
     GROUP,
@@ -237,3 +238,15 @@ def test_stream_entries_and_trimming(api_client: redis.Redis) -> None:
     assert before == {"id": before["id"], "kind": "pool_changed", "pool": "p999",
                       "reason": "why"}
     assert len(api_client.xinfo_groups(STREAM)) == 1
+
+
+def test_background_sending_coalesces_a_burst_per_pool(redis_client: redis.Redis) -> None:
+    sender = StreamCommands(redis_client, background=True)
+    for _ in range(200):
+        sender.pool_changed("a", "checkout")
+    sender.tasks_queued()
+    assert sender.flush(10)
+    entries = redis_client.xrange(schema.commands())
+    kinds = [(e[1]["kind"], e[1]["pool"]) for e in entries]
+    assert ("pool_changed", "a") in kinds and ("tasks_queued", "") in kinds
+    assert len(entries) < 200, "a burst for one pool is sent as few commands"

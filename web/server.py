@@ -135,7 +135,7 @@ class ApiServer(BaseApplication):  # type: ignore[misc]
                 f"embedded redis-server in {self.config.redis.data_dir} is running")
         client = _client(self.config, address)
         ctx = ApiContext(config=self.config, redis=client,
-                         commands=StreamCommands(client))
+                         commands=StreamCommands(client, background=True))
         ctx.started_at = ctx.clock.now()
         self.state.contexts.append(ctx)
         return create_app(ctx)
