@@ -101,6 +101,7 @@ class StreamCommands:
         self._waiting: dict[tuple[str, str], str] = {}
         self._thread: threading.Thread | None = None
         self._sending = False
+        self.coalesce_interval = 0.01  # seconds; bounds the delay a command may get
 
     def pool_changed(self, pool: str, reason: str) -> None:
         self._submit("pool_changed", pool, reason)
@@ -132,6 +133,8 @@ class StreamCommands:
             with self._cond:
                 self._sending = False
                 self._cond.notify_all()
+                # Let a burst gather: at most one XADD per (kind, pool) per interval.
+                self._cond.wait_for(lambda: False, self.coalesce_interval)
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until every queued command was sent (background mode); True if so."""
