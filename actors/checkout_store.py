@@ -22,6 +22,7 @@ import redis
 
 from vmpooler.actors import schema
 from vmpooler.actors.schema import Scripts
+from vmpooler.actors.store import read_vm_fields
 
 __all__ = ["CheckoutOutcome", "CheckoutStore", "ReturnOutcome", "Taken"]
 
@@ -177,10 +178,4 @@ class CheckoutStore:
 
     def vm_fields(self, vms: Iterable[str], fields: Sequence[str]) -> dict[str, list[str | None]]:
         """HMGET ``fields`` of each VM's hash, pipelined."""
-        names = list(vms)
-        if not names:
-            return {}
-        pipe = self.client.pipeline(transaction=False)
-        for name in names:
-            pipe.hmget(schema.vm(name), list(fields))
-        return dict(zip(names, pipe.execute(), strict=True))
+        return read_vm_fields(self.client, vms, fields)

@@ -17,7 +17,7 @@ import redis
 from vmpooler.actors import schema
 from vmpooler.actors.schema import Scripts
 
-__all__ = ["CloneReservation", "PoolSnapshot", "Store", "connect"]
+__all__ = ["CloneReservation", "PoolSnapshot", "Store", "connect", "read_vm_fields"]
 
 
 def connect(
@@ -50,6 +50,19 @@ def connect(
         retry_on_timeout=True,
     )
     return redis.Redis(connection_pool=pool)
+
+
+def read_vm_fields(
+    client: redis.Redis, vms: Iterable[str], fields: Sequence[str]
+) -> dict[str, list[str | None]]:
+    """HMGET ``fields`` of each VM's hash in one pipelined round trip (none for no VM)."""
+    names = list(vms)
+    if not names:
+        return {}
+    pipe = client.pipeline(transaction=False)
+    for name in names:
+        pipe.hmget(schema.vm(name), list(fields))
+    return dict(zip(names, pipe.execute(), strict=True))
 
 
 class CloneReservation:
@@ -157,13 +170,7 @@ class Store:
 
     def vm_fields(self, vms: Iterable[str], fields: Sequence[str]) -> dict[str, list[str | None]]:
         """HMGET ``fields`` of each VM's hash, pipelined."""
-        names = list(vms)
-        if not names:
-            return {}
-        pipe = self.client.pipeline(transaction=False)
-        for name in names:
-            pipe.hmget(schema.vm(name), list(fields))
-        return dict(zip(names, pipe.execute(), strict=True))
+        return read_vm_fields(self.client, vms, fields)
 
     def active_members(self, pool: str, vms: Iterable[str]) -> set[str]:
         """The subset of ``vms`` present in the pool's ``active`` hash."""

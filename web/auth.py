@@ -41,7 +41,7 @@ from ldap3.utils.conv import escape_filter_chars
 from ldap3.utils.dn import escape_rdn
 
 from vmpooler.web.context import ApiContext
-from vmpooler.web.errors import ApiError
+from vmpooler.web.errors import unauthorized
 
 __all__ = ["LDAP_TIMEOUT", "REALM_HEADER", "authenticate", "basic_credentials",
            "check_credentials", "check_ldap"]
@@ -60,11 +60,6 @@ REALM_HEADER = {"WWW-Authenticate": 'Basic realm="Authentication required"'}
 
 class _LdapDownError(Exception):
     """The LDAP server could not be reached or failed: stop trying other pairs."""
-
-
-def unauthorized() -> ApiError:
-    """vmpooler's 401: ``{"ok": false}`` and the Basic realm header."""
-    return ApiError(401, headers=dict(REALM_HEADER))
 
 
 def basic_credentials(req: falcon.Request) -> tuple[str, str] | None:

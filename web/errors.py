@@ -13,7 +13,7 @@ from typing import Any
 
 import falcon
 
-__all__ = ["ApiError", "install_error_handlers", "json_body"]
+__all__ = ["ApiError", "install_error_handlers", "json_body", "unauthorized"]
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,12 @@ class ApiError(Exception):
         self.status = status
         self.body = body if body is not None else {"ok": False}
         self.headers = headers or {}
+
+
+def unauthorized() -> ApiError:
+    """vmpooler's 401: ``{"ok": false}`` with a Basic ``WWW-Authenticate`` challenge."""
+    return ApiError(401, {"ok": False},
+                    headers={"WWW-Authenticate": 'Basic realm="Authentication required"'})
 
 
 def _api_error(req: falcon.Request, resp: falcon.Response, ex: ApiError,

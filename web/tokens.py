@@ -13,7 +13,7 @@ import falcon
 from vmpooler.actors import timefmt
 from vmpooler.actors.checkout_store import CheckoutStore
 from vmpooler.web.context import ApiContext
-from vmpooler.web.errors import ApiError
+from vmpooler.web.errors import ApiError, unauthorized
 
 __all__ = [
     "TOKEN_HEADER", "check_owner", "need_token", "ownership_enforced", "presented_token",
@@ -26,12 +26,6 @@ TOKEN_HEADER = "X-AUTH-TOKEN"
 def presented_token(req: falcon.Request) -> str | None:
     """The token header as sent (None when absent; '' when present but empty)."""
     return req.get_header(TOKEN_HEADER)
-
-
-def unauthorized() -> ApiError:
-    """vmpooler's 401: ``{"ok": false}`` with a Basic ``WWW-Authenticate`` challenge."""
-    return ApiError(401, {"ok": False},
-                    headers={"WWW-Authenticate": 'Basic realm="Authentication required"'})
 
 
 def need_token(req: falcon.Request, ctx: ApiContext, store: CheckoutStore | None = None) -> str:
