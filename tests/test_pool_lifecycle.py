@@ -149,8 +149,12 @@ def test_stray_provider_vm_is_discovered_then_destroyed(redis_client: redis.Redi
 def test_completed_vm_missing_from_inventory_is_forgotten(redis_client: redis.Redis) -> None:
     config = make_config([pool("a", 0)])
     with started(redis_client, config) as h:
-        redis_client.sadd(schema.completed("a"), "ghost")
-        redis_client.hset(schema.vm("ghost"), "pool", "a")
+        # One transaction: a cycle running between two separate writes would forget the VM
+        # and then see its hash written afresh.
+        with redis_client.pipeline(transaction=True) as seed:
+            seed.sadd(schema.completed("a"), "ghost")
+            seed.hset(schema.vm("ghost"), "pool", "a")
+            seed.execute()
         h.system.notify("a")
         wait_until(lambda: not redis_client.exists(schema.vm("ghost")))
         assert not redis_client.sismember(schema.completed("a"), "ghost")
