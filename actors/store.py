@@ -190,37 +190,56 @@ class Store:
 
     # -- transitions ------------------------------------------------------------------------
     def reserve_clone(
-        self, pool: str, vm: str, *, limit: int, clone_time: str, domain: str | None
+        self, pool: str, vm: str, *, limit: int, clone_time: str, domain: str | None,
+        request: tuple[str, str] | None = None,
     ) -> int:
         """Take a clone slot and the name, and put the VM in pending, atomically.
 
-        Returns a :class:`CloneReservation` code.
+        ``request`` is ``(request_id, alias)`` for an on-demand clone: it takes a slot of
+        ``tasks__ondemandclone`` instead and is recorded in the VM hash. Returns a
+        :class:`CloneReservation` code.
         """
+        request_id, alias = request or ("", "")
         return int(self._run(
             "START_CLONE",
-            [schema.tasks_clone(), schema.vm(vm), schema.pending(pool)],
-            [limit, vm, clone_time, pool, domain or ""],
+            [_clone_counter(request is not None), schema.vm(vm), schema.pending(pool)],
+            [limit, vm, clone_time, pool, domain or "", request_id, alias],
         ))
 
     def clone_succeeded(
-        self, pool: str, vm: str, *, seconds: float, ip: str, date: str
+        self, pool: str, vm: str, *, seconds: float, ip: str, date: str, ondemand: bool = False
     ) -> None:
         """Release the clone slot and record the clone's duration and IP."""
         self._run(
             "CLONE_SUCCEEDED",
-            [schema.tasks_clone(), schema.vm(vm), schema.clone_stats(date)],
+            [_clone_counter(ondemand), schema.vm(vm), schema.clone_stats(date)],
             [f"{pool}:{vm}", f"{seconds:.2f}", ip],
         )
 
     def clone_failed(
-        self, pool: str, vm: str, *, error: str, error_class: str, ttl: int, release_slot: bool
+        self, pool: str, vm: str, *, error: str, error_class: str, ttl: int, release_slot: bool,
+        ondemand: bool = False,
     ) -> bool:
         """Remove a failed clone from pending and let its hash expire in ``ttl`` seconds."""
         return bool(self._run(
             "CLONE_FAILED",
-            [schema.tasks_clone(), schema.vm(vm), schema.pending(pool)],
+            [_clone_counter(ondemand), schema.vm(vm), schema.pending(pool)],
             [vm, error, error_class, ttl, "1" if release_slot else "0"],
         ))
+
+    def ondemand_owners(self, vms: Iterable[str]) -> dict[str, tuple[str, str]]:
+        """``vm -> (request_id, alias)`` for those of ``vms`` cloned for a request."""
+        names = list(vms)
+        if not names:
+            return {}
+        pipe = self.client.pipeline(transaction=False)
+        for name in names:
+            pipe.hmget(schema.vm(name), "request_id", "pool_alias")
+        owners = {}
+        for name, (request_id, alias) in zip(names, pipe.execute(), strict=True):
+            if request_id:
+                owners[name] = (request_id, alias or "")
+        return owners
 
     def release_clone_slot(self) -> int:
         """Give back one clone slot (never below zero)."""
@@ -284,7 +303,7 @@ class Store:
         return int(self._run(
             "DRAIN",
             [schema.ready(pool), schema.pending(pool), schema.completed(pool)],
-            ["1" if include_ready else "0"],
+            ["1" if include_ready else "0", schema.vm("")],
         ))
 
     # -- small writes -----------------------------------------------------------------------
@@ -380,3 +399,7 @@ class Store:
     def members(self, pool: str, queue: str) -> set[str]:
         """SMEMBERS of one queue of the pool."""
         return set(self.client.smembers(getattr(schema, queue)(pool)))
+
+
+def _clone_counter(ondemand: bool) -> str:
+    return schema.tasks_ondemandclone() if ondemand else schema.tasks_clone()

@@ -86,6 +86,9 @@ class GlobalSettings:
     )  # hours
     ready_ttl: int = setting(60, "int", env="READY_TTL")
     ondemand_request_ttl: int = setting(5, "int", env="ONDEMAND_REQUEST_TTL")
+    # Seconds past the TTL an on-demand request keeps waiting for VMs already cloning or
+    # booting (no new clones start). Ours; 0 is vmpooler's behaviour.
+    ondemand_request_grace: int = setting(0, "int", env="ONDEMAND_REQUEST_GRACE", minimum=0)
     max_ondemand_instances_per_request: int = setting(
         10, "int", env="MAX_ONDEMAND_INSTANCES_PER_REQUEST"
     )

@@ -1,247 +1,11 @@
-"""The Redis schema: every key name and every Lua script vmpooler uses, in one place.
+"""Lua scripts of the pooled-VM lifecycle, the checkout and the API's VM writes.
 
-Key names are vmpooler 3.9.1's exactly (reference §2.1), so a Redis shared with a Ruby
-vmpooler, dashboards and operators' scripts keep working. Nothing else in the project spells
-``vmpooler__``: everything asks this module.
-
-Each Lua script is one transition that could race with another process (the API, another
-manager). It checks the current state before it writes, and returns a code the caller must
-handle. Scripts document their KEYS and ARGV.
+Part of :mod:`vmpooler.actors.schema`: import ``Scripts`` from there.
 """
 
 from __future__ import annotations
 
-__all__ = [
-    "Scripts",
-    "active",
-    "boot_stats",
-    "clone_stats",
-    "commands",
-    "completed",
-    "config_clone_target",
-    "config_poolsize",
-    "config_template",
-    "discovered",
-    "dlq",
-    "empty",
-    "lastboot",
-    "migrating",
-    "migration",
-    "odcreate_task",
-    "pending",
-    "pool_hash",
-    "poolreset",
-    "pools",
-    "provisioning_processing",
-    "provisioning_request",
-    "ratelimit",
-    "ready",
-    "running",
-    "tasks_clone",
-    "tasks_disk",
-    "tasks_ondemandclone",
-    "tasks_snapshot",
-    "tasks_snapshot_revert",
-    "template_deltas",
-    "template_prepared",
-    "token",
-    "undo_size_override",
-    "undo_template_override",
-    "vm",
-]
-
-_P = "vmpooler__"
-
-
-# -- per-pool VM queues (sets) -------------------------------------------------------------
-def pending(pool: str) -> str:
-    """Set of VMs being cloned or booting."""
-    return f"{_P}pending__{pool}"
-
-
-def ready(pool: str) -> str:
-    """Set of VMs ready for checkout."""
-    return f"{_P}ready__{pool}"
-
-
-def running(pool: str) -> str:
-    """Set of checked-out VMs."""
-    return f"{_P}running__{pool}"
-
-
-def completed(pool: str) -> str:
-    """Set of VMs waiting to be destroyed."""
-    return f"{_P}completed__{pool}"
-
-
-def discovered(pool: str) -> str:
-    """Set of provider VMs found in no queue (destroyed on the next pass unless claimed)."""
-    return f"{_P}discovered__{pool}"
-
-
-def migrating(pool: str) -> str:
-    """Set of checked-out VMs the provider may migrate (a side set: they stay in running)."""
-    return f"{_P}migrating__{pool}"
-
-
-def active(pool: str) -> str:
-    """Hash VM -> checkout time of checked-out VMs."""
-    return f"{_P}active__{pool}"
-
-
-def empty(pool: str) -> str:
-    """String ``"true"`` while the pool has no ready VM."""
-    return f"{_P}empty__{pool}"
-
-
-# -- per-VM and per-token hashes ------------------------------------------------------------
-def vm(name: str) -> str:
-    """Hash of one VM's fields (reference §2.2)."""
-    return f"{_P}vm__{name}"
-
-
-def token(value: str) -> str:
-    """Hash ``user``, ``created``, ``last`` of one API token."""
-    return f"{_P}token__{value}"
-
-
-def ratelimit(cls: str, client: str) -> str:
-    """Integer request counter of one rate-limit class and client (``ip:<addr>`` or
-    ``token:<token>``); expires ``period`` seconds after it was created."""
-    return f"{_P}ratelimit__{cls}__{client}"
-
-
-# -- global counters and task queues --------------------------------------------------------
-def tasks_clone() -> str:
-    """Integer: pooled clones in flight."""
-    return f"{_P}tasks__clone"
-
-
-def tasks_ondemandclone() -> str:
-    """Integer: on-demand clones in flight."""
-    return f"{_P}tasks__ondemandclone"
-
-
-def tasks_disk() -> str:
-    """Set of ``"<vm>:<gb>"`` disk requests."""
-    return f"{_P}tasks__disk"
-
-
-def tasks_snapshot() -> str:
-    """Set of ``"<vm>:<name>"`` snapshot requests."""
-    return f"{_P}tasks__snapshot"
-
-
-def tasks_snapshot_revert() -> str:
-    """Set of ``"<vm>:<name>"`` snapshot-revert requests."""
-    return f"{_P}tasks__snapshot-revert"
-
-
-# -- on-demand request queues (global sorted sets) -------------------------------------------
-def provisioning_request() -> str:
-    """Sorted set of on-demand request ids not yet expanded, score = creation epoch."""
-    return f"{_P}provisioning__request"
-
-
-def provisioning_processing() -> str:
-    """Sorted set of on-demand request ids being provisioned, score = creation epoch."""
-    return f"{_P}provisioning__processing"
-
-
-def odcreate_task() -> str:
-    """Sorted set of clone tasks ``"<name>:<pool>:<count>:<id>"``.
-
-    Score: queueing epoch; 1 for retries, 0 for a cancel marker.
-    """
-    return f"{_P}odcreate__task"
-
-
-# -- statistics -------------------------------------------------------------------------------
-def clone_stats(date: str) -> str:
-    """Hash ``"<pool>:<vm>"`` -> clone seconds, per day (``YYYY-MM-DD``)."""
-    return f"{_P}clone__{date}"
-
-
-def boot_stats(date: str) -> str:
-    """Hash ``"<pool>:<vm>"`` -> seconds from clone to ready, per day."""
-    return f"{_P}boot__{date}"
-
-
-def tag_stats(date: str) -> str:
-    """Hash ``"<vm>:<tag>"`` -> value, per day."""
-    return f"{_P}tag__{date}"
-
-
-def lastboot() -> str:
-    """Hash pool -> time its last VM became ready."""
-    return f"{_P}lastboot"
-
-
-# -- pool configuration and overrides -------------------------------------------------------
-def pools() -> str:
-    """Set of configured pool names (published by the manager at start)."""
-    return f"{_P}pools"
-
-
-def pool_hash(pool: str) -> str:
-    """Hash of a pool's configuration as published by the manager."""
-    return f"{_P}pool__{pool}"
-
-
-def config_poolsize() -> str:
-    """Hash pool -> size override."""
-    return f"{_P}config__poolsize"
-
-
-def config_template() -> str:
-    """Hash pool -> template override."""
-    return f"{_P}config__template"
-
-
-def config_clone_target() -> str:
-    """Hash pool -> clone target override."""
-    return f"{_P}config__clone_target"
-
-
-def undo_size_override() -> str:
-    """Set of pools whose size override was removed."""
-    return f"{_P}pool__undo_size_override"
-
-
-def undo_template_override() -> str:
-    """Set of pools whose template override was removed."""
-    return f"{_P}pool__undo_template_override"
-
-
-def poolreset() -> str:
-    """Set of pools asked to drain and refill."""
-    return f"{_P}poolreset"
-
-
-def template_prepared() -> str:
-    """Hash pool -> template last prepared."""
-    return f"{_P}template__prepared"
-
-
-def template_deltas() -> str:
-    """Set of templates that have delta disks."""
-    return f"{_P}template__deltas"
-
-
-def migration() -> str:
-    """Set of VMs migrating now (vSphere provider)."""
-    return f"{_P}migration"
-
-
-def dlq(queue: str) -> str:
-    """Sorted set of dead-letter entries for ``pending``, ``ready`` or ``clone``."""
-    return f"{_P}dlq__{queue}"
-
-
-# -- API -> manager commands ------------------------------------------------------------------
-def commands() -> str:
-    """Stream of API commands for the managers' consumer group (ours; vmpooler has none)."""
-    return f"{_P}commands"
+__all__ = ["Scripts"]
 
 
 class Scripts:
@@ -252,7 +16,9 @@ class Scripts:
     """
 
     # KEYS[1] counter, KEYS[2] vm hash, KEYS[3] pending set
-    # ARGV[1] limit, ARGV[2] vm name, ARGV[3] clone time, ARGV[4] pool, ARGV[5] domain ('' = none)
+    # ARGV[1] limit, ARGV[2] vm name, ARGV[3] clone time, ARGV[4] pool, ARGV[5] domain ('' = none),
+    # ARGV[6] on-demand request id ('' = a pooled clone), ARGV[7] the request's alias
+    # The counter is ``tasks__clone`` for pooled clones, ``tasks__ondemandclone`` for requests.
     # Returns 1 reserved (counter incremented, hash written, VM in pending),
     #         0 no clone slot (counter >= limit), -1 name taken (hash exists).
     START_CLONE = """
@@ -262,6 +28,9 @@ if redis.call('EXISTS', KEYS[2]) == 1 then return -1 end
 redis.call('INCR', KEYS[1])
 redis.call('HSET', KEYS[2], 'clone', ARGV[3], 'template', ARGV[4], 'pool', ARGV[4])
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[2], 'domain', ARGV[5]) end
+if ARGV[6] and ARGV[6] ~= '' then
+  redis.call('HSET', KEYS[2], 'request_id', ARGV[6], 'pool_alias', ARGV[7])
+end
 redis.call('SADD', KEYS[3], ARGV[2])
 return 1
 """
@@ -371,16 +140,19 @@ return 1
 """
 
     # KEYS[1] ready, KEYS[2] pending, KEYS[3] completed
-    # ARGV[1] '1' to drain ready too ('0' = pending only)
-    # Moves every pending (and ready) VM to completed atomically. Returns the number moved.
+    # ARGV[1] '1' to drain ready too ('0' = pending only), ARGV[2] VM hash key prefix
+    # Moves every pending (and ready) VM to completed atomically, except pending VMs cloned
+    # for an on-demand request (their request owns them). Returns the number moved.
     DRAIN = """
 local moved = 0
 local sources = {KEYS[2]}
 if ARGV[1] == '1' then sources = {KEYS[1], KEYS[2]} end
 for _, key in ipairs(sources) do
   for _, name in ipairs(redis.call('SMEMBERS', key)) do
-    redis.call('SMOVE', key, KEYS[3], name)
-    moved = moved + 1
+    if key == KEYS[1] or redis.call('HEXISTS', ARGV[2] .. name, 'request_id') == 0 then
+      redis.call('SMOVE', key, KEYS[3], name)
+      moved = moved + 1
+    end
   end
 end
 return moved
