@@ -3,7 +3,8 @@
 ``vmpooler api`` processes append commands to the stream ``vmpooler__commands``
 (:class:`vmpooler.web.commands.StreamCommands`); managers read it through one consumer group,
 so each command reaches one manager, which calls ``notify(pool, reason)`` (the pool actor is
-told ``PoolChanged``) or ``notify_tasks()``. A caller may rely on:
+told ``PoolChanged``), ``notify_tasks()`` or ``notify_request(request_id, reason)`` (an
+on-demand request was created or deleted). A caller may rely on:
 
 * **Durability.** The group's last-delivered id lives in Redis: commands sent while no
   manager runs are delivered when one starts. An entry is acknowledged (XACK) after it was
@@ -220,11 +221,13 @@ class CommandConsumer(SupervisedActor):
     def __init__(
         self, *, client: redis.Redis, notify: Callable[[str, str], bool],
         notify_tasks: Callable[[], bool], options: StreamOptions | None = None,
+        notify_request: Callable[[str, str], bool] | None = None,
         seen: SeenIds | None = None, clock: Clock | None = None,
         supervisor: pykka.ActorRef[Any] | None = None,
     ) -> None:
         super().__init__(name="commands", supervisor=supervisor)
         self.client, self.notify, self.notify_tasks = client, notify, notify_tasks
+        self.notify_request = notify_request or (lambda request_id, reason: False)
         self.options = options or StreamOptions()
         self.seen = seen if seen is not None else SeenIds()
         self.clock = clock or RealClock()
@@ -273,8 +276,11 @@ class CommandConsumer(SupervisedActor):
     def _dispatch(self, fields: Mapping[str, str]) -> None:
         kind, pool = fields.get("kind"), fields.get("pool", "")
         try:
-            told = (self.notify(pool, fields.get("reason", "")) if kind == "pool_changed"
-                    else self.notify_tasks() if kind == "tasks_queued" else False)
+            reason = fields.get("reason", "")
+            told = (self.notify(pool, reason) if kind == "pool_changed"
+                    else self.notify_tasks() if kind == "tasks_queued"
+                    else self.notify_request(pool, reason) if kind == "request_changed"
+                    else False)
         except Exception:
             log.exception("[!] [commands] could not dispatch %s '%s'", kind, pool)
             return
@@ -286,13 +292,15 @@ class CommandConsumer(SupervisedActor):
 def consumer_factory(
     client: redis.Redis, *, notify: Callable[[str, str], bool],
     notify_tasks: Callable[[], bool], clock: Clock, options: StreamOptions | None = None,
+    notify_request: Callable[[str, str], bool] | None = None,
 ) -> Callable[[pykka.ActorRef[Any]], pykka.ActorRef[Any]]:
     """A supervisor child factory: every incarnation shares one consumer name and memory."""
     options, seen = options or StreamOptions(), SeenIds()
 
     def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
         return CommandConsumer.start(
-            client=client, notify=notify, notify_tasks=notify_tasks, options=options,
+            client=client, notify=notify, notify_tasks=notify_tasks,
+            notify_request=notify_request, options=options,
             seen=seen, clock=clock, supervisor=supervisor)
 
     return factory

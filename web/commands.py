@@ -40,6 +40,10 @@ class Commands(Protocol):
     def tasks_queued(self) -> None:
         """Disk or snapshot tasks were queued."""
 
+    def request_changed(self, request_id: str, reason: str) -> None:
+        """An on-demand request was created or deleted in Redis: its actor starts (or
+        learns of the deletion) now."""
+
 
 class NullCommands:
     """Sends nothing: the manager notices changes at its next periodic cycle."""
@@ -48,6 +52,9 @@ class NullCommands:
         return None
 
     def tasks_queued(self) -> None:
+        return None
+
+    def request_changed(self, request_id: str, reason: str) -> None:
         return None
 
 
@@ -74,12 +81,19 @@ class DirectCommands:
         except Exception:
             log.exception("[!] [commands] could not notify the task actor")
 
+    def request_changed(self, request_id: str, reason: str) -> None:
+        try:
+            self.system.notify_request(request_id, reason)
+        except Exception:
+            log.exception("[!] [commands] could not notify request '%s'", request_id)
+
 
 class StreamCommands:
     """Appends commands to the Redis stream the managers' consumer group reads.
 
-    Each entry is ``{"id": <uuid4>, "kind": "pool_changed" | "tasks_queued", "pool": ...,
-    "reason": ...}``; the stream is trimmed to about ``maxlen`` entries (``MAXLEN ~``).
+    Each entry is ``{"id": <uuid4>, "kind": "pool_changed" | "tasks_queued" |
+    "request_changed", "pool": <pool or request id>, "reason": ...}``; the stream is
+    trimmed to about ``maxlen`` entries (``MAXLEN ~``).
     Before its first command it creates the consumer group if no manager has yet (so a
     command sent before any manager ever ran is delivered too). A Redis error is logged
     and the command dropped: commands are wake-ups, the manager's cycle catches up.
@@ -108,6 +122,9 @@ class StreamCommands:
 
     def tasks_queued(self) -> None:
         self._submit("tasks_queued", "", "")
+
+    def request_changed(self, request_id: str, reason: str) -> None:
+        self._submit("request_changed", request_id, reason)
 
     def _submit(self, kind: str, pool: str, reason: str) -> None:
         if not self._background:
