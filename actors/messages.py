@@ -16,16 +16,27 @@ import pykka
 __all__ = [
     "ActorCrashed",
     "CallProvider",
+    "CloneForRequest",
     "CloneSlotFreed",
     "PoolChanged",
     "ProviderCallFinished",
     "ProviderFailure",
     "ProviderOp",
     "RefillPool",
+    "RequestChanged",
+    "RequestCloneAnswered",
+    "RequestExpired",
+    "RequestFinished",
+    "RequestSlotFreed",
+    "RequestVmCloning",
+    "RequestVmFailed",
+    "RequestVmReady",
     "RestartActor",
     "RunPoolCycle",
     "StartDrain",
+    "SweepRequests",
     "WantCloneSlot",
+    "WantRequestVms",
 ]
 
 
@@ -199,3 +210,109 @@ class RestartActor:
 
     name: str
     attempt: int = field(default=0)
+
+
+# -- on-demand requests ------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class RequestChanged:
+    """API (through Commands) → on-demand manager → request actor: the request was created
+    or deleted in Redis. The manager starts an actor for a request that has none."""
+
+    request_id: str
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SweepRequests:
+    """Scheduler → on-demand manager: look for requests without an actor and hand out any
+    clone slot that is free."""
+
+
+@dataclass(frozen=True, slots=True)
+class WantRequestVms:
+    """Request actor → on-demand manager: clone one VM for each ``(alias, pool)`` in
+    ``wants``, when a slot is free and it is this request's turn. Empty ``wants``
+    withdraws everything the request still has queued."""
+
+    request_id: str
+    wants: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CloneForRequest:
+    """On-demand manager → pool actor: clone one VM for the request, using an on-demand
+    clone slot. Answered to the manager with :class:`RequestCloneAnswered`; the request
+    actor hears :class:`RequestVmCloning`, then :class:`RequestVmReady` or
+    :class:`RequestVmFailed`. ``grant`` numbers the manager's grants."""
+
+    request_id: str
+    alias: str
+    pool: str
+    grant: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RequestCloneAnswered:
+    """Pool actor → on-demand manager: the clone of :class:`CloneForRequest` started
+    (``vm`` set) or could not start (``vm`` None: no slot, no provider, no name)."""
+
+    request_id: str
+    alias: str
+    pool: str
+    vm: str | None
+    grant: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSlotFreed:
+    """Pool actor → on-demand manager: an on-demand clone finished; its slot is free."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestVmCloning:
+    """Pool actor → request actor: ``vm`` is being cloned for the request."""
+
+    request_id: str
+    alias: str
+    pool: str
+    vm: str
+
+
+@dataclass(frozen=True, slots=True)
+class RequestVmReady:
+    """Pool actor → request actor: ``vm`` (still pending) passed its readiness check."""
+
+    request_id: str
+    alias: str
+    pool: str
+    vm: str
+
+
+@dataclass(frozen=True, slots=True)
+class RequestVmFailed:
+    """Pool actor → request actor: ``vm``'s clone failed or it never became ready (it is
+    already out of pending). ``permanent`` errors are not worth retrying."""
+
+    request_id: str
+    alias: str
+    pool: str
+    vm: str
+    reason: str
+    permanent: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RequestExpired:
+    """Scheduler → request actor: the request's deadline (or its grace window) is over."""
+
+    request_id: str
+    grace: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFinished:
+    """Request actor → on-demand manager: the request reached ``status`` (or is gone, ``""``);
+    the actor has stopped and its queued clones are cancelled."""
+
+    request_id: str
+    status: str

@@ -26,6 +26,7 @@ from vmpooler.actors.config import GlobalSettings, PoolConfig
 from vmpooler.actors.hostnames import HostnameGenerator
 from vmpooler.actors.messages import (
     CallProvider,
+    CloneForRequest,
     PoolChanged,
     ProviderCallFinished,
     ProviderOp,
@@ -35,9 +36,11 @@ from vmpooler.actors.messages import (
 )
 from vmpooler.actors.metrics import Metrics
 from vmpooler.actors.pool_checks import PoolChecks
+from vmpooler.actors.pool_ondemand import OnDemandVms
 from vmpooler.actors.pool_outcomes import OutcomeHandlers
 from vmpooler.actors.pool_policy import Backoff, LifetimePolicy
 from vmpooler.actors.pool_upkeep import PoolUpkeep
+from vmpooler.actors.request_store import RequestStore
 from vmpooler.actors.store import PoolSnapshot, Store
 from vmpooler.actors.supervisor import ActorDirectory, SupervisedActor
 
@@ -45,7 +48,7 @@ __all__ = ["PoolActor"]
 
 log = logging.getLogger(__name__)
 
-class PoolActor(OutcomeHandlers, PoolChecks, PoolUpkeep, SupervisedActor):
+class PoolActor(OutcomeHandlers, PoolChecks, PoolUpkeep, OnDemandVms, SupervisedActor):
     """Owns the VMs of one pool. Construct with :meth:`pykka.ThreadingActor.start`."""
 
     def __init__(
@@ -60,9 +63,12 @@ class PoolActor(OutcomeHandlers, PoolChecks, PoolUpkeep, SupervisedActor):
         scheduler: Scheduler,
         metrics: Metrics,
         hostnames: HostnameGenerator,
+        requests: RequestStore | None = None,
         supervisor: pykka.ActorRef[Any] | None = None,
     ) -> None:
         super().__init__(name=f"pool:{pool.name}", supervisor=supervisor)
+        self.requests = requests or RequestStore(store.client)
+        self.ondemand: dict[str, tuple[str, str]] = {}  # vm -> (request_id, alias)
         self.pool = pool
         self.name = pool.name
         self.settings = settings
@@ -144,6 +150,8 @@ class PoolActor(OutcomeHandlers, PoolChecks, PoolUpkeep, SupervisedActor):
             self._guard(lambda: self.refill(freed=1))
         elif isinstance(message, StartDrain):
             self._guard(self._drain, message.reason or "drain requested")
+        elif isinstance(message, CloneForRequest):
+            self._guard(self._clone_for_request, message)
         return None
 
     def _guard(self, fn: Any, *args: Any) -> None:
@@ -252,6 +260,7 @@ class PoolActor(OutcomeHandlers, PoolChecks, PoolUpkeep, SupervisedActor):
         snap = store.snapshot(name)
         if not self.initialised:
             self._initialise(snap)
+        self._prune_ondemand(snap.pending)
         activity = False
         known = snap.pending | snap.ready | snap.running | snap.completed | snap.discovered
         unknown = inventory - known
@@ -270,7 +279,7 @@ class PoolActor(OutcomeHandlers, PoolChecks, PoolUpkeep, SupervisedActor):
         now = self.clock.now()
         self._check_running(snap, inventory, now)
         ready = self._check_ready(snap, inventory, now)
-        pending = set(snap.pending)
+        pending = set(snap.pending) - self.ondemand.keys()  # a request's VMs are not the pool's
         for vm in sorted(snap.pending - self.busy.keys(), reverse=True):
             if vm in inventory:
                 activity |= self._send(ProviderOp.CHECK_PENDING, vm)
@@ -292,6 +301,7 @@ class PoolActor(OutcomeHandlers, PoolChecks, PoolUpkeep, SupervisedActor):
         return activity
 
     def _initialise(self, snap: PoolSnapshot) -> None:
+        self.ondemand.update(self.store.ondemand_owners(snap.pending))
         if snap.template_override:
             self.template = snap.template_override
         if snap.clone_target_override:

@@ -80,12 +80,13 @@ class OutcomeHandlers:
     # -- clone --------------------------------------------------------------------------------
     def _cloned(self: PoolActor, msg: ProviderCallFinished) -> None:
         vm = msg.vm or ""
+        ondemand = vm in self.ondemand
         if msg.failure is None:
             result: CloneResult = msg.result
             try:
                 self.store.clone_succeeded(
                     self.name, vm, seconds=result.seconds, ip=result.ip,
-                    date=timefmt.date_bucket(self.clock.now()),
+                    date=timefmt.date_bucket(self.clock.now()), ondemand=ondemand,
                 )
             except Exception:
                 self.owed_slots += 1
@@ -94,7 +95,10 @@ class OutcomeHandlers:
             self.metrics.gauge("vmpooler_clone", result.seconds, tags={"pool": self.name})
             log.info("[+] [%s] '%s' cloned in %.2f seconds", self.name, vm, result.seconds)
             self._send(ProviderOp.CHECK_PENDING, vm)
-            self.refill(freed=1)
+            if ondemand:
+                self._ondemand_slot_freed()
+            else:
+                self.refill(freed=1)
             return
         failure = msg.failure
         self.clone_failures += 1
@@ -106,19 +110,28 @@ class OutcomeHandlers:
         try:
             self.store.clone_failed(self.name, vm, error=failure.message,
                                     error_class=failure.error_class, ttl=self.data_ttl,
-                                    release_slot=True)
+                                    release_slot=True, ondemand=ondemand)
         except Exception:
-            self.owed_slots += 1
+            if not ondemand:
+                self.owed_slots += 1
             raise
         self._forget_caches(vm)
         log.error("[!] [%s] '%s' clone failed: %s: %s", self.name, vm, failure.error_class,
                   failure.message)
-        self.refill(freed=1)
+        if ondemand:
+            self._ondemand_lost(vm, f"clone failed: {failure.error_class}: {failure.message}",
+                                permanent=failure.permanent)
+            self._ondemand_slot_freed()
+        else:
+            self.refill(freed=1)
 
     # -- pending --------------------------------------------------------------------------------
     def _pending_checked(self: PoolActor, msg: ProviderCallFinished) -> None:
         vm = msg.vm or ""
         now = self.clock.now()
+        if msg.failure is None and msg.result and vm in self.ondemand:
+            self._ondemand_ready(vm)
+            return
         if msg.failure is None and msg.result:
             started = self._clone_started(vm)
             boot = now - started if started is not None else 0.0
@@ -151,6 +164,7 @@ class OutcomeHandlers:
                 reason = msg.failure.message if msg.failure is not None else "not ready"
                 log.error("[>] [%s] '%s' marked as 'failed' after %s minutes (%s)", self.name,
                           vm, self.timeout_min, reason)
+            self._ondemand_lost(vm, f"not ready after {self.timeout_min} minutes")
             self._forget_caches(vm)
 
     # -- ready ----------------------------------------------------------------------------------

@@ -96,35 +96,46 @@ class PoolUpkeep:
             if broker is not None:
                 broker.tell(WantCloneSlot(self.name))
 
-    def _start_clone(self: PoolActor) -> bool:
+    def _start_clone(self: PoolActor, request: tuple[str, str] | None = None) -> str | None:
+        """Reserve a name and a clone slot and start a clone; the VM's name, or None.
+
+        ``request`` is ``(request_id, alias)`` for a clone of an on-demand request: it takes
+        an on-demand slot, and the VM is the request's (see ``OnDemandVms``).
+        """
         provider = self._provider()
         if provider is None:
-            return False
+            return None
+        limit = self.settings.task_limit if request is None else self.settings.ondemand_clone_limit
         for _ in range(3):
             vm = self.hostnames.candidate(self.settings.prefix)
             now = self.clock.now()
             code = self.store.reserve_clone(
-                self.name, vm, limit=self.settings.task_limit,
-                clone_time=timefmt.format_epoch(now), domain=self.pool.domain,
+                self.name, vm, limit=limit, clone_time=timefmt.format_epoch(now),
+                domain=self.pool.domain, request=request,
             )
             if code == CloneReservation.NO_SLOT:
-                self._want_slot()
-                return False
+                if request is None:
+                    self._want_slot()
+                return None
             if code == CloneReservation.NAME_TAKEN:
                 self.metrics.increment("vmpooler_errors.duplicatehostname",
                                        tags={"pool": self.name})
                 continue
             self.clone_started[vm] = now
             self.reserved_at[vm] = self.clock.monotonic()
+            if request is not None:
+                self.ondemand[vm] = request
             if not self._send(ProviderOp.CLONE, vm, self.template, self.clone_target):
                 self.store.clone_failed(self.name, vm, error="provider unavailable",
                                         error_class="ProviderUnavailable", ttl=self.data_ttl,
-                                        release_slot=True)
-                return False
-            log.info("[*] [%s] '%s' is being cloned from '%s'", self.name, vm, self.template)
-            return True
+                                        release_slot=True, ondemand=request is not None)
+                self.ondemand.pop(vm, None)
+                return None
+            log.info("[*] [%s] '%s' is being cloned from '%s'%s", self.name, vm, self.template,
+                     f" for request '{request[0]}'" if request else "")
+            return vm
         log.error("[!] [%s] could not find a free hostname in 3 attempts", self.name)
-        return False
+        return None
 
     def _remove_excess(self: PoolActor, ready: set[str], pending: set[str]) -> None:
         surplus = len(ready) - self.size
@@ -146,7 +157,8 @@ class PoolUpkeep:
         backing_off = self.clock.monotonic() < self.clone_retry_at
         if not self.preparing and self.initialised and not backing_off:
             counts = self.store.counts(self.name, ("ready", "pending"))
-            want = self.size - counts["ready"] - counts["pending"]
+            pooled_pending = max(0, counts["pending"] - len(self.ondemand))
+            want = self.size - counts["ready"] - pooled_pending
             for _ in range(max(0, want)):
                 if not self._start_clone():
                     break

@@ -280,6 +280,10 @@ class RequestStore:
             [vm],
         ))
 
+    def ondemand_clones(self) -> int:
+        """On-demand clones in flight (``tasks__ondemandclone``)."""
+        return int(self.client.get(schema.tasks_ondemandclone()) or 0)
+
     def retire_pending(self, pool: str, vm: str) -> bool:
         """pending → completed (a finished request's VM still booting)."""
         return bool(self.client.smove(schema.pending(pool), schema.completed(pool), vm))

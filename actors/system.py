@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,10 +32,13 @@ from vmpooler.actors.command_stream import consumer_factory
 from vmpooler.actors.config import Config, PoolConfig
 from vmpooler.actors.embedded_redis import EmbeddedRedis
 from vmpooler.actors.hostnames import HostnameGenerator
-from vmpooler.actors.messages import PoolChanged, StartDrain
+from vmpooler.actors.messages import PoolChanged, RequestChanged, StartDrain
 from vmpooler.actors.metrics import Metrics, create_metrics
+from vmpooler.actors.ondemand import OnDemandManager
 from vmpooler.actors.pool_actor import PoolActor
 from vmpooler.actors.provider_actor import ProviderActor, ProviderRuntime, resolves
+from vmpooler.actors.request_actor import RequestActor
+from vmpooler.actors.request_store import DeleteOutcome, Entry, RequestRecord, RequestStore
 from vmpooler.actors.slot_broker import SlotBroker
 from vmpooler.actors.store import Store, connect
 from vmpooler.actors.supervisor import ActorDirectory, Supervisor
@@ -78,6 +82,7 @@ class PoolerSystem:
     def __init__(self, config: Config, store: Store, clock: Clock, res: _Resources) -> None:
         self.config = config
         self.store = store
+        self.requests = RequestStore(store.client)
         self.clock = clock
         self.directory = ActorDirectory()
         self._res = res
@@ -162,6 +167,7 @@ class PoolerSystem:
             directory=self.directory, supervisor=s)).get()
         for pool in cfg.pools:
             sup.start_child(f"pool:{pool.name}", self._pool_factory(pool, hostnames)).get()
+        sup.start_child("ondemand", self._ondemand_factory()).get()
         sup.start_child("tasks", lambda s: TaskActor.start(
             store=self.store, directory=self.directory,
             pool_providers={p.name: p.provider for p in cfg.pools}, clock=self.clock,
@@ -170,7 +176,7 @@ class PoolerSystem:
         if consume_commands:
             sup.start_child("commands", consumer_factory(
                 res.client, notify=self.notify, notify_tasks=self.notify_tasks,
-                clock=self.clock)).get()
+                notify_request=self.notify_request, clock=self.clock)).get()
         log.info("[*] [manager] started: %d pools, %d providers", len(cfg.pools),
                  len(res.providers))
 
@@ -241,7 +247,29 @@ class PoolerSystem:
                 pool=pool, settings=cfg.settings, data_ttl_hours=cfg.redis.data_ttl,
                 store=self.store, directory=self.directory, clock=self.clock,
                 scheduler=res.scheduler, metrics=res.metrics, hostnames=hostnames,
-                supervisor=supervisor,
+                requests=self.requests, supervisor=supervisor,
+            )
+
+        return factory
+
+    def _ondemand_factory(self) -> Callable[[pykka.ActorRef[Any]], pykka.ActorRef[Any]]:
+        cfg, res = self.config, self._res
+        pools = frozenset(p.name for p in cfg.pools)
+
+        def request_factory(request_id: str, manager: pykka.ActorRef[Any]) -> Any:
+            return RequestActor.start(
+                request_id=request_id, store=self.requests, settings=cfg.settings, pools=pools,
+                data_ttl_hours=cfg.redis.data_ttl, manager=manager, clock=self.clock,
+                scheduler=res.scheduler, metrics=res.metrics,
+            )
+
+        def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
+            return OnDemandManager.start(
+                store=self.requests, directory=self.directory, request_factory=request_factory,
+                clone_limit=cfg.settings.ondemand_clone_limit,
+                sweep_interval=float(cfg.settings.check_loop_delay_min),
+                data_ttl_hours=cfg.redis.data_ttl, clock=self.clock, scheduler=res.scheduler,
+                metrics=res.metrics, supervisor=supervisor,
             )
 
         return factory
@@ -255,7 +283,8 @@ class PoolerSystem:
         res = self._res
         names = self.directory.names()
         order = (
-            ["commands"] + [n for n in names if n.startswith("pool:")] + ["tasks", "slots"]
+            ["commands", "ondemand"] + [n for n in names if n.startswith("request:")]
+            + [n for n in names if n.startswith("pool:")] + ["tasks", "slots"]
             + [n for n in names if n.startswith("provider:")]
         )
         if self._supervisor is not None:
@@ -314,6 +343,37 @@ class PoolerSystem:
     def drain(self, pool: str, reason: str = "") -> bool:
         """Ask the pool's actor to move every ready and pending VM to completed."""
         return self._tell(f"pool:{pool}", StartDrain(pool, reason))
+
+    def notify_request(self, request_id: str, reason: str = "") -> bool:
+        """Tell the on-demand manager a request was created or deleted in Redis: it starts
+        the request's actor, or passes the news on to it."""
+        return self._tell("ondemand", RequestChanged(request_id, reason))
+
+    def request_ondemand(self, pools: Mapping[str, int], *, request_id: str | None = None,
+                         token: str | None = None, user: str | None = None) -> str | None:
+        """Ask for VMs on demand (``{pool: count}``, configured pool names only) and return
+        the request's id, or None if ``request_id`` is taken. Provisioning starts at once;
+        follow it with :meth:`ondemand_request`. ``KeyError`` for an unknown pool."""
+        for name in pools:
+            self.config.pool(name)
+        request_id = request_id or str(uuid.uuid4())
+        entries = [Entry(name, name, int(count)) for name, count in pools.items()]
+        if not self.requests.create(request_id, entries, created=int(self.clock.now()),
+                                    token=token, user=user):
+            return None
+        self.notify_request(request_id, "created")
+        return request_id
+
+    def ondemand_request(self, request_id: str) -> RequestRecord | None:
+        """The request's status (None while in flight) and delivered VMs, or None."""
+        return self.requests.read(request_id)
+
+    def delete_ondemand(self, request_id: str) -> bool:
+        """Delete a request (its VMs are destroyed). False if there is no such request."""
+        outcome = self.requests.delete(request_id)
+        if outcome is DeleteOutcome.DELETED:
+            self.notify_request(request_id, "deleted")
+        return outcome is not DeleteOutcome.NOT_FOUND
 
     def notify_tasks(self) -> bool:
         """Tell the task actor that disk/snapshot tasks were queued."""

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+import pykka
 import redis
 
 from vmpooler.actors import schema
@@ -121,7 +122,10 @@ class Harness:
                 ref = self.system.actor_ref(name)
                 if ref is None:
                     continue
-                ref.ask("ping", timeout=10)  # every earlier message has been handled
+                try:
+                    ref.ask("ping", timeout=10)  # every earlier message has been handled
+                except pykka.ActorDeadError:
+                    continue  # a request's actor that just finished
                 if name.startswith("provider:") and ref.proxy().in_flight().get(timeout=10):
                     return False
             return all(
