@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pykka
+import redis
 
 from vmpooler.actors.clock import Clock, Scheduler
 from vmpooler.actors.fair_queue import FairQueue
@@ -50,6 +51,8 @@ log = logging.getLogger(__name__)
 
 MAX_RESTARTS = 5
 GRANT_LOST_AFTER = 120.0  # seconds without an answer from the pool actor: grant again
+
+_OUTAGE_ERRORS = frozenset({"ConnectionError", "TimeoutError", "BusyLoadingError"})
 
 RequestFactory = Callable[[str, pykka.ActorRef[Any]], pykka.ActorRef[Any]]
 """``factory(request_id, manager_ref)`` starts a request's actor and returns its ref."""
@@ -138,6 +141,9 @@ class OnDemandManager(SupervisedActor):
             self._regrant_lost()
             self.blocked = False
             self._grant()
+        except redis.RedisError as exc:
+            log.error("[!] [ondemand] redis unavailable: %s; retrying in %.0fs", exc,
+                      self.sweep_interval)
         finally:
             self.scheduler.tell_later(self.sweep_interval, self.actor_ref, SweepRequests())
 
@@ -162,16 +168,21 @@ class OnDemandManager(SupervisedActor):
         self.requests.pop(request_id, None)
         self.directory.remove(message.name)
         crashes = self.crashes.get(request_id, 0) + 1
+        if message.error_class in _OUTAGE_ERRORS:
+            crashes = min(crashes, MAX_RESTARTS)  # Redis away: keep trying, never give up
         self.crashes[request_id] = crashes
         self.metrics.increment("vmpooler_actor.crashed", tags={"actor": "request"})
         if crashes > MAX_RESTARTS:
             log.error("[!] request '%s' crashed %d times (%s: %s); failing it", request_id,
                       crashes, message.error_class, message.error)
             self.crashes.pop(request_id, None)
-            claim = self.store.claim(request_id, now=self.clock.now())
-            if claim.found and claim.status is None:
-                self.store.fail(request_id, list(claim.entries),
-                                reason=f"Internal error: {message.error}", ttl=self.data_ttl)
+            try:
+                claim = self.store.claim(request_id, now=self.clock.now())
+                if claim.found and claim.status is None:
+                    self.store.fail(request_id, list(claim.entries),
+                                    reason=f"Internal error: {message.error}", ttl=self.data_ttl)
+            except redis.RedisError as exc:
+                log.error("[!] request '%s' could not be failed: %s", request_id, exc)
             return
         delay = min(60.0, 2.0 ** (crashes - 1))
         log.error("[!] request '%s' crashed (%s: %s); restarting in %.0fs", request_id,
@@ -182,7 +193,13 @@ class OnDemandManager(SupervisedActor):
     def _grant(self) -> None:
         if self.blocked or not self.wants:
             return
-        free = self.clone_limit - self.store.ondemand_clones() - len(self.granted)
+        try:
+            in_use = self.store.ondemand_clones()
+        except redis.RedisError as exc:
+            log.error("[!] [ondemand] redis unavailable: %s; clones wait for the next sweep", exc)
+            self.blocked = True
+            return
+        free = self.clone_limit - in_use - len(self.granted)
         while free > 0 and self.wants:
             popped = self.wants.pop()
             if popped is None:

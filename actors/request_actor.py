@@ -39,6 +39,7 @@ from collections import Counter
 from typing import Any
 
 import pykka
+import redis
 
 from vmpooler.actors import timefmt
 from vmpooler.actors.clock import Clock, Scheduler, Timer
@@ -101,6 +102,7 @@ class RequestActor(SupervisedActor):
         self.in_grace = False
         self.finished = False
         self.timer: Timer | None = None
+        self.outage = 0  # consecutive messages that met a Redis error
 
     # -- start --------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -132,6 +134,19 @@ class RequestActor(SupervisedActor):
     def handle(self, message: Any) -> Any:
         if self.finished:
             return None
+        try:
+            self._dispatch(message)
+            self.outage = 0
+        except redis.RedisError as exc:
+            # Redis is away: handle the message again later (the scripts make that safe).
+            self.outage += 1
+            delay = min(30.0, 2.0 ** (self.outage - 1))
+            log.error("[!] request '%s': redis unavailable: %s; retrying in %.0fs",
+                      self.request_id, exc, delay)
+            self.scheduler.tell_later(delay, self.actor_ref, message)
+        return None
+
+    def _dispatch(self, message: Any) -> None:
         if isinstance(message, RequestVmCloning):
             key = (message.alias, message.pool)
             if self.queued[key] > 0:
@@ -147,7 +162,6 @@ class RequestActor(SupervisedActor):
             status = self.store.status(self.request_id)
             if status is not None:
                 self._finish(status)
-        return None
 
     def _vm_ready(self, msg: RequestVmReady) -> None:
         key = (msg.alias, msg.pool)

@@ -3,10 +3,26 @@ request lifecycle of reference §2.4 (over a real redis-server, on a fake clock)
 
 from __future__ import annotations
 
+import random
+import threading
+from typing import Any
+
 import redis
 
-from tests.harness import assert_no_vm_in_two_queues, make_config, pool, started, wait_until
+from tests.harness import (
+    assert_no_vm_in_two_queues,
+    context_for,
+    make_config,
+    pool,
+    started,
+    wait_until,
+)
 from vmpooler.actors import schema
+from vmpooler.actors.clock import FakeClock
+from vmpooler.actors.request_store import Entry, RequestStore
+from vmpooler.actors.system import PoolerSystem
+from vmpooler.providers.dummy import DummyProvider
+from vmpooler.providers.errors import PermanentProviderError, TransientProviderError
 
 
 def test_request_is_provisioned_and_ready(redis_client: redis.Redis) -> None:
@@ -26,3 +42,250 @@ def test_request_is_provisioned_and_ready(redis_client: redis.Redis) -> None:
         h.quiesce()
         assert redis_client.scard(schema.ready("a")) == 0
         assert_no_vm_in_two_queues(redis_client, "a")
+
+
+class GatedProvider(DummyProvider):
+    """The dummy provider, with readiness released per VM and clone failures on demand."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.released: set[str] = set()
+        self.all_ready = False
+        self.fail_next: list[Exception] = []
+        self.created: list[str] = []
+        self.gate = threading.Lock()
+
+    def create_vm(self, pool: str, vm: str, **kwargs: Any) -> Any:
+        with self.gate:
+            self.created.append(vm)
+            error = self.fail_next.pop(0) if self.fail_next else None
+        if error is not None:
+            raise error
+        return super().create_vm(pool, vm, **kwargs)
+
+    def vm_ready(self, pool: str, vm: str) -> bool:
+        with self.gate:
+            allowed = self.all_ready or vm in self.released
+        return allowed and super().vm_ready(pool, vm)
+
+
+def gated(config: Any) -> GatedProvider:
+    return GatedProvider(context_for(config), rng=random.Random(1), sleep=lambda _s: None)
+
+
+def status(client: redis.Redis, rid: str) -> str | None:
+    return client.hget(schema.odrequest(rid), "status")
+
+
+def request_vms(client: redis.Redis, rid: str) -> dict[str, str]:
+    """vm -> pool of every VM cloned for the request that still has a hash."""
+    found = {}
+    for key in client.scan_iter(match=schema.vm("*")):
+        fields = client.hgetall(key)
+        if fields.get("request_id") == rid:
+            found[key.removeprefix(schema.vm(""))] = fields["pool"]
+    return found
+
+
+def test_request_fails_at_its_ttl_and_its_vms_are_retired(redis_client: redis.Redis) -> None:
+    config = make_config([pool("a", 0)], ondemand_request_ttl=1)
+    provider = gated(config)
+    with started(redis_client, config, provider=provider) as h:
+        rid = h.system.request_ondemand({"a": 2})
+        wait_until(lambda: redis_client.scard(schema.pending("a")) == 2)
+        provider.released.add(sorted(redis_client.smembers(schema.pending("a")))[0])
+        h.system.notify("a")
+        wait_until(lambda: redis_client.scard(schema.running("a")) == 1)
+        h.advance(61)
+        assert status(redis_client, rid) == "failed"
+        assert "ondemand_request_ttl" in redis_client.hget(schema.odrequest(rid), "failure_reason")
+        vms = request_vms(redis_client, rid)
+        assert len(vms) == 2
+        assert redis_client.scard(schema.running("a")) == 0
+        assert redis_client.scard(schema.pending("a")) == 0
+        inventory = set(provider.inventory_snapshot().get("a", []))
+        for vm in vms:  # retired: waiting for destruction, or destroyed already
+            assert redis_client.sismember(schema.completed("a"), vm) or vm not in inventory
+        # A late "ready" for the finished request never resurrects it nor hands the VM out.
+        provider.all_ready = True
+        h.advance(10)
+        assert status(redis_client, rid) == "failed"
+        assert redis_client.scard(schema.running("a")) == 0
+
+
+def test_grace_window_lets_a_booting_vm_complete_the_request(redis_client: redis.Redis) -> None:
+    config = make_config([pool("a", 0)], ondemand_request_ttl=1, ondemand_request_grace=30)
+    provider = gated(config)
+    with started(redis_client, config, provider=provider) as h:
+        rid = h.system.request_ondemand({"a": 1})
+        wait_until(lambda: redis_client.scard(schema.pending("a")) == 1)
+        h.advance(61)  # past the TTL, inside the grace window
+        assert status(redis_client, rid) is None
+        provider.all_ready = True
+        h.system.notify("a")
+        wait_until(lambda: status(redis_client, rid) == "ready")
+
+
+def test_grace_window_ends_in_failure(redis_client: redis.Redis) -> None:
+    config = make_config([pool("a", 0)], ondemand_request_ttl=1, ondemand_request_grace=30)
+    with started(redis_client, config, provider=gated(config)) as h:
+        rid = h.system.request_ondemand({"a": 1})
+        wait_until(lambda: redis_client.scard(schema.pending("a")) == 1)
+        h.advance(95)
+        assert status(redis_client, rid) == "failed"
+        assert redis_client.scard(schema.pending("a")) == 0
+
+
+def test_delete_while_provisioning_retires_every_vm(redis_client: redis.Redis) -> None:
+    config = make_config([pool("a", 0)])
+    provider = gated(config)
+    with started(redis_client, config, provider=provider) as h:
+        rid = h.system.request_ondemand({"a": 3})
+        wait_until(lambda: redis_client.scard(schema.pending("a")) == 3)
+        provider.released.add(sorted(redis_client.smembers(schema.pending("a")))[0])
+        h.system.notify("a")
+        wait_until(lambda: redis_client.scard(schema.running("a")) == 1)
+        assert h.system.delete_ondemand(rid)
+        wait_until(lambda: redis_client.scard(schema.pending("a")) == 0)
+        assert status(redis_client, rid) == "deleted"
+        assert redis_client.scard(schema.running("a")) == 0
+        provider.all_ready = True
+        h.advance(30)
+        assert status(redis_client, rid) == "deleted"
+        assert redis_client.scard(schema.running("a")) == 0
+        assert redis_client.scard(schema.ready("a")) == 0
+        wait_until(lambda: not provider.inventory_snapshot().get("a"))
+
+
+def test_permanent_clone_error_fails_the_request_at_once(redis_client: redis.Redis) -> None:
+    config = make_config([pool("a", 0)])
+    provider = gated(config)
+    provider.fail_next.append(PermanentProviderError("template not found"))
+    with started(redis_client, config, provider=provider) as h:
+        rid = h.system.request_ondemand({"a": 1})
+        wait_until(lambda: status(redis_client, rid) == "failed")
+        reason = redis_client.hget(schema.odrequest(rid), "failure_reason")
+        assert reason.startswith("Configuration error")
+        assert len(provider.created) == 1
+
+
+def test_transient_clone_errors_are_retried_then_fail(redis_client: redis.Redis) -> None:
+    config = make_config([pool("a", 0)], max_vm_retries=2)
+    provider = gated(config)
+    provider.fail_next.extend(TransientProviderError("busy") for _ in range(3))
+    with started(redis_client, config, provider=provider) as h:
+        rid = h.system.request_ondemand({"a": 1})
+        wait_until(lambda: status(redis_client, rid) == "failed")
+        assert redis_client.hget(schema.odrequest(rid), "failure_reason") == (
+            "Max retry attempts exceeded")
+        assert redis_client.hget(schema.odrequest(rid), "retry_count") == "2"
+        assert len(provider.created) == 3
+
+
+def test_each_failure_gets_its_own_retry(redis_client: redis.Redis) -> None:
+    """vmpooler collapsed simultaneous retries of one request+pool into one task."""
+    config = make_config([pool("a", 0)], max_vm_retries=3)
+    provider = gated(config)
+    provider.fail_next.extend(TransientProviderError("busy") for _ in range(2))
+    provider.all_ready = True
+    with started(redis_client, config, provider=provider) as h:
+        rid = h.system.request_ondemand({"a": 3})
+        wait_until(lambda: status(redis_client, rid) == "ready")
+        assert redis_client.scard(schema.request_vms(rid, "a", "a")) == 3
+        assert len(provider.created) == 5
+
+
+def test_requests_survive_a_manager_restart(redis_client: redis.Redis) -> None:
+    config = make_config([pool("a", 0)], ondemand_request_ttl=5)
+    provider = gated(config)
+    clock = FakeClock()
+    kwargs = dict(redis_client=redis_client, clock=clock, scheduler=clock,
+                  providers={"dummy": provider}, resolver=lambda _f: False)
+    first = PoolerSystem.start(config, **kwargs)
+    try:
+        rid = first.request_ondemand({"a": 2})
+        wait_until(lambda: redis_client.scard(schema.pending("a")) == 2)
+    finally:
+        first.stop()
+    assert redis_client.zscore(schema.provisioning_processing(), rid) is not None
+    second = PoolerSystem.start(config, **kwargs)
+    try:
+        wait_until(lambda: second.actor_ref(f"request:{rid}") is not None)
+        provider.all_ready = True
+        second.notify("a")
+        wait_until(lambda: status(redis_client, rid) == "ready")
+        assert len(provider.created) == 2  # the rebuilt actor cloned nothing twice
+    finally:
+        second.stop()
+
+
+def test_rebuilt_request_keeps_its_deadline(redis_client: redis.Redis) -> None:
+    config = make_config([pool("a", 0)], ondemand_request_ttl=5)
+    clock = FakeClock()
+    kwargs = dict(redis_client=redis_client, clock=clock, scheduler=clock,
+                  providers={"dummy": gated(config)}, resolver=lambda _f: False)
+    first = PoolerSystem.start(config, **kwargs)
+    try:
+        rid = first.request_ondemand({"a": 1})
+        wait_until(lambda: redis_client.scard(schema.pending("a")) == 1)
+    finally:
+        first.stop()
+    clock.advance(4 * 60)  # the manager was down for four of the five minutes
+    second = PoolerSystem.start(config, **kwargs)
+    try:
+        ref = wait_until(lambda: second.actor_ref(f"request:{rid}"))
+        ref.ask("ping", timeout=10)  # its start-up (claim, deadline timer) is done
+        clock.advance(30)
+        assert status(redis_client, rid) is None
+        clock.advance(31)
+        wait_until(lambda: status(redis_client, rid) == "failed")
+    finally:
+        second.stop()
+
+
+def test_small_request_is_not_starved_by_a_big_one(redis_client: redis.Redis) -> None:
+    config = make_config([pool("a", 0), pool("b", 0)], ondemand_clone_limit=1)
+    provider = gated(config)
+    provider.all_ready = True
+    with started(redis_client, config, provider=provider) as h:
+        big = h.system.request_ondemand({"a": 8})
+        small = h.system.request_ondemand({"b": 1})
+        wait_until(lambda: status(redis_client, small) == "ready")
+        wait_until(lambda: status(redis_client, big) == "ready")
+        owners = [redis_client.hget(schema.vm(vm), "request_id") for vm in provider.created]
+        assert owners.index(small) <= 2, owners
+        assert big in owners
+
+
+def test_request_for_unconfigured_pool_fails(redis_client: redis.Redis) -> None:
+    config = make_config([pool("a", 0)])
+    with started(redis_client, config) as h:
+        RequestStore(redis_client).create("r-x", [Entry("zz", "zz", 1)], created=int(h.clock.now()))
+        h.system.notify_request("r-x", "created")
+        wait_until(lambda: status(redis_client, "r-x") == "failed")
+        assert "not configured" in redis_client.hget(schema.odrequest("r-x"), "failure_reason")
+
+
+def test_request_written_by_another_process_is_found_by_the_sweep(
+    redis_client: redis.Redis,
+) -> None:
+    config = make_config([pool("a", 0)])
+    with started(redis_client, config, vmready_fail_percent=0) as h:
+        h.quiesce()
+        RequestStore(redis_client).create("r-y", [Entry("a", "a", 1)], created=int(h.clock.now()))
+        h.advance(5)  # no command was sent: the periodic sweep finds it
+        wait_until(lambda: status(redis_client, "r-y") == "ready")
+
+
+def test_pool_refill_ignores_request_vms(redis_client: redis.Redis) -> None:
+    config = make_config([pool("a", 2)])
+    provider = gated(config)
+    with started(redis_client, config, provider=provider) as h:
+        h.system.request_ondemand({"a": 3})
+        wait_until(lambda: redis_client.scard(schema.pending("a")) == 5)
+        for vm in redis_client.smembers(schema.pending("a")):
+            if not redis_client.hget(schema.vm(vm), "request_id"):
+                provider.released.add(vm)
+        h.system.notify("a")
+        wait_until(lambda: redis_client.scard(schema.ready("a")) == 2)
+        assert redis_client.scard(schema.pending("a")) == 3
