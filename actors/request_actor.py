@@ -236,7 +236,7 @@ class RequestActor(SupervisedActor):
         """Try the ready transition; True if the request is finished (either way)."""
         ready, status = self.store.fulfil(self.request_id, list(self.entries.values()))
         if ready:
-            self.metrics.increment("ondemandrequest_ready")
+            self.metrics.increment("vmpooler_ondemand.ready")
             log.info("[*] request '%s' is ready", self.request_id)
             self._finish("ready")
             return True
@@ -249,7 +249,7 @@ class RequestActor(SupervisedActor):
         failed, status = self.store.fail(self.request_id, list(self.entries.values()),
                                          reason=reason, ttl=self.data_ttl)
         if failed:
-            self.metrics.increment("ondemandrequest_fail")
+            self.metrics.increment("vmpooler_ondemand.failed")
             log.error("[!] request '%s' failed: %s", self.request_id, reason)
         self._finish("failed" if failed else status or "")
 
