@@ -289,3 +289,33 @@ def test_pool_refill_ignores_request_vms(redis_client: redis.Redis) -> None:
         h.system.notify("a")
         wait_until(lambda: redis_client.scard(schema.ready("a")) == 2)
         assert redis_client.scard(schema.pending("a")) == 3
+
+
+def test_clone_lost_with_the_old_manager_is_retried_after_restart(
+    redis_client: redis.Redis,
+) -> None:
+    """Like a kill -9 mid-clone: the VM is pending in Redis but the provider never made it."""
+    config = make_config([pool("a", 0)], ondemand_request_ttl=5)
+    provider = gated(config)
+    clock = FakeClock()
+    kwargs = dict(redis_client=redis_client, clock=clock, scheduler=clock,
+                  providers={"dummy": provider}, resolver=lambda _f: False)
+    first = PoolerSystem.start(config, **kwargs)
+    try:
+        rid = first.request_ondemand({"a": 1})
+        (lost,) = wait_until(lambda: redis_client.smembers(schema.pending("a")))
+    finally:
+        first.stop()
+    provider.destroy_vm("a", lost)  # the clone died with its process
+    provider.all_ready = True
+    second = PoolerSystem.start(config, **kwargs)
+    try:
+        wait_until(lambda: status(redis_client, rid) == "ready")
+        (delivered,) = redis_client.smembers(schema.request_vms(rid, "a", "a"))
+        assert delivered != lost
+        # Counted as a retry only if the request's actor was up when the loss was noticed;
+        # otherwise the rebuilt actor simply asks for what it misses.
+        assert redis_client.hget(schema.odrequest(rid), "retry_count") in (None, "1")
+        assert not redis_client.sismember(schema.pending("a"), lost)
+    finally:
+        second.stop()
