@@ -1,15 +1,25 @@
 """The Redis reads behind ``/status``, ``/poolstat``, ``/totalrunning`` and ``/summary``.
 
-Every public method costs exactly one round trip: all of its commands go into one
-non-transactional pipeline (``pipeline(transaction=False).execute()``), however many pools
-or days are asked for. A method with nothing to read sends nothing.
+Every public method costs exactly one round trip, however many pools or days are asked for
+(plus, once per Redis server restart or ``SCRIPT FLUSH``, the reload of a script). A method
+with nothing to read sends nothing. Nothing is cached: every call reads Redis.
 
-Results are matched to the commands that produced them by label, never by position
-arithmetic, so adding a command cannot shift another's answer (vmpooler 3.9.1 read its
-pipelined queue counts in the wrong order).
+* ``status`` (and so ``ready_counts``) and ``total_running`` send ONE ``EVALSHA`` of the
+  read-only :attr:`~vmpooler.actors.schema.StatusScripts.READ_STATUS` script: the SCARD of
+  every queue of every pool, the size overrides, ... gathered inside Redis and returned as a
+  few compact arrays. With a pipeline of the same ~400 commands, redis-py packing and parsing
+  each command and reply was most of a ``/status`` request's CPU (see BENCHMARKS.md); the
+  script also makes the reading one consistent snapshot.
+* ``daily`` sends one non-transactional pipeline (``pipeline(transaction=False)``) of
+  HGETALLs, one per kind and day: few commands with large replies.
+
+Answers are matched to what was asked for by label (pipeline) or by section, each section's
+length checked against the request (script), never by unchecked position arithmetic, so
+adding a read cannot shift another's answer (vmpooler 3.9.1 read its pipelined queue counts
+in the wrong order).
 
 Methods only read; they may raise ``redis.RedisError`` (the API renders it as a 500). They
-are thread-safe: each call takes its own pipeline from the client's connection pool.
+are thread-safe: each call takes its own connection from the client's connection pool.
 """
 
 from __future__ import annotations
@@ -99,19 +109,65 @@ def _int(value: str | None) -> int:
         return 0
 
 
-def _overrides(pools: Sequence[str], values: Sequence[str | None]) -> Mapping[str, str]:
-    found = {pool: value for pool, value in zip(pools, values, strict=True) if value is not None}
-    return MappingProxyType(found)
+def _pairs(flat: Sequence[Any]) -> dict[str, Any]:
+    """``[field, value, field, value, ...]`` as a dict."""
+    if len(flat) % 2:
+        raise redis.ResponseError(f"status script: odd field/value list ({len(flat)})")
+    return dict(zip(flat[0::2], flat[1::2], strict=True))
+
+
+@dataclass(frozen=True, slots=True)
+class _Raw:
+    """The script's answer, each section checked against what was asked for."""
+
+    counts: list[int]
+    lookups: list[dict[str, str]]
+    totals: list[Any]
+    wholes: list[dict[str, str]]
+
+
+def _expect(name: str, got: Sequence[Any], wanted: int) -> None:
+    if len(got) != wanted:
+        raise redis.ResponseError(
+            f"status script: {name} has {len(got)} entries, expected {wanted}")
 
 
 class StatusStore:
-    """Pipelined reads of queue sizes, counters and daily statistics over ``client``.
+    """Reads of queue sizes, counters and daily statistics over ``client``, one round trip each.
 
-    ``client`` must decode responses (``decode_responses=True``).
+    ``client`` must decode responses (``decode_responses=True``); RESP2 and RESP3, with or
+    without ``hiredis``, give the same readings.
     """
 
     def __init__(self, client: redis.Redis) -> None:
         self._client = client
+        self._read_status = client.register_script(schema.StatusScripts.READ_STATUS)
+
+    def _read(self, sets: Sequence[str], lookups: Sequence[str], fields: Sequence[str],
+              totals: bool, wholes: Sequence[str]) -> _Raw:
+        """One EVALSHA of ``READ_STATUS`` (none when there is nothing to read).
+
+        SCARD of each of ``sets``; the ``fields`` present in each hash of ``lookups``; the
+        clone counters and on-demand queues when ``totals``; HGETALL of each of ``wholes``.
+        """
+        if not lookups:
+            fields = ()
+        total_keys = (
+            [schema.tasks_clone(), schema.tasks_ondemandclone(), schema.provisioning_request(),
+             schema.provisioning_processing(), schema.odcreate_task()] if totals else [])
+        keys = [*sets, *lookups, *total_keys, *wholes]
+        if not keys:
+            return _Raw([], [], [], [])
+        args = [len(sets), len(lookups), len(total_keys), len(wholes), *fields]
+        answer = self._read_status(keys=keys, args=args)
+        _expect("the answer", answer, 4)
+        counts, found, tot, whole = answer
+        _expect("counts", counts, len(sets))
+        _expect("lookups", found, len(lookups))
+        _expect("totals", tot, len(total_keys))
+        _expect("wholes", whole, len(wholes))
+        return _Raw(counts=[int(n) for n in counts], lookups=[_pairs(f) for f in found],
+                    totals=list(tot), wholes=[_pairs(w) for w in whole])
 
     def status(
         self,
@@ -123,48 +179,42 @@ class StatusStore:
         daily: Collection[str] = (),
         date: str = "",
     ) -> StatusReading:
-        """Read what ``/status`` needs in one round trip.
+        """Read what ``/status`` needs in one round trip (one EVALSHA).
 
         ``queues`` names the sets of :data:`QUEUES` to count for every pool; size overrides
         are always read. ``last_boot`` adds ``vmpooler__lastboot``; ``queue_totals`` adds the
         clone counters and the on-demand queues; ``daily`` names kinds of
         :data:`DAILY_KINDS` to read for ``date`` (``YYYY-MM-DD``).
         """
-        batch = _Batch(self._client)
-        for queue in queues:
-            key = QUEUES[queue]
-            for pool in pools:
-                batch.add(("count", queue, pool), "scard", key(pool))
+        queues, daily = list(queues), list(daily)
+        labels = [(queue, pool) for queue in queues for pool in pools]
+        lookups = []
         if pools:
-            batch.add("overrides", "hmget", schema.config_poolsize(), list(pools))
+            lookups.append(schema.config_poolsize())
             if last_boot:
-                batch.add("lastboot", "hmget", schema.lastboot(), list(pools))
-        if queue_totals:
-            batch.add("clones", "get", schema.tasks_clone())
-            batch.add("ondemand_clones", "get", schema.tasks_ondemandclone())
-            batch.add("waiting", "zcard", schema.provisioning_request())
-            batch.add("processing", "zcard", schema.provisioning_processing())
-            batch.add("tasks", "zrange", schema.odcreate_task(), 0, -1)
-        for kind in daily:
-            batch.add(("daily", kind), "hgetall", DAILY_KINDS[kind](date))
-        got = batch.run()
+                lookups.append(schema.lastboot())
+        raw = self._read(
+            sets=[QUEUES[queue](pool) for queue, pool in labels], lookups=lookups,
+            fields=list(pools), totals=queue_totals,
+            wholes=[DAILY_KINDS[kind](date) for kind in daily])
+        counted = dict(zip(labels, raw.counts, strict=True))
         counts = {
-            queue: MappingProxyType({pool: int(got[("count", queue, pool)]) for pool in pools})
+            queue: MappingProxyType({pool: counted[(queue, pool)] for pool in pools})
             for queue in queues
         }
-        boots = got.get("lastboot") or [None] * len(pools)
+        overrides = raw.lookups[0] if pools else {}
+        boots = raw.lookups[1] if pools and last_boot else {}
+        clones, ondemand_clones, waiting, processing, tasks = raw.totals or ("", "", 0, 0, [])
         return StatusReading(
             counts=MappingProxyType(counts),
-            size_overrides=_overrides(pools, got.get("overrides") or [None] * len(pools)),
-            last_boot=MappingProxyType(
-                {pool: value or "" for pool, value in zip(pools, boots, strict=True)}
-            ),
-            clones_in_flight=_int(got.get("clones")),
-            ondemand_clones_in_flight=_int(got.get("ondemand_clones")),
-            requests_waiting=int(got.get("waiting", 0)),
-            requests_processing=int(got.get("processing", 0)),
-            ondemand_tasks=tuple(got.get("tasks", ())),
-            daily=MappingProxyType({kind: got[("daily", kind)] for kind in daily}),
+            size_overrides=MappingProxyType(overrides),
+            last_boot=MappingProxyType({pool: boots.get(pool) or "" for pool in pools}),
+            clones_in_flight=_int(clones),
+            ondemand_clones_in_flight=_int(ondemand_clones),
+            requests_waiting=int(waiting),
+            requests_processing=int(processing),
+            ondemand_tasks=tuple(tasks),
+            daily=MappingProxyType(dict(zip(daily, raw.wholes, strict=True))),
         )
 
     def ready_counts(self, pools: Sequence[str]) -> tuple[dict[str, int], Mapping[str, str]]:
@@ -173,11 +223,10 @@ class StatusStore:
         return dict(reading.counts["ready"]), reading.size_overrides
 
     def total_running(self, pools: Sequence[str]) -> int:
-        """Sum of the running-set sizes of ``pools``, in one round trip."""
-        batch = _Batch(self._client)
-        for pool in pools:
-            batch.add(pool, "scard", schema.running(pool))
-        return sum(int(value) for value in batch.run().values())
+        """Sum of the running-set sizes of ``pools``, in one round trip (one EVALSHA)."""
+        raw = self._read(sets=[schema.running(pool) for pool in pools], lookups=(), fields=(),
+                         totals=False, wholes=())
+        return sum(raw.counts)
 
     def daily(
         self, kinds: Collection[str], dates: Sequence[str]

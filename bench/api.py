@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/api.py [--duration 10] [--warmup 2] [--threads 8]
                                   [--concurrency 8,32] [--hot 50000] [--json out.json]
+                                  [--only status] [--baseline LABEL=COMMAND ...]
 
 One run, on this machine, loopback only:
 
@@ -40,7 +41,13 @@ redis-server counts the commands a Lua script runs as well as the EVALSHA that r
 checkout" counts what the API processes themselves sent (socket reads by redis-server; a
 pipeline larger than 16 KiB, like /status's, arrives in several reads).
 
-Every process started here (redis-server, both gunicorn masters and their workers, wrk) is
+``--baseline LABEL=COMMAND`` (repeatable) serves a further ``vmpooler api`` with COMMAND
+(another build, e.g. a script that runs an older checkout's code) on the same Redis and
+settings, and measures its ``GET /status`` right before ours at each concurrency, so builds
+are compared side by side in one run (rounds ``status@LABEL``; with ``--only``, they come
+with ``status``).
+
+Every process started here (redis-server, all gunicorn masters and their workers, wrk) is
 stopped in a ``finally``. ``--profile DIR`` adds, after the rounds, one checkout and one
 /status round at the highest concurrency with ``py-spy record --gil`` (if installed) on
 each vmpooler worker and prints the hottest functions; those rounds are not in the table.
@@ -684,15 +691,23 @@ def report(results: dict[str, Any]) -> str:
     lines.append(f"GET /api/v3/status ({results['pools']} pools), target >= "
                  f"{TARGET_STATUS_RPS:g}/s (10 x vmpooler 3.9.1's {VMPOOLER_391_STATUS_RPS:g}/s)"
                  f" and p99 < {TARGET_STATUS_P99_MS:g} ms:")
+    status_keys = [*(f"status@{label}" for label in results.get("baselines", [])), "status"]
     for c in concs:
-        st = by.get(("status", c))
-        if st:
-            cmds = sum(st["redis_commands"].values()) / max(1, st["requests"])
-            lines.append(f"  c={c}: {_f(st['rps'])}/s (x{st['rps'] / VMPOOLER_391_STATUS_RPS:.1f}"
-                         f" vmpooler 3.9.1), p50 {_f(st['p50_ms'], 2)} ms, p99 "
-                         f"{_f(st['p99_ms'], 2)} ms; Redis commands per request {cmds:.0f} "
-                         f"(one pipeline), redis-server socket reads per request "
-                         f"{st['redis_reads'] / max(1, st['requests']):.2f}")
+        for key in status_keys:
+            st = by.get((key, c))
+            if not st:
+                continue
+            n = max(1, st["requests"])
+            cmds = sum(st["redis_commands"].values()) / n
+            evalsha = st["redis_commands"].get("evalsha", 0) / n
+            who = "" if key == "status" else f" [{key.split('@', 1)[1]}]"
+            lines.append(f"  c={c}{who}: {_f(st['rps'])}/s "
+                         f"(x{st['rps'] / VMPOOLER_391_STATUS_RPS:.1f} vmpooler 3.9.1), p50 "
+                         f"{_f(st['p50_ms'], 2)} ms, p99 {_f(st['p99_ms'], 2)} ms, worker CPU "
+                         f"{st['server_cpu_ms_per_req']:.2f} ms/req; Redis commands per "
+                         f"request {cmds:.0f} (EVALSHA {evalsha:.2f}; commands run inside a "
+                         f"script count too), redis-server socket reads per request "
+                         f"{st['redis_reads'] / n:.2f}")
     for prof in results.get("profiles", []):
         lines.append("")
         if not prof.get("self_top"):
@@ -741,6 +756,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--api-command", default=str(VENV_BIN / "vmpooler"),
                         help="the vmpooler command to serve with (default: this venv's); "
                              "e.g. another checkout's venv, to compare builds")
+    parser.add_argument("--baseline", metavar="LABEL=COMMAND", action="append", default=[],
+                        help="also serve a vmpooler api with COMMAND and measure its /status "
+                             "right before ours (repeatable); e.g. an older build")
     parser.add_argument("--json", metavar="FILE", help="write every figure as JSON")
     parser.add_argument("--keep-logs", action="store_true",
                         help="keep the servers' logs (their path is printed)")
@@ -751,6 +769,12 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("wrk is not installed (apt-get install wrk), or use --client python")
     concs = [int(c) for c in args.concurrency.split(",") if c]
     only = set(args.only.split(","))
+    baselines: list[tuple[str, str]] = []
+    for spec in args.baseline:
+        label, sep, command = spec.partition("=")
+        if not sep or not label or not command:
+            raise SystemExit(f"--baseline wants LABEL=COMMAND, not {spec!r}")
+        baselines.append((label, command))
     names = pool_names(args.pools)
     sizes = {name: (args.hot if i == 0 else args.size) for i, name in enumerate(names)}
 
@@ -761,7 +785,8 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {"argv": sys.argv, "pools": args.pools, "hot": args.hot,
                                "size": args.size, "workers": args.workers,
                                "threads": args.threads, "client": args.client,
-                               "duration": args.duration, "warmup": args.warmup}
+                               "duration": args.duration, "warmup": args.warmup,
+                               "baselines": [label for label, _ in baselines]}
     t_start = time.monotonic()
     try:
         embedded.start()
@@ -782,7 +807,15 @@ def main(argv: list[str] | None = None) -> int:
             "--threads", str(args.threads), "--redis-port", str(embedded.port),
             "--log-level", "warning"],
             bare_port, "/x", work / "bare.log", args.workers)
-        for server in (api, bare):
+        others = []
+        for n, (label, command) in enumerate(baselines):
+            port = free_port()
+            others.append((label, Server(f"vmpooler api [{label}]", [
+                *shlex.split(command), "api", "--config", str(config),
+                "--bind", f"127.0.0.1:{port}", "--workers", str(args.workers),
+                "--threads", str(args.threads), "--log-level", "warning"],
+                port, f"{API_PREFIX}/vm", work / f"baseline-{n}.log", args.workers)))
+        for server in (api, bare, *(other for _, other in others)):
             servers.append(server)
             server.start()
         bench = Bench(args, probe, work)
@@ -797,8 +830,12 @@ def main(argv: list[str] | None = None) -> int:
             ("bare_redis", "bare POST /redis (1 GET)", bare, "POST", "/redis", False),
             ("checkout", f"vmpooler POST /vm/{bench.hot}", api, "POST",
              f"{API_PREFIX}/vm/{bench.hot}", True),
+            *((f"status@{label}", f"[{label}] GET /status", other, "GET",
+               f"{API_PREFIX}/status", False) for label, other in others),
             ("status", "vmpooler GET /status", api, "GET", f"{API_PREFIX}/status", False),
         ]
+        if "status" in only:
+            only |= {f"status@{label}" for label, _ in others}
         rounds = []
         for conc in concs:
             for key, label, server, method, path, reseed in plan:

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from vmpooler.actors.schema.pool_scripts import Scripts
 from vmpooler.actors.schema.request_scripts import RequestScripts
+from vmpooler.actors.schema.status_scripts import StatusScripts
 
 __all__ = [
     "RequestScripts",
     "Scripts",
+    "StatusScripts",
     "active",
     "boot_stats",
     "clone_stats",

@@ -1,14 +1,15 @@
 """``GET /status``, ``/poolstat``, ``/totalrunning``, ``/summary`` and ``/summary/{route}[/{key}]``.
 
 Shapes, key order and messages follow vmpooler 3.9.1 (reference §1.3). Each request costs
-one pipelined Redis round trip (:class:`~vmpooler.actors.status_store.StatusStore`),
-whatever the number of pools or days; nothing is cached.
+one Redis round trip (:class:`~vmpooler.actors.status_store.StatusStore`: one EVALSHA of a
+read-only script for ``/status``, ``/poolstat`` and ``/totalrunning``, one pipeline for
+``/summary``), whatever the number of pools or days; nothing is cached.
 
 Divergences from vmpooler 3.9.1 (bugs fixed, on purpose):
 
 * ``/status`` is never cached. vmpooler cached each ``view`` for 30 s and so showed stale
   numbers to the very clients that had just changed them; ours reads Redis on every request,
-  in one pipelined round trip for any number of pools.
+  in one round trip (one script call) for any number of pools.
 * ``queue.requested`` counts the real on-demand backlog: ZCARD of
   ``vmpooler__provisioning__request`` + ZCARD of ``vmpooler__provisioning__processing`` + the
   counts of the ``vmpooler__odcreate__task`` members (``name:pool:count:id``). vmpooler
