@@ -44,6 +44,9 @@ class RecordingCommands:
     def tasks_queued(self) -> None:
         self.sent.append(("tasks_queued",))
 
+    def request_changed(self, request_id: str, reason: str) -> None:
+        self.sent.append(("request_changed", request_id, reason))
+
 
 def api_pool(name: str, size: int = 1, *, domain: str | None = None,
              alias: tuple[str, ...] = (), **extra: Any) -> PoolConfig:

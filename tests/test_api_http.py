@@ -1,4 +1,4 @@
-"""Every endpoint of API v3 (reference §1.3; on-demand and dashboard aside) over real HTTP.
+"""Every endpoint of API v3 (reference §1.3; the dashboard aside) over real HTTP.
 
 ``vmpooler api`` runs as a process (gunicorn, 2 workers) over the session's redis-server,
 with dummy authentication, ``experimental_features`` and three pools in two DNS domains —
@@ -37,7 +37,9 @@ from tests.api_harness import TOKEN, USER
 from tests.harness import wait_until
 from tests.openapi_check import DOC, body_errors
 from vmpooler.actors import schema, timefmt
+from vmpooler.actors.command_stream import STREAM
 from vmpooler.actors.embedded_redis import EmbeddedRedis, free_port
+from vmpooler.actors.request_store import DeleteOutcome, Entry, RequestStore
 
 pytestmark = pytest.mark.integration
 
@@ -514,6 +516,105 @@ def redirect(a: Answer, w: World) -> None:
     assert a.headers["location"].endswith("/dashboard/") and a.text == ""
 
 
+# -- on-demand requests -----------------------------------------------------------------------
+def seed_requests(w: World) -> None:
+    """``od-waiting`` (pool1 ×2 under ``poolone``, one delivered: ``vm-od1``; created with
+    TOKEN), ``od-ready`` (``vm-od2`` of pool2, ``vm-od3`` of pool1 under ``poolone``),
+    ``od-failed``, ``od-deleted`` and ``taken`` (in flight)."""
+    store = RequestStore(w.redis)
+    now = int(w.now)
+    assert store.create("od-waiting", [Entry("poolone", "pool1", 2)], created=now,
+                        token=TOKEN, user=USER)
+    assert store.create("od-ready", [Entry("pool2", "pool2", 1), Entry("poolone", "pool1", 1)],
+                        created=now)
+    for request_id in ("od-failed", "od-deleted", "taken"):
+        assert store.create(request_id, [Entry("pool3", "pool3", 1)], created=now)
+    for request_id, alias, pool, vm in (("od-waiting", "poolone", "pool1", "vm-od1"),
+                                        ("od-ready", "pool2", "pool2", "vm-od2"),
+                                        ("od-ready", "poolone", "pool1", "vm-od3")):
+        add_vm(w.redis, pool, vm, "running", checkout=timefmt.format_epoch(w.now),
+               request_id=request_id, pool_alias=alias)
+        w.redis.sadd(schema.request_vms(request_id, alias, pool), vm)
+    store.claim("od-ready", now=now)
+    assert store.fulfil("od-ready", [Entry("pool2", "pool2", 1),
+                                     Entry("poolone", "pool1", 1)]) == (True, "ready")
+    assert store.fail("od-failed", [Entry("pool3", "pool3", 1)], reason="x", ttl=3600)[0]
+    assert store.delete("od-deleted") is DeleteOutcome.DELETED
+
+
+def commanded(request_id: str, reason: str, w: World) -> bool:
+    """Whether the API appended ``request_changed`` for the request to the command stream."""
+    return any(f.get("kind") == "request_changed" and f.get("pool") == request_id
+               and f.get("reason") == reason for _, f in w.redis.xrange(STREAM))
+
+
+def od_created(requested: str, *, owner: bool, request_id: str | None = None) -> Check:
+    """201 with the id; the request hash, its queue entry and the command to the manager."""
+    def check(a: Answer, w: World) -> None:
+        body = a.json
+        assert list(body) == ["ok", "request_id"] and body["ok"] is True
+        made = body["request_id"]
+        if request_id is not None:
+            assert made == request_id
+        else:
+            assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-"
+                                r"[0-9a-f]{12}", made)
+        expected = {"requested": requested}
+        if owner:
+            expected |= {"token:token": TOKEN, "token:user": USER}
+        assert w.redis.hgetall(schema.odrequest(made)) == expected
+        score = w.redis.zscore(schema.provisioning_request(), made)
+        assert score is not None and score == int(score) and abs(score - w.now) < 60
+        wait_until(lambda: commanded(made, "created", w), 10, "the request_changed command")
+    return check
+
+
+def no_request(a: Answer, w: World) -> None:
+    """Nothing was recorded (the world has no request to begin with)."""
+    assert w.redis.keys(schema.odrequest("*")) == []
+    assert not w.redis.exists(schema.provisioning_request())
+
+
+def od_deleted(request_id: str, vms: Mapping[str, str]) -> Check:
+    """``{vm: pool}`` went running → completed; the request is deleted for 15 days."""
+    def check(a: Answer, w: World) -> None:
+        assert a.json == {"ok": True}
+        for vm, pool in vms.items():
+            assert not w.redis.sismember(schema.running(pool), vm)
+            assert w.redis.sismember(schema.completed(pool), vm)
+        assert w.redis.hget(schema.odrequest(request_id), "status") == "deleted"
+        assert w.redis.ttl(schema.odrequest(request_id)) == 1_296_000
+        assert w.redis.keys(schema.request_vms(request_id, "*", "*")) == []
+        wait_until(lambda: commanded(request_id, "deleted", w), 10, "the request_changed command")
+    return check
+
+
+def od_status(request_id: str, status: str) -> Check:
+    def check(a: Answer, w: World) -> None:
+        assert w.redis.hget(schema.odrequest(request_id), "status") == status
+    return check
+
+
+def od_untouched(request_id: str, fields: dict[str, str]) -> Check:
+    """The request hash is exactly ``fields`` (no status: still in flight) and no VM moved."""
+    def check(a: Answer, w: World) -> None:
+        assert w.redis.hgetall(schema.odrequest(request_id)) == fields
+        assert w.redis.sismember(schema.running("pool1"), "vm-od1")
+        assert w.redis.zscore(schema.provisioning_request(), request_id) is not None
+    return check
+
+
+def od_message(request_id: str, message: str) -> dict[str, Any]:
+    return {"ok": True, "request_id": request_id, "ready": False, "message": message}
+
+
+def od_error(message: str) -> Check:
+    def check(a: Answer, w: World) -> None:
+        assert a.json == {"ok": False, "message": message}
+        no_request(a, w)
+    return check
+
+
 WRITES = [
     ("poolsize", "POST", "/config/poolsize", {"pool1": 3}),
     ("poolsize-reset", "DELETE", "/config/poolsize/pool1", None),
@@ -698,6 +799,85 @@ CASES = [
       for n, (method, path) in enumerate([("GET", "/token"), ("POST", "/token"),
                                           ("GET", f"/token/{TOKEN}"),
                                           ("DELETE", f"/token/{TOKEN}")])],
+    # -- on-demand: POST /ondemandvm -----------------------------------------------------------
+    Case("od-create", "POST", f"{V}/ondemandvm", 201, {"poolone": 2, "pool2": "1"}, AUTH,
+         expect=od_created("poolone:pool1:2,pool2:pool2:1", owner=True)),
+    Case("od-create-with-id", "POST", f"{V}/ondemandvm/", 201,
+         {"pool3": 1, "request_id": "ci-job-7"}, AUTH,
+         expect=od_created("pool3:pool3:1", owner=True, request_id="ci-job-7")),
+    Case("od-create-vmfloaty-form-content-type", "POST", f"{V}/ondemandvm", 201,
+         '{"pool1":"1"}', {"Content-Type": "application/x-www-form-urlencoded", **AUTH},
+         expect=od_created("pool1:pool1:1", owner=True)),
+    Case("od-create-without-auth", "POST", f"{V}/ondemandvm", 201, {"pool2": 1}, AUTH,
+         app="plain", expect=od_created("pool2:pool2:1", owner=False)),
+    Case("od-create-no-token", "POST", f"{V}/ondemandvm", 401, {"pool1": 1},
+         expect=both(unauthorized, no_request)),
+    Case("od-create-bad-token", "POST", f"{V}/ondemandvm", 401, {"pool1": 1}, BOGUS,
+         expect=both(unauthorized, no_request)),
+    Case("od-create-bad-json", "POST", f"{V}/ondemandvm", 400, "{", AUTH,
+         expect=od_error("JSON payload could not be parsed")),
+    Case("od-create-empty-body", "POST", f"{V}/ondemandvm", 400, "", AUTH,
+         expect=od_error("JSON payload could not be parsed")),
+    Case("od-create-null", "POST", f"{V}/ondemandvm", 400, "null", AUTH,
+         expect=od_error('JSON payload must be an object of {"<pool or alias>": <count>}')),
+    Case("od-create-negative-count", "POST", f"{V}/ondemandvm", 400, {"pool1": -1}, AUTH,
+         expect=od_error("the count of 'pool1' must be a whole number of at least 0")),
+    Case("od-create-bad-request-id", "POST", f"{V}/ondemandvm", 400,
+         {"pool1": 1, "request_id": "job:1"}, AUTH,
+         expect=od_error("request_id must not contain whitespace, control characters, "
+                         "'/' or ':'")),
+    Case("od-create-unknown", "POST", f"{V}/ondemandvm", 404, {"pool1": 1, "pool9": 1}, AUTH,
+         expect=both(exact({"ok": False, "bad_templates": ["pool9"]}), no_request)),
+    Case("od-create-too-many", "POST", f"{V}/ondemandvm", 403, {"pool1": 11}, AUTH,
+         expect=od_error("requested amount of instances exceeds the maximum 10")),
+    Case("od-create-taken", "POST", f"{V}/ondemandvm", 409, {"pool1": 1, "request_id": "taken"},
+         AUTH, before=seed_requests,
+         expect=both(exact({"ok": False, "request_id": "taken",
+                            "message": "request_id 'taken' has already been created"}),
+                     od_untouched("taken", {"requested": "pool3:pool3:1"}))),
+    # -- on-demand: POST /ondemandvm/:template -------------------------------------------------
+    Case("od-url", "POST", f"{V}/ondemandvm/pool1+pool3+pool1/", 201, headers=AUTH,
+         expect=od_created("pool1:pool1:2,pool3:pool3:1", owner=True)),
+    Case("od-url-unknown", "POST", f"{V}/ondemandvm/pool1+pool9", 404, headers=AUTH,
+         expect=both(exact({"ok": False, "bad_templates": ["pool9"]}), no_request)),
+    Case("od-url-too-many", "POST", f"{V}/ondemandvm/{'+'.join(['pool2'] * 11)}", 403,
+         headers=AUTH, expect=od_error("requested amount of instances exceeds the maximum 10")),
+    Case("od-url-no-token", "POST", f"{V}/ondemandvm/pool1", 401,
+         expect=both(unauthorized, no_request)),
+    # -- on-demand: GET /ondemandvm/:requestid -------------------------------------------------
+    Case("od-get-waiting", "GET", f"{V}/ondemandvm/od-waiting", 202, before=seed_requests,
+         expect={"ok": True, "request_id": "od-waiting", "ready": False,
+                 "poolone": {"ready": "1", "pending": "1"}}),
+    Case("od-get-ready", "GET", f"{V}/ondemandvm/od-ready/", 200, before=seed_requests,
+         expect={"ok": True, "request_id": "od-ready", "ready": True,
+                 "pool2": {"hostname": ["vm-od2.two.example.test"]},
+                 "poolone": {"hostname": ["vm-od3.one.example.test"]}}),
+    Case("od-get-failed", "GET", f"{V}/ondemandvm/od-failed", 200, before=seed_requests,
+         expect=od_message("od-failed", "The request failed to provision instances within the "
+                                         "configured ondemand_request_ttl '5'")),
+    Case("od-get-deleted", "GET", f"{V}/ondemandvm/od-deleted", 200, before=seed_requests,
+         expect=od_message("od-deleted", "The request has been deleted")),
+    Case("od-get-unknown", "GET", f"{V}/ondemandvm/nope", 404,
+         expect={"ok": False, "message": "no request found for request_id 'nope'"}),
+    # -- on-demand: DELETE /ondemandvm/:requestid ----------------------------------------------
+    Case("od-delete", "DELETE", f"{V}/ondemandvm/od-waiting", 200, headers=AUTH,
+         before=seed_requests, expect=od_deleted("od-waiting", {"vm-od1": "pool1"})),
+    Case("od-delete-ready", "DELETE", f"{V}/ondemandvm/od-ready/", 200, headers=AUTH,
+         before=seed_requests,
+         expect=od_deleted("od-ready", {"vm-od2": "pool2", "vm-od3": "pool1"})),
+    Case("od-delete-again", "DELETE", f"{V}/ondemandvm/od-deleted", 200, headers=AUTH,
+         before=seed_requests,
+         expect={"ok": True, "message": "the request has already been deleted"}),
+    Case("od-delete-failed", "DELETE", f"{V}/ondemandvm/od-failed", 200, headers=AUTH,
+         before=seed_requests,
+         expect=both(exact({"ok": True, "message": "the request has already failed"}),
+                     od_status("od-failed", "failed"))),
+    Case("od-delete-no-token", "DELETE", f"{V}/ondemandvm/od-waiting", 401,
+         before=seed_requests,
+         expect=both(unauthorized, od_untouched("od-waiting", {
+             "requested": "poolone:pool1:2", "token:token": TOKEN, "token:user": USER}))),
+    Case("od-delete-unknown", "DELETE", f"{V}/ondemandvm/nope", 404, headers=AUTH,
+         expect={"ok": False, "message": "no request found for request_id 'nope'"}),
     # -- experimental config endpoints ----------------------------------------------------------
     Case("poolsize-change", "POST", f"{V}/config/poolsize", 201, {"pool1": 3}, AUTH,
          expect=override(schema.config_poolsize(), {"pool1": "3"})),
@@ -786,7 +966,7 @@ UNREACHABLE = {
 
 
 def test_the_table_covers_every_documented_operation_and_status() -> None:
-    """Every operation of web/openapi.json (on-demand and dashboard are not in it) is in the
+    """Every operation of web/openapi.json (the dashboard is not in it) is in the
     table with every documented status this setup can produce."""
     covered = {f"{c.method.lower()} {documented(c.method, c.path)} {c.status}" for c in CASES}
     missing = []

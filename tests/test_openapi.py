@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +21,17 @@ import schemathesis
 from schemathesis.specs.openapi import definitions
 
 from tests.api_harness import TOKEN
-from tests.openapi_check import DOC, OTHER_TOKEN, body_errors, response_schema, routed, seeded_api
+from tests.openapi_check import (
+    DOC,
+    OTHER_TOKEN,
+    Api,
+    body_errors,
+    response_schema,
+    routed,
+    seeded_api,
+)
+from vmpooler.actors import schema
+from vmpooler.actors.request_store import DeleteOutcome, Entry, RequestStore
 
 P = "/api/v3"
 
@@ -49,6 +60,24 @@ class Case:
     auth: bool = True
     experimental: bool = True
     ownership: bool = False
+    before: Callable[[Api], None] | None = None
+
+
+def seed_requests(a: Api) -> None:
+    """On-demand requests in every state: ``req-pending`` (one of three VMs delivered, created
+    with TOKEN), ``req-ready``, ``req-failed`` and ``req-deleted``."""
+    store = RequestStore(a.redis)
+    now = int(a.clock.now())
+    pending = [Entry("pool1", "pool1", 2), Entry("alias1", "pool2", 1)]
+    assert store.create("req-pending", pending, created=now, token=TOKEN, user="jdoe")
+    a.redis.sadd(schema.request_vms("req-pending", "pool1", "pool1"), "vm1a")
+    for request_id in ("req-ready", "req-failed", "req-deleted"):
+        assert store.create(request_id, [Entry("alias1", "pool1", 1)], created=now)
+    a.redis.sadd(schema.request_vms("req-ready", "alias1", "pool1"), "vm1b")
+    store.claim("req-ready", now=now)
+    assert store.fulfil("req-ready", [Entry("alias1", "pool1", 1)]) == (True, "ready")
+    assert store.fail("req-failed", [Entry("alias1", "pool1", 1)], reason="x", ttl=60)[0]
+    assert store.delete("req-deleted") is DeleteOutcome.DELETED
 
 
 def c(method: str, path: str, template: str, *status: int, **kw: Any) -> Case:
@@ -56,6 +85,7 @@ def c(method: str, path: str, template: str, *status: int, **kw: Any) -> Case:
 
 
 V = f"{P}/vm/{{hostname}}"
+OD = f"{P}/ondemandvm/{{requestid}}"
 CASES: dict[str, Case] = {
     "root": c("GET", "/", "/", 302),
     "healthcheck": c("GET", "/healthcheck", "/healthcheck", 200),
@@ -162,6 +192,51 @@ CASES: dict[str, Case] = {
                           403, headers=OTHER, ownership=True),
     "revert-missing": c("POST", f"{P}/vm/vmrun/snapshot/nope", f"{V}/snapshot/{{snapshot}}", 404,
                         headers=TOK),
+    # on-demand
+    "od-create": c("POST", f"{P}/ondemandvm", f"{P}/ondemandvm", 201,
+                   body={"pool1": 1, "alias1": "2"}, headers=TOK),
+    "od-create-id": c("POST", f"{P}/ondemandvm/", f"{P}/ondemandvm", 201,
+                      body={"pool2": 1, "request_id": "job-1"}, headers=TOK),
+    "od-create-bad-json": c("POST", f"{P}/ondemandvm", f"{P}/ondemandvm", 400, body="{",
+                            headers=TOK),
+    "od-create-not-object": c("POST", f"{P}/ondemandvm", f"{P}/ondemandvm", 400, body="[1]",
+                              headers=TOK),
+    "od-create-bad-count": c("POST", f"{P}/ondemandvm", f"{P}/ondemandvm", 400,
+                             body={"pool1": -1}, headers=TOK),
+    "od-create-bad-id": c("POST", f"{P}/ondemandvm", f"{P}/ondemandvm", 400,
+                          body={"pool1": 1, "request_id": "a:b"}, headers=TOK),
+    "od-create-unknown": c("POST", f"{P}/ondemandvm", f"{P}/ondemandvm", 404,
+                           body={"nope": 1}, headers=TOK),
+    "od-create-too-many": c("POST", f"{P}/ondemandvm", f"{P}/ondemandvm", 403,
+                            body={"pool1": 11}, headers=TOK),
+    "od-create-taken": c("POST", f"{P}/ondemandvm", f"{P}/ondemandvm", 409,
+                         body={"pool1": 1, "request_id": "req-ready"}, headers=TOK,
+                         before=seed_requests),
+    "od-create-no-token": c("POST", f"{P}/ondemandvm", f"{P}/ondemandvm", 401,
+                            body={"pool1": 1}),
+    "od-create-unconfigured": c("POST", f"{P}/ondemandvm", f"{P}/ondemandvm", 201,
+                                body={"empty": 1}, auth=False),
+    "od-url": c("POST", f"{P}/ondemandvm/pool1+alias2+pool1", OD, 201, headers=TOK),
+    "od-url-unknown": c("POST", f"{P}/ondemandvm/pool1+nope", OD, 404, headers=TOK),
+    "od-url-too-many": c("POST", f"{P}/ondemandvm/{'+'.join(['pool2'] * 11)}", OD, 403,
+                         headers=TOK),
+    "od-url-no-token": c("POST", f"{P}/ondemandvm/pool1", OD, 401),
+    "od-pending": c("GET", f"{P}/ondemandvm/req-pending", OD, 202, before=seed_requests),
+    "od-ready": c("GET", f"{P}/ondemandvm/req-ready/", OD, 200, before=seed_requests),
+    "od-failed": c("GET", f"{P}/ondemandvm/req-failed", OD, 200, before=seed_requests),
+    "od-deleted": c("GET", f"{P}/ondemandvm/req-deleted", OD, 200, before=seed_requests),
+    "od-missing": c("GET", f"{P}/ondemandvm/nosuch", OD, 404),
+    "od-delete": c("DELETE", f"{P}/ondemandvm/req-pending", OD, 200, headers=OTHER,
+                   before=seed_requests),
+    "od-delete-again": c("DELETE", f"{P}/ondemandvm/req-deleted", OD, 200, headers=TOK,
+                         before=seed_requests),
+    "od-delete-failed": c("DELETE", f"{P}/ondemandvm/req-failed", OD, 200, headers=TOK,
+                          before=seed_requests),
+    "od-delete-no-token": c("DELETE", f"{P}/ondemandvm/req-pending", OD, 401,
+                            before=seed_requests),
+    "od-delete-not-owner": c("DELETE", f"{P}/ondemandvm/req-pending", OD, 403, headers=OTHER,
+                             ownership=True, before=seed_requests),
+    "od-delete-missing": c("DELETE", f"{P}/ondemandvm/nosuch", OD, 404, headers=TOK),
     # config
     "config": c("GET", f"{P}/config", f"{P}/config", 200),
     "full-config": c("GET", f"{P}/full_config", f"{P}/full_config", 200),
@@ -220,6 +295,8 @@ def test_answer_matches_document(name: str, redis_client: redis.Redis,
     case = CASES[name]
     a = seeded_api(redis_client, auth=case.auth, experimental=case.experimental,
                    ownership=case.ownership)
+    if case.before is not None:
+        case.before(a)
     if not routed(a.client.app, case.path):
         request.applymarker(pytest.mark.xfail(
             reason=f"{case.method} {case.template}: route not registered yet (module is a stub)",

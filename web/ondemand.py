@@ -1,0 +1,189 @@
+"""On-demand requests for POST ``/ondemandvm`` and POST ``/ondemandvm/:template`` (reference
+§1.3, §2.4): reading the order, checking it, and choosing the pool of every instance.
+
+What callers rely on: :func:`read_payload` returns the JSON object of the body or raises
+the 400; :func:`check_order` raises vmpooler's 404/403 (and our 400s) or returns the counts
+and the request id to use; :func:`plan` draws one pool per instance and returns the
+request's entries (``alias:pool:count``), never an entry with a count of 0. Nothing here
+writes Redis.
+
+Divergences from vmpooler 3.9.1 (on purpose; listed in docs/compatibility.md):
+
+* a body that is not a JSON object (``null``, an array, a number) is a 400 (vmpooler: 404
+  for ``null``, 500 otherwise); a body over 10240 bytes is a 400;
+* a count must be a whole number ≥ 0 — an integer, an integral float or a string starting
+  with digits (Ruby's integer prefix, as vmpooler reads it: ``"2abc"`` is 2); a negative or
+  non-numeric count is a 400 naming the key (vmpooler asked for zero instances);
+* a supplied ``request_id`` must be a non-empty string of at most 255 printable characters
+  without whitespace, ``/`` or ``:`` (``:`` broke vmpooler's manager, ``/`` the GET route);
+  ``null`` means "none supplied", as in vmpooler;
+* a pool is chosen among the **configured** pools (vmpooler only considered pools the manager
+  had published to ``vmpooler__pools``, so a plain pool name could yield no instance);
+* ``request_id`` is only special in the JSON body: as a name in ``/ondemandvm/<names>`` it is
+  unknown (vmpooler used its count as the request id);
+* a name that breaks the pool-name rule is counted as ``ondemandrequest_fail.invalid`` under
+  ``unknown``, so client text never becomes part of a metric name.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import falcon
+
+from vmpooler.actors.request_store import Entry
+from vmpooler.web import checkout
+from vmpooler.web.body import MAX_BODY, read_raw
+from vmpooler.web.context import ApiContext
+from vmpooler.web.errors import ApiError
+from vmpooler.web.validate import InputError, check_pool_name, ruby_to_i
+
+__all__ = [
+    "MAX_REQUEST_ID",
+    "candidates",
+    "check_order",
+    "choose_pool",
+    "plan",
+    "read_payload",
+]
+
+MAX_REQUEST_ID = 255
+_UNPARSABLE = "JSON payload could not be parsed"
+_INT_START = re.compile(r"[ \t\r\n\f\v]*[+-]?[0-9]")
+
+
+def _bad_request(message: str) -> ApiError:
+    return ApiError(400, {"ok": False, "message": message})
+
+
+def read_payload(req: falcon.Request) -> dict[str, Any]:
+    """The body as a JSON object (read whatever the Content-Type says, as vmfloaty sends
+    ``application/x-www-form-urlencoded``); 400 ``{"ok": false, "message": ...}`` otherwise."""
+    raw = read_raw(req, MAX_BODY + 1)
+    if len(raw) > MAX_BODY:
+        raise _bad_request("Request body too large")
+    try:
+        value = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        raise _bad_request(_UNPARSABLE) from None
+    if not isinstance(value, dict):
+        raise _bad_request("JSON payload must be an object of {\"<pool or alias>\": <count>}")
+    return value
+
+
+def _count(name: str, value: Any) -> int:
+    """A count as vmpooler reads it (Ruby ``to_i``), refusing what is not a whole number ≥ 0."""
+    number: int | None = None
+    if isinstance(value, bool) or value is None:
+        number = None
+    elif isinstance(value, int):
+        number = value
+    elif isinstance(value, float):
+        number = int(value) if value.is_integer() else None
+    elif isinstance(value, str) and _INT_START.match(value):
+        number = ruby_to_i(value)
+    if number is None or number < 0:
+        raise _bad_request(f"the count of '{name}' must be a whole number of at least 0")
+    return number
+
+
+def _request_id(value: Any) -> str:
+    """A supplied request id, or 400 naming ``request_id``."""
+    if not isinstance(value, str) or not value:
+        raise _bad_request("request_id must be a non-empty string")
+    if len(value) > MAX_REQUEST_ID:
+        raise _bad_request(f"request_id must be at most {MAX_REQUEST_ID} characters")
+    if any(c in ":/" or c.isspace() or not c.isprintable() for c in value):
+        raise _bad_request(
+            "request_id must not contain whitespace, control characters, '/' or ':'")
+    return value
+
+
+def _metric_name(name: str) -> str:
+    """``name`` if it may go into a metric name (the pool-name rule), else ``unknown``: the
+    names of a 404 come from the client."""
+    try:
+        return check_pool_name(name)
+    except InputError:
+        return "unknown"
+
+
+def check_order(ctx: ApiContext, payload: Mapping[str, Any], *,
+                request_id: Any = None) -> tuple[dict[str, int], str]:
+    """``({name: count}, request id)`` for a valid order, in vmpooler's order of checks.
+
+    Unknown names → 404 ``{"ok": false, "bad_templates": [...]}``; a bad count → 400; any
+    count over ``max_ondemand_instances_per_request`` → 403; a bad ``request_id`` → 400.
+    Without a ``request_id`` a random UUID v4 is used. Sends the ``ondemandrequest_fail``
+    metrics.
+    """
+    config = ctx.config
+    known = set(config.pool_names) | set(config.aliases)
+    bad = [name for name in payload if name not in known]
+    if bad:
+        for name in bad:
+            ctx.metrics.increment("ondemandrequest_fail.invalid", tags={"pool": _metric_name(name)})
+        raise ApiError(404, {"ok": False, "bad_templates": bad})
+    counts = {name: _count(name, value) for name, value in payload.items()}
+    limit = config.settings.max_ondemand_instances_per_request
+    for name, count in counts.items():
+        if count > limit:
+            ctx.metrics.increment("ondemandrequest_fail.toomanyrequests", tags={"pool": name})
+            raise ApiError(403, {"ok": False, "message": "requested amount of instances "
+                                                         f"exceeds the maximum {limit}"})
+    chosen = str(uuid.uuid4()) if request_id is None else _request_id(request_id)
+    return counts, chosen
+
+
+def candidates(ctx: ApiContext, name: str) -> list[str]:
+    """The pools that may serve ``name``: itself if it is a configured pool, then the pools
+    it is an alias of (vmpooler's ``evaluate_template_aliases``)."""
+    config = ctx.config
+    found = [name] if name in config.pool_names else []
+    found += [p for p in config.aliases.get(name, ()) if p not in found]
+    return found
+
+
+def choose_pool(ctx: ApiContext, name: str) -> str | None:
+    """The pool one instance of ``name`` is cloned in; None if ``name`` has no pool.
+
+    With more than one candidate and a ``backend_weight`` for the clone target of every
+    one, the draw is weighted (a weight of 0 never wins; all 0 → uniform); otherwise it is
+    uniform. Unlike checkout (:func:`vmpooler.web.checkout.candidate_pools`), an alias that is
+    not itself a pool is not a candidate, so weights apply to aliases too, as in vmpooler.
+    """
+    backends = candidates(ctx, name)
+    if not backends:
+        return None
+    if len(backends) > 1 and ctx.config.settings.backend_weight:
+        # checkout's rule: the weight of the pool's clone target (else the global one)
+        weights = [checkout._weight(ctx.config, b) for b in backends]
+        if None not in weights:
+            positive = [(b, w) for b, w in zip(backends, weights, strict=True)
+                        if w is not None and w > 0]
+            total = sum(w for _, w in positive)
+            if total > 0:
+                point = ctx.rng.random() * total
+                for backend, weight in positive:
+                    point -= weight
+                    if point < 0:
+                        return backend
+                return positive[-1][0]
+    return ctx.rng.choice(backends)
+
+
+def plan(ctx: ApiContext, counts: Mapping[str, int]) -> list[Entry]:
+    """One pool drawn per instance, counted per (name, pool) in order of first draw."""
+    entries: list[Entry] = []
+    for name, count in counts.items():
+        drawn: dict[str, int] = {}
+        for _ in range(count):
+            pool = choose_pool(ctx, name)
+            if pool is not None:
+                drawn[pool] = drawn.get(pool, 0) + 1
+        entries += [Entry(alias=name, pool=pool, count=n) for pool, n in drawn.items()]
+    return entries

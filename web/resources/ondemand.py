@@ -1,0 +1,168 @@
+"""API v3 ``/ondemandvm`` resources: create, read and delete on-demand requests.
+
+Status codes, bodies and the order of checks are vmpooler 3.9.1's (reference §1.3, §2.4).
+Every write goes through :class:`~vmpooler.actors.request_store.RequestStore` (one
+compare-and-set script each), and after every create and delete the manager is told
+(``ctx.commands.request_changed``) so the request's actor starts, or stops, at once.
+
+* ``POST /ondemandvm`` (JSON body ``{"<pool or alias>": <count>, "request_id": "<id>"}``)
+  and ``POST /ondemandvm/<a+b+a>`` (counts by repetition): a valid token first when auth is
+  configured (401); then :mod:`vmpooler.web.ondemand`'s checks (400/404/403); 409 when the
+  request id is taken; 201 ``{"ok": true, "request_id": id}``.
+* ``GET /ondemandvm/<id>`` (no auth): 404 unknown; 200 ready (FQDNs per requested name),
+  failed or deleted; 202 while in flight, with string counts per requested name.
+* ``DELETE /ondemandvm/<id>``: a valid token when auth is configured; 404 unknown; 200.
+
+Divergences from vmpooler 3.9.1 (on purpose; those of the order's checks are listed in
+:mod:`vmpooler.web.ondemand`):
+
+* the request is created in one script (hash, token fields and the ``provisioning__request``
+  entry together, only if the id is free), so two clients racing for one id cannot both get
+  201;
+* DELETE never changes a final status: a request that already failed answers 200
+  ``{"ok": true, "message": "the request has already failed"}`` and stays failed (vmpooler
+  overwrote ``failed`` with ``deleted``); a deleted request also leaves the provisioning
+  queues at once (vmpooler left that to its manager, which still cloned for it);
+* under ``:config: enforce_vm_ownership`` (off by default) a request created with a token can
+  only be deleted with that token (403).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import falcon
+
+from vmpooler.actors import schema
+from vmpooler.actors.request_store import DeleteOutcome, RequestRecord, RequestStore
+from vmpooler.web import checkout, ondemand
+from vmpooler.web.context import ApiContext
+from vmpooler.web.errors import ApiError, json_body
+from vmpooler.web.tokens import need_token, ownership_enforced, presented_token
+
+__all__ = ["register"]
+
+
+def _count(ctx: ApiContext, method: str, operation: str) -> None:
+    ctx.metrics.increment("http_requests_vm_total",
+                          tags={"method": method, "subpath": "ondemand", "operation": operation})
+
+
+def _not_found(request_id: str) -> ApiError:
+    return ApiError(404, {"ok": False,
+                          "message": f"no request found for request_id '{request_id}'"})
+
+
+def _authorised(req: falcon.Request, ctx: ApiContext) -> str | None:
+    """vmpooler's need_token when auth is configured (401); the token, if auth is."""
+    return need_token(req, ctx) if ctx.auth_configured else None
+
+
+def _create(ctx: ApiContext, store: RequestStore, token: str | None,
+            payload: dict[str, Any], request_id: Any) -> dict[str, Any]:
+    """Check the order, draw the pools and record the request (with ``token`` and its user);
+    the 201 body."""
+    counts, chosen = ondemand.check_order(ctx, payload, request_id=request_id)
+    user = ctx.redis.hget(schema.token(token), "user") if token else None
+    entries = ondemand.plan(ctx, counts)
+    if not store.create(chosen, entries, created=int(ctx.clock.now()), token=token, user=user):
+        ctx.metrics.increment("ondemandrequest_generate.duplicaterequests")
+        raise ApiError(409, {"ok": False, "request_id": chosen,
+                             "message": f"request_id '{chosen}' has already been created"})
+    ctx.metrics.increment("ondemandrequest_generate.success")
+    ctx.commands.request_changed(chosen, "created")
+    return {"ok": True, "request_id": chosen}
+
+
+def describe(ctx: ApiContext, record: RequestRecord) -> tuple[int, dict[str, Any]]:
+    """The status and body of GET ``/ondemandvm/:requestid`` for a request."""
+    body: dict[str, Any] = {"ok": True, "request_id": record.request_id, "ready": False}
+    if record.status == "ready":
+        body["ready"] = True
+        for entry in record.entries:
+            hosts = [checkout.fqdn(ctx.config, entry.pool, vm)
+                     for vm in record.delivered.get(entry.key, ())]
+            body.setdefault(entry.alias, {"hostname": []})["hostname"].extend(hosts)
+        return 200, body
+    if record.status == "failed":
+        body["message"] = ("The request failed to provision instances within the configured "
+                           f"ondemand_request_ttl '{ctx.config.settings.ondemand_request_ttl}'")
+        return 200, body
+    if record.status == "deleted":
+        body["message"] = "The request has been deleted"
+        return 200, body
+    totals: dict[str, list[int]] = {}
+    for entry in record.entries:
+        ready = len(record.delivered.get(entry.key, ()))
+        total = totals.setdefault(entry.alias, [0, 0])
+        total[0] += ready
+        total[1] += entry.count - ready
+    for alias, (ready, pending) in totals.items():
+        body[alias] = {"ready": str(ready), "pending": str(pending)}
+    return 202, body
+
+
+class OnDemandCollection:
+    """``POST /ondemandvm``: a request from a JSON body."""
+
+    def __init__(self, ctx: ApiContext, store: RequestStore) -> None:
+        self.ctx = ctx
+        self.store = store
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        _count(self.ctx, "post", "requestid")
+        token = _authorised(req, self.ctx)
+        payload = ondemand.read_payload(req)
+        request_id = payload.pop("request_id", None)
+        json_body(resp, 201, _create(self.ctx, self.store, token, payload, request_id))
+
+
+class OnDemandItem:
+    """``POST /ondemandvm/:template`` (a request by URL) and GET/DELETE
+    ``/ondemandvm/:requestid`` (one route: Falcon names the segment once)."""
+
+    def __init__(self, ctx: ApiContext, store: RequestStore) -> None:
+        self.ctx = ctx
+        self.store = store
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response, requestid: str) -> None:
+        _count(self.ctx, "delete", "template")  # vmpooler's metric name for this route
+        token = _authorised(req, self.ctx)
+        payload = dict(checkout.template_payload(requestid))
+        json_body(resp, 201, _create(self.ctx, self.store, token, payload, None))
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, requestid: str) -> None:
+        _count(self.ctx, "get", "request")
+        record = self.store.read(requestid)
+        if record is None:
+            raise _not_found(requestid)
+        status, body = describe(self.ctx, record)
+        json_body(resp, status, body)
+
+    def on_delete(self, req: falcon.Request, resp: falcon.Response, requestid: str) -> None:
+        _count(self.ctx, "delete", "request")
+        ctx = self.ctx
+        _authorised(req, ctx)
+        if ownership_enforced(ctx):
+            owner = ctx.redis.hget(schema.odrequest(requestid), "token:token")
+            if owner and presented_token(req) != owner:
+                raise ApiError(403, {"ok": False,
+                                     "message": "This request was created with another token"})
+        outcome = self.store.delete(requestid)
+        if outcome is DeleteOutcome.NOT_FOUND:
+            raise _not_found(requestid)
+        if outcome is DeleteOutcome.ALREADY_DELETED:
+            json_body(resp, 200, {"ok": True, "message": "the request has already been deleted"})
+            return
+        if outcome is DeleteOutcome.ALREADY_FAILED:
+            json_body(resp, 200, {"ok": True, "message": "the request has already failed"})
+            return
+        ctx.commands.request_changed(requestid, "deleted")
+        json_body(resp, 200, {"ok": True})
+
+
+def register(app: falcon.App, ctx: ApiContext, prefix: str) -> None:
+    """Add the ``/ondemandvm`` routes under ``prefix``."""
+    store = RequestStore(ctx.redis)
+    app.add_route(f"{prefix}/ondemandvm", OnDemandCollection(ctx, store))
+    app.add_route(f"{prefix}/ondemandvm/{{requestid}}", OnDemandItem(ctx, store))
