@@ -46,6 +46,7 @@ from vmpooler.web.validate import InputError, check_pool_name, check_vm_count
 
 __all__ = [
     "allocate",
+    "backend_weight",
     "body_payload",
     "candidate_pools",
     "fqdn",
@@ -83,7 +84,9 @@ def template_payload(template: str) -> dict[str, int]:
     return payload
 
 
-def _weight(config: Config, name: str) -> int | None:
+def backend_weight(config: Config, name: str) -> int | None:
+    """The ``backend_weight`` of the pool's clone target, or None (unknown pool, no target or
+    no weight for it)."""
     try:
         pool = config.pool(name)
     except KeyError:
@@ -105,7 +108,7 @@ def candidate_pools(ctx: ApiContext, name: str) -> list[str]:
     aliases = config.aliases
     if aliases:
         backends += [p for p in aliases.get(name, ()) if p not in backends]
-        weights = [_weight(config, b) for b in backends]
+        weights = [backend_weight(config, b) for b in backends]
         first: str | None = None
         if config.settings.backend_weight and None not in weights:
             total = sum(w for w in weights if w is not None and w > 0)

@@ -161,7 +161,7 @@ def choose_pool(ctx: ApiContext, name: str) -> str | None:
         return None
     if len(backends) > 1 and ctx.config.settings.backend_weight:
         # checkout's rule: the weight of the pool's clone target (else the global one)
-        weights = [checkout._weight(ctx.config, b) for b in backends]
+        weights = [checkout.backend_weight(ctx.config, b) for b in backends]
         if None not in weights:
             positive = [(b, w) for b, w in zip(backends, weights, strict=True)
                         if w is not None and w > 0]
