@@ -124,7 +124,9 @@ class StreamCommands:
         self._submit("tasks_queued", "", "")
 
     def request_changed(self, request_id: str, reason: str) -> None:
-        self._submit("request_changed", request_id, reason)
+        # Sent at once, on the caller's thread: every request id is new, so there is
+        # nothing to coalesce, and waiting would only delay the request's first clone.
+        self._send("request_changed", request_id, reason)
 
     def _submit(self, kind: str, pool: str, reason: str) -> None:
         if not self._background:
