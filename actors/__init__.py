@@ -1,7 +1,7 @@
 """vmpooler's embeddable core: the actor system that keeps pools of ready VMs.
 
 The public API is :class:`PoolerSystem` (start, stop, reads of pool state, commands to the
-actors) and :func:`load_config`::
+actors, on-demand requests) and :func:`load_config`::
 
     from vmpooler.actors import PoolerSystem, load_config
 
@@ -24,6 +24,7 @@ __all__ = [
     "PoolStatus",
     "PoolerSystem",
     "RealClock",
+    "RequestRecord",
     "Scheduler",
     "ThreadScheduler",
     "load_config",
@@ -33,6 +34,7 @@ _HOMES = {
     "Clock": "clock", "FakeClock": "clock", "RealClock": "clock", "Scheduler": "clock",
     "ThreadScheduler": "clock", "Config": "config", "ConfigError": "config",
     "load_config": "config", "PoolerSystem": "system", "PoolStatus": "system",
+    "RequestRecord": "request_store",
 }
 
 logging.getLogger("vmpooler").addHandler(logging.NullHandler())
