@@ -1,4 +1,4 @@
-"""Every endpoint of API v3 (reference §1.3; the dashboard aside) over real HTTP.
+"""Every endpoint of API v3 (reference §1.3) and the dashboard (§1.4) over real HTTP.
 
 ``vmpooler api`` runs as a process (gunicorn, 2 workers) over the session's redis-server,
 with dummy authentication, ``experimental_features`` and three pools in two DNS domains —
@@ -8,7 +8,8 @@ A second process without ``experimental_features`` and without ``:auth:`` answer
 of the config endpoints and the 404s of the token endpoints.
 
 Every answer is checked for its status, ``Content-Type: application/json``, a body that is
-not HTML, its documented shape (``web/openapi.json``) and its effect in Redis.
+not HTML, its documented shape (``web/openapi.json``) and its effect in Redis. The dashboard's
+HTML page and assets, and path traversal on its static route, have tests of their own.
 """
 
 from __future__ import annotations
@@ -631,6 +632,15 @@ CASES = [
     Case("unknown-route", "GET", "/nowhere", 404, expect={"ok": False}),
     Case("unknown-api-route", "GET", f"{V}/nowhere/at/all", 404, expect={"ok": False}),
     Case("openapi", "GET", f"{V}/openapi.json", 200, expect=openapi_document),
+    # -- dashboard JSON (§1.4; not in the OpenAPI document) --------------------------------
+    Case("dashboard-pool-stats", "GET", "/dashboard/stats/vmpooler/pool/?history=1", 200,
+         expect={"pool1": {"size": 2, "ready": 2, "history": [2]},
+                 "pool2": {"size": 2, "ready": 1, "history": [1]},
+                 "pool3": {"size": 1, "ready": 0, "history": [0]}}),
+    Case("dashboard-running-stats", "GET", "/dashboard/stats/vmpooler/running", 200,
+         expect={"pool1": {"running": 1}, "pool2": {"running": 1}, "pool3": {"running": 0}}),
+    Case("dashboard-asset-missing", "GET", "/dashboard/static/nope.js", 404,
+         expect={"ok": False}),
     # -- GET/POST /vm ----------------------------------------------------------------------
     Case("list-pools", "GET", f"{V}/vm", 200, expect=["pool1", "pool2", "pool3"]),
     Case("list-pools-slash", "GET", f"{V}/vm/", 200, expect=["pool1", "pool2", "pool3"]),
@@ -1030,6 +1040,46 @@ def test_requests_gunicorn_cannot_parse_are_answered_in_json(
     head, _, body = raw_exchange(main_api[0], data).partition(b"\r\n\r\n")
     assert b"content-type: application/json" in head.lower()
     assert not body.lstrip().startswith(b"<")
+
+
+# -- the dashboard page through gunicorn ----------------------------------------------------
+def test_dashboard_page_and_assets(main_api: tuple[str, Path]) -> None:
+    base, _ = main_api
+    page = send("GET", f"{base}/dashboard/")
+    assert page.status == 200
+    assert page.headers["content-type"] == "text/html; charset=utf-8"
+    assert page.headers["cache-control"] == "no-cache"
+    assert "default-src 'none'" in page.headers["content-security-policy"]
+    assert "<title>vmpooler</title>" in page.text
+    assets = re.findall(r'(?:href|src)="(/dashboard/static/[^"]+\?v=[0-9a-f]{16})"', page.text)
+    assert len(assets) == 2
+    for link, content_type in zip(sorted(assets), ["text/css", "text/javascript"], strict=True):
+        asset = send("GET", base + link)
+        assert asset.status == 200
+        assert asset.headers["content-type"] == f"{content_type}; charset=utf-8"
+        assert asset.headers["cache-control"] == "public, max-age=31536000, immutable"
+        again = send("GET", base + link, headers={"If-None-Match": asset.headers["etag"]})
+        assert again.status == 304 and again.text == ""
+
+
+@pytest.mark.parametrize("target", [
+    b"/dashboard/../../etc/passwd",
+    b"/dashboard/static/../../../../etc/passwd",
+    b"/dashboard/static/..%2f..%2f..%2f..%2fetc%2fpasswd",
+    b"/dashboard/static/%2e%2e%2f%2e%2e%2fopenapi.json",
+    b"/dashboard/static/..%5c..%5copenapi.json",
+    b"/dashboard/static/%252e%252e%252fopenapi.json",
+    b"/dashboard/static/dashboard.html",
+])
+def test_dashboard_static_route_cannot_escape(main_api: tuple[str, Path],
+                                              target: bytes) -> None:
+    """Sent byte for byte (urllib would tidy the path): 404 JSON, never a file."""
+    head, _, body = raw_exchange(
+        main_api[0], b"GET " + target + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    ).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 404 "), head
+    assert b"content-type: application/json" in head.lower()
+    assert json.loads(body) == {"ok": False}
 
 
 def test_the_servers_logged_no_traceback(main_api: tuple[str, Path]) -> None:

@@ -1,0 +1,332 @@
+// vmpooler dashboard: polls /api/v3/status every 5 s and draws it. No framework.
+// Every value from the API is put on the page with textContent, never as markup.
+(function () {
+  "use strict";
+
+  var INTERVAL_MS = 5000;
+  var TIMEOUT_MS = 4500;
+  var STALE_MS = 3 * INTERVAL_MS;
+
+  var root = (document.querySelector('meta[name="vmpooler-root"]') || {}).content || "";
+  var statusUrl = root + "/api/v3/status?view=pools,queue,capacity";
+  var body = document.body;
+  var taskLimit = parseInt(body.getAttribute("data-task-limit"), 10) || 0;
+  var ondemandLimit = parseInt(body.getAttribute("data-ondemand-clone-limit"), 10) || 0;
+  var siteName = document.getElementById("site-name").textContent;
+
+  var state = {
+    data: null,          // last good /status answer
+    updatedAt: null,     // Date of the last good answer
+    error: null,         // text of the last failure, null when the last poll worked
+    timer: null,
+    inFlight: false
+  };
+
+  function $(id) { return document.getElementById(id); }
+
+  function setText(id, value) { $(id).textContent = value; }
+
+  function fmt(n) { return typeof n === "number" ? n.toLocaleString() : "–"; }
+
+  function el(tag, className, text) {
+    var node = document.createElement(tag);
+    if (className) { node.className = className; }
+    if (text !== undefined) { node.textContent = text; }
+    return node;
+  }
+
+  function bar(fraction, tone) {
+    var outer = el("div", "bar");
+    var fill = el("div", "fill" + (tone ? " " + tone : ""));
+    fill.style.width = Math.max(0, Math.min(1, fraction)) * 100 + "%";
+    outer.appendChild(fill);
+    return outer;
+  }
+
+  function setBar(id, fraction, tone) {
+    var fill = $(id);
+    fill.style.width = Math.max(0, Math.min(1, fraction)) * 100 + "%";
+    fill.className = "fill" + (tone ? " " + tone : "");
+  }
+
+  // "2024-05-01 13:02:11 +0000" (vmpooler's Time#to_s) or ISO 8601 -> Date, or null.
+  function parseTime(text) {
+    if (!text) { return null; }
+    var m = /^(\d{4}-\d{2}-\d{2}) (\d{2}:\d{2}:\d{2}) ([+-]\d{2})(\d{2})$/.exec(text);
+    var d = new Date(m ? m[1] + "T" + m[2] + m[3] + ":" + m[4] : text);
+    return isNaN(d.getTime()) ? null : d;
+  }
+
+  function ago(ms) {
+    var s = Math.max(0, Math.round(ms / 1000));
+    if (s < 60) { return s + " s ago"; }
+    var m = Math.floor(s / 60);
+    if (m < 60) { return m + " min ago"; }
+    var h = Math.floor(m / 60);
+    if (h < 48) { return h + " h " + (m % 60) + " min ago"; }
+    return Math.floor(h / 24) + " days ago";
+  }
+
+  function duration(seconds) {
+    var s = Math.floor(seconds);
+    var d = Math.floor(s / 86400), h = Math.floor(s % 86400 / 3600), m = Math.floor(s % 3600 / 60);
+    if (d) { return d + " d " + h + " h"; }
+    if (h) { return h + " h " + m + " min"; }
+    return m + " min";
+  }
+
+  function clock(date) { return date.toLocaleTimeString(); }
+
+  // What a pool needs from the operator: empty > below size > filling > full.
+  function poolState(p) {
+    if (p.max <= 0) { return { key: "off", label: "size 0", rank: 3, tone: "idle" }; }
+    if (p.ready <= 0) { return { key: "empty", label: "EMPTY", rank: 0, tone: "bad" }; }
+    if (p.ready < p.max && p.pending <= 0) {
+      return { key: "low", label: "below size", rank: 1, tone: "warn" };
+    }
+    if (p.ready < p.max) { return { key: "filling", label: "filling", rank: 2, tone: "warn" }; }
+    return { key: "full", label: "full", rank: 4, tone: "" };
+  }
+
+  function poolRow(name, p, now) {
+    var st = poolState(p);
+    var tr = el("tr", st.key === "empty" ? "row-bad" : "");
+
+    var nameCell = el("th", "");
+    nameCell.scope = "row";
+    nameCell.appendChild(el("span", "pool-name", name));
+    if (p.alias !== undefined && p.alias !== null) {
+      var aka = Array.isArray(p.alias) ? p.alias.join(", ") : String(p.alias);
+      if (aka) { nameCell.appendChild(el("span", "alias", "aka " + aka)); }
+    }
+    tr.appendChild(nameCell);
+
+    var readyCell = el("td", "col-ready");
+    var wrap = el("div", "ready-cell");
+    wrap.appendChild(bar(p.max > 0 ? p.ready / p.max : 0, st.tone));
+    wrap.appendChild(el("span", "nums", fmt(p.ready) + " / " + fmt(p.max)));
+    readyCell.appendChild(wrap);
+    tr.appendChild(readyCell);
+
+    tr.appendChild(el("td", "num", fmt(p.pending)));
+    tr.appendChild(el("td", "num", fmt(p.running)));
+
+    var stateCell = el("td", "");
+    stateCell.appendChild(el("span", "state state-" + st.key, st.label));
+    tr.appendChild(stateCell);
+
+    var bootCell = el("td", "");
+    var booted = parseTime(p.lastBoot);
+    if (booted) {
+      bootCell.textContent = ago(now - booted.getTime());
+      bootCell.title = p.lastBoot;
+    } else {
+      bootCell.textContent = p.lastBoot ? p.lastBoot : "never";
+      bootCell.className = "muted";
+    }
+    tr.appendChild(bootCell);
+    return { row: tr, rank: st.rank };
+  }
+
+  function renderPools(pools) {
+    var filter = $("filter").value.trim().toLowerCase();
+    var problemsFirst = $("problems-first").checked;
+    var now = Date.now();
+    var rows = [];
+    var names = Object.keys(pools);
+    names.forEach(function (name, index) {
+      var p = pools[name];
+      var aka = p.alias === undefined || p.alias === null ? "" : String(p.alias);
+      if (filter && name.toLowerCase().indexOf(filter) < 0 &&
+          aka.toLowerCase().indexOf(filter) < 0) {
+        return;
+      }
+      var built = poolRow(name, p, now);
+      built.index = index;
+      rows.push(built);
+    });
+    if (problemsFirst) {
+      rows.sort(function (a, b) { return a.rank - b.rank || a.index - b.index; });
+    }
+    var tbody = $("pool-rows");
+    if (rows.length === 0) {
+      var tr = el("tr", "");
+      var td = el("td", "placeholder",
+        names.length ? "No pool matches the filter." : "No pools are configured.");
+      td.colSpan = 6;
+      tr.appendChild(td);
+      tbody.replaceChildren(tr);
+    } else {
+      tbody.replaceChildren.apply(tbody, rows.map(function (r) { return r.row; }));
+    }
+    setText("pool-count", filter ? "(" + rows.length + " of " + names.length + ")"
+                                 : "(" + names.length + ")");
+  }
+
+  function render() {
+    var data = state.data;
+    if (!data) { return; }
+    var pools = data.pools || {};
+    var queue = data.queue || {};
+    var capacity = data.capacity || {};
+    var status = data.status || {};
+    var empty = status.empty || [];
+
+    var sumReady = 0, sumSize = 0, sumPending = 0, sumRunning = 0;
+    Object.keys(pools).forEach(function (name) {
+      var p = pools[name];
+      sumReady += p.ready; sumSize += p.max; sumPending += p.pending; sumRunning += p.running;
+    });
+
+    setText("t-ready", fmt(capacity.current));
+    setText("t-size", fmt(capacity.total));
+    var fraction = capacity.total > 0 ? capacity.current / capacity.total : 0;
+    setBar("t-bar", fraction, fraction >= 1 ? "" : (empty.length ? "bad" : "warn"));
+    setText("t-percent", typeof capacity.percent === "number" ? capacity.percent + " % full" : "");
+
+    setText("t-empty", fmt(empty.length));
+    setText("t-empty-note", "of " + fmt(Object.keys(pools).length) + " pools");
+    $("card-empty").className = "card" + (empty.length ? " bad" : "");
+
+    setText("t-pending", fmt(queue.pending));
+    setText("t-cloning", fmt(queue.cloning));
+    setText("t-booting", fmt(queue.booting));
+
+    var limit = taskLimit + ondemandLimit;
+    setText("t-slots", fmt(queue.cloning));
+    setText("t-slot-limit", fmt(limit));
+    var used = limit > 0 ? queue.cloning / limit : 0;
+    setBar("t-slot-bar", used, used >= 1 ? "warn" : "");
+    setText("t-slot-note", "limit " + fmt(taskLimit) + " for pools + " + fmt(ondemandLimit) +
+      " on demand");
+    $("card-slots").className = "card" + (used >= 1 ? " warn" : "");
+
+    setText("t-requested", fmt(queue.requested));
+    $("card-requested").className = "card" + (queue.requested > 0 ? " warn" : "");
+    setText("t-running", fmt(queue.running));
+    setText("t-completed", fmt(queue.completed));
+
+    setText("f-ready", fmt(sumReady));
+    setText("f-size", fmt(sumSize));
+    setText("f-pending", fmt(sumPending));
+    setText("f-running", fmt(sumRunning));
+
+    renderPools(pools);
+
+    setText("uptime", typeof status.uptime === "number"
+      ? "API up " + duration(status.uptime) : "");
+  }
+
+  function renderConnection() {
+    var conn = $("conn");
+    var main = $("main");
+    var alert = $("alert");
+    var now = Date.now();
+    var stale = state.updatedAt && now - state.updatedAt.getTime() > STALE_MS;
+    var since = state.updatedAt
+      ? "last update " + clock(state.updatedAt) + " (" + ago(now - state.updatedAt.getTime()) + ")"
+      : "no data yet";
+    var empty = state.data && state.data.status && state.data.status.empty || [];
+
+    if (state.error) {
+      conn.className = "conn conn-error";
+      setText("conn-text", "Cannot reach the API — " + since);
+      alert.className = "alert";
+      alert.textContent = "Cannot reach the API: " + state.error + ". " +
+        (state.updatedAt ? "The numbers below are from " + clock(state.updatedAt) + "."
+                         : "Nothing to show yet.") + " Retrying every " + INTERVAL_MS / 1000 + " s.";
+      alert.hidden = false;
+      main.className = state.data ? "stale" : "waiting";
+    } else if (stale) {
+      conn.className = "conn conn-stale";
+      setText("conn-text", "Waiting for the API — " + since);
+      main.className = "stale";
+    } else if (state.updatedAt) {
+      conn.className = "conn conn-ok";
+      setText("conn-text", "Live — updated " + clock(state.updatedAt));
+      main.className = "";
+      if (empty.length) {
+        alert.className = "alert";
+        alert.textContent = (empty.length === 1 ? "1 pool is" : empty.length + " pools are") +
+          " empty: " + empty.join(", ");
+        alert.hidden = false;
+      } else {
+        alert.hidden = true;
+      }
+    }
+    var prefix = state.error ? "⚠ " : (empty.length ? "(" + empty.length + " empty) " : "");
+    document.title = prefix + siteName;
+  }
+
+  function describe(resp) {
+    if (resp.status === 429) {
+      var after = resp.headers.get("Retry-After");
+      return "rate limited (HTTP 429" + (after ? ", retry after " + after + " s" : "") + ")";
+    }
+    return "HTTP " + resp.status + (resp.statusText ? " " + resp.statusText : "");
+  }
+
+  function schedule(delay) {
+    if (state.timer !== null) { clearTimeout(state.timer); }
+    state.timer = setTimeout(poll, delay);
+  }
+
+  function poll() {
+    state.timer = null;
+    if (document.hidden || state.inFlight) {
+      schedule(INTERVAL_MS);
+      return;
+    }
+    state.inFlight = true;
+    var delay = INTERVAL_MS;
+    var controller = typeof AbortController === "function" ? new AbortController() : null;
+    var killer = controller ? setTimeout(function () { controller.abort(); }, TIMEOUT_MS) : null;
+    fetch(statusUrl, {
+      cache: "no-store",
+      headers: { "Accept": "application/json" },
+      signal: controller ? controller.signal : undefined
+    }).then(function (resp) {
+      if (!resp.ok) {
+        if (resp.status === 429) {
+          var after = parseInt(resp.headers.get("Retry-After"), 10);
+          if (after > 0) { delay = Math.max(delay, after * 1000); }
+        }
+        throw new Error(describe(resp));
+      }
+      return resp.json();
+    }).then(function (data) {
+      if (!data || typeof data !== "object" || !data.pools) {
+        throw new Error("unexpected answer from /api/v3/status");
+      }
+      state.data = data;
+      state.updatedAt = new Date();
+      state.error = null;
+      render();
+    }).catch(function (err) {
+      state.error = err && err.name === "AbortError"
+        ? "no answer within " + TIMEOUT_MS / 1000 + " s"
+        : (err && err.message && err.message !== "Failed to fetch" &&
+           err.message.indexOf("NetworkError") < 0 ? err.message : "network error");
+    }).then(function () {
+      if (killer !== null) { clearTimeout(killer); }
+      state.inFlight = false;
+      renderConnection();
+      schedule(delay);
+    });
+  }
+
+  $("filter").addEventListener("input", function () { if (state.data) { renderPools(state.data.pools || {}); } });
+  $("problems-first").addEventListener("change", function () {
+    try { localStorage.setItem("vmpooler.problemsFirst", this.checked ? "1" : ""); } catch (e) { /* private mode */ }
+    if (state.data) { renderPools(state.data.pools || {}); }
+  });
+  try { $("problems-first").checked = localStorage.getItem("vmpooler.problemsFirst") === "1"; } catch (e) { /* ignore */ }
+
+  document.addEventListener("visibilitychange", function () {
+    if (!document.hidden && !state.inFlight) { schedule(0); }
+  });
+  // Keep "x s ago" and the stale warning honest between polls.
+  setInterval(function () { if (state.updatedAt || state.error) { renderConnection(); } }, 1000);
+
+  poll();
+}());
