@@ -412,7 +412,7 @@ def test_pool_recovers_when_its_provider_actor_crashes_mid_call(
 ) -> None:
     import threading
 
-    from vmpooler.actors.messages import CallProvider
+    from vmpooler.actors.messages import CallProvider, RestartActor
 
     config = make_config([pool("a", 1)], check_loop_delay_min=5, check_loop_delay_max=5)
     release = threading.Event()
@@ -437,7 +437,11 @@ def test_pool_recovers_when_its_provider_actor_crashes_mid_call(
             # A message its handler cannot take (no reply_to) crashes the provider actor.
             old.tell(CallProvider(ProviderOp.CHECK_PENDING, "a", "x", None, ()))  # type: ignore[arg-type]
             wait_until(lambda: not old.is_alive(), 10, "the provider actor to crash")
-            h.clock.advance(2)  # the supervisor's back-off
+            # The supervisor handles the crash on its own thread: once it has scheduled the
+            # restart, move the clock past its back-off.
+            wait_until(lambda: any(isinstance(m, RestartActor) for _, m in h.clock.pending()),
+                       10, "the supervisor to schedule the restart")
+            h.clock.advance(2)
             wait_until(lambda: h.system.actor_ref("provider:dummy") not in (None, old))
             release.set()  # the call its predecessor started finishes now
             h.wait_full("a", 1)
