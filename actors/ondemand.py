@@ -93,6 +93,15 @@ class OnDemandManager(SupervisedActor):
         self.blocked = False  # the last grant found no free slot: wait for one to be freed
 
     def setup(self) -> None:
+        # A predecessor that crashed left its request actors running, reporting to a dead
+        # manager: stop them; the first sweep starts fresh ones, rebuilt from Redis.
+        for name in self.directory.names():
+            ref = self.directory.get(name) if name.startswith("request:") else None
+            if ref is not None:
+                with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
+                    ref.stop(block=True, timeout=5)
+            if name.startswith("request:"):
+                self.directory.remove(name)
         self.actor_ref.tell(SweepRequests())
 
     def on_stop(self) -> None:

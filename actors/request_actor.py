@@ -34,6 +34,7 @@ the request, and the window's end fails it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import Counter
 from typing import Any
@@ -216,7 +217,7 @@ class RequestActor(SupervisedActor):
         if not msg.grace and grace > 0 and self.in_flight:
             self.in_grace = True
             self.queued.clear()
-            self.manager.tell(WantRequestVms(self.request_id, ()))  # withdraw queued clones
+            self._tell_manager(WantRequestVms(self.request_id, ()))  # withdraw queued clones
             log.info("[*] request '%s' reached its TTL with %d VMs on their way; waiting %ds",
                      self.request_id, len(self.in_flight), grace)
             self.timer = self.scheduler.tell_later(grace, self.actor_ref,
@@ -262,7 +263,11 @@ class RequestActor(SupervisedActor):
                 self.queued[key] += missing
                 wants += [key] * missing
         if wants:
-            self.manager.tell(WantRequestVms(self.request_id, tuple(wants)))
+            self._tell_manager(WantRequestVms(self.request_id, tuple(wants)))
+
+    def _tell_manager(self, message: Any) -> None:
+        with contextlib.suppress(pykka.ActorDeadError):  # it is being restarted
+            self.manager.tell(message)
 
     def _finish(self, status: str, *, quiet: bool = False) -> None:
         self.finished = True
@@ -275,5 +280,5 @@ class RequestActor(SupervisedActor):
         self.in_flight.clear()
         if not quiet:
             log.debug("request '%s' finished: %s", self.request_id, status or "gone")
-        self.manager.tell(RequestFinished(self.request_id, status))
+        self._tell_manager(RequestFinished(self.request_id, status))
         self.actor_ref.stop(block=False)

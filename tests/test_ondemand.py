@@ -319,3 +319,26 @@ def test_clone_lost_with_the_old_manager_is_retried_after_restart(
         assert not redis_client.sismember(schema.pending("a"), lost)
     finally:
         second.stop()
+
+
+def test_manager_crash_leaves_one_actor_per_request(redis_client: redis.Redis) -> None:
+    from vmpooler.actors.messages import RestartActor, WantRequestVms
+
+    config = make_config([pool("a", 0)])
+    provider = gated(config)
+    with started(redis_client, config, provider=provider) as h:
+        rid = h.system.request_ondemand({"a": 2})
+        wait_until(lambda: redis_client.scard(schema.pending("a")) == 2)
+        old_manager = h.system.actor_ref("ondemand")
+        old_request = h.system.actor_ref(f"request:{rid}")
+        old_manager.tell(WantRequestVms("poison", (("no-pool",),)))  # type: ignore[arg-type]
+        wait_until(lambda: not old_manager.is_alive(), 10, "the manager to crash")
+        wait_until(lambda: any(isinstance(m, RestartActor) for _, m in h.clock.pending()))
+        h.clock.advance(2)  # the supervisor's back-off
+        wait_until(lambda: h.system.actor_ref(f"request:{rid}") not in (None, old_request))
+        assert not old_request.is_alive()
+        provider.all_ready = True
+        h.system.notify("a")
+        wait_until(lambda: status(redis_client, rid) == "ready")
+        h.quiesce()
+        assert len(provider.created) == 2  # the rebuilt actor cloned nothing again
