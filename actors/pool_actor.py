@@ -127,6 +127,13 @@ class PoolActor(OutcomeHandlers, PoolChecks, PoolUpkeep, OnDemandVms, Supervised
 
     # -- mailbox ----------------------------------------------------------------------------
     def setup(self) -> None:
+        # Know the request VMs before any message: a clone answer addressed to a crashed
+        # predecessor may arrive before the first cycle.
+        try:
+            self.ondemand.update(
+                self.store.ondemand_owners(self.store.members(self.name, "pending")))
+        except redis.RedisError as exc:
+            log.warning("[!] [%s] could not read pending VMs at start: %s", self.name, exc)
         self.actor_ref.tell(RunPoolCycle(generation=0))
 
     def on_stop(self) -> None:

@@ -135,8 +135,14 @@ class OutcomeHandlers:
         if msg.failure is None and msg.result:
             started = self._clone_started(vm)
             boot = now - started if started is not None else 0.0
-            if self.store.mark_ready(self.name, vm, now=timefmt.format_epoch(now),
-                                     boot_seconds=boot, date=timefmt.date_bucket(now)):
+            moved = self.store.mark_ready(self.name, vm, now=timefmt.format_epoch(now),
+                                          boot_seconds=boot, date=timefmt.date_bucket(now))
+            if moved < 0:  # a request's VM this actor did not know of: its request takes it
+                self.ondemand.update(self.store.ondemand_owners([vm]))
+                if vm in self.ondemand:
+                    self._ondemand_ready(vm)
+                return
+            if moved:
                 self.ready_since[vm] = now
                 self.next_check[vm] = self.clock.monotonic() + self.settings.vm_checktime * 60
                 self.clone_started.pop(vm, None)

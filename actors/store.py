@@ -245,9 +245,10 @@ class Store:
         """Give back one clone slot (never below zero)."""
         return int(self._run("RELEASE_SLOT", [schema.tasks_clone()], []))
 
-    def mark_ready(self, pool: str, vm: str, *, now: str, boot_seconds: float, date: str) -> bool:
-        """pending → ready, with the boot statistics. False if the VM was not pending."""
-        return bool(self._run(
+    def mark_ready(self, pool: str, vm: str, *, now: str, boot_seconds: float, date: str) -> int:
+        """pending → ready, with the boot statistics: 1. 0 if the VM was not pending; -1
+        (nothing written) if it was cloned for an on-demand request."""
+        return int(self._run(
             "MARK_READY",
             [schema.pending(pool), schema.ready(pool), schema.vm(vm),
              schema.boot_stats(date), schema.lastboot()],

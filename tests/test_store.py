@@ -81,6 +81,20 @@ def test_pending_to_ready_only_from_pending(redis_client: redis.Redis) -> None:
     assert redis_client.hget(schema.vm("vm1"), "ready") == "now"
 
 
+def test_a_request_vm_never_enters_ready(redis_client: redis.Redis) -> None:
+    store = Store(redis_client)
+    assert store.reserve_clone(POOL, "od1", limit=5, clone_time="t", domain=None,
+                               request=("r1", "alias")) == 1
+    assert redis_client.get(schema.tasks_ondemandclone()) == "1"
+    assert redis_client.hget(schema.vm("od1"), "request_id") == "r1"
+    assert store.mark_ready(POOL, "od1", now="now", boot_seconds=1, date="2024-05-01") == -1
+    assert queues_of(redis_client, "od1") == ["pending"]
+    assert store.ondemand_owners(["od1", "nobody"]) == {"od1": ("r1", "alias")}
+    # Pool drains spare it: its request owns it.
+    assert store.drain(POOL) == 0
+    assert queues_of(redis_client, "od1") == ["pending"]
+
+
 def test_retire_from_each_queue(redis_client: redis.Redis) -> None:
     store = Store(redis_client)
     for source in ("pending", "ready", "running", "discovered"):

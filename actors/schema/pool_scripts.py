@@ -66,9 +66,13 @@ return was
     # KEYS[1] pending, KEYS[2] ready, KEYS[3] vm hash, KEYS[4] boot stats of the day,
     # KEYS[5] lastboot hash
     # ARGV[1] vm, ARGV[2] pool, ARGV[3] now (vmpooler time string), ARGV[4] boot seconds
-    # Moves pending -> ready only if the VM is pending. Returns 1 moved, 0 not pending.
+    # Moves pending -> ready only if the VM is pending and was not cloned for an on-demand
+    # request (its request takes it instead).
+    # Returns 1 moved, 0 not pending, -1 a request's VM (nothing written).
     MARK_READY = """
-if redis.call('SMOVE', KEYS[1], KEYS[2], ARGV[1]) == 0 then return 0 end
+if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 0 then return 0 end
+if redis.call('HEXISTS', KEYS[3], 'request_id') == 1 then return -1 end
+redis.call('SMOVE', KEYS[1], KEYS[2], ARGV[1])
 redis.call('HSET', KEYS[3], 'ready', ARGV[3])
 redis.call('HSET', KEYS[4], ARGV[2] .. ':' .. ARGV[1], ARGV[4])
 redis.call('HSET', KEYS[5], ARGV[2], ARGV[3])
