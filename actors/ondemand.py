@@ -50,7 +50,7 @@ __all__ = ["MAX_RESTARTS", "OnDemandManager", "RequestFactory"]
 log = logging.getLogger(__name__)
 
 MAX_RESTARTS = 5
-GRANT_LOST_AFTER = 120.0  # seconds without an answer from the pool actor: grant again
+GRANT_LOST_AFTER = 30.0  # s without an answer from the pool actor (it answers at once): regrant
 
 _OUTAGE_ERRORS = frozenset({"ConnectionError", "TimeoutError", "BusyLoadingError"})
 

@@ -188,7 +188,15 @@ def test_fifty_requests_end_ready_failed_or_deleted_with_nothing_left_behind(
                 statuses[request_id], answers[request_id] = state, body
         return len(statuses) == len(wanted)
 
-    wait_until(all_terminal, TTL_MINUTES * 60 + 30, "every request to be ready, failed or deleted")
+    try:
+        wait_until(all_terminal, TTL_MINUTES * 60 + 30,
+                   "every request to be ready, failed or deleted")
+    except AssertionError as error:  # say which requests, and what the manager was doing
+        stuck = {rid: redis_client.hgetall(schema.odrequest(rid))
+                 for rid in wanted.keys() - statuses.keys()}
+        tail = stack.logs[0].read_text().splitlines()[-60:]
+        raise AssertionError(f"{error}\nnot finished: {stuck}\nmanager log:\n"
+                             + "\n".join(tail)) from None
     assert statuses == intended
 
     for request_id in expiring:
