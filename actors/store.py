@@ -357,11 +357,11 @@ class Store:
 
     def pop_task(self, kind: str) -> str | None:
         """SPOP one ``disk``, ``snapshot`` or ``snapshot-revert`` task."""
-        key = {
-            "disk": schema.tasks_disk(), "snapshot": schema.tasks_snapshot(),
-            "snapshot-revert": schema.tasks_snapshot_revert(),
-        }[kind]
-        return self.client.spop(key)
+        return self.client.spop(_task_key(kind))
+
+    def push_task(self, kind: str, task: str) -> None:
+        """Queue a task again (SADD), e.g. one that met another call on its VM."""
+        self.client.sadd(_task_key(kind), task)
 
     def vm_field(self, vm: str, field: str) -> str | None:
         """HGET one field of a VM hash."""
@@ -404,3 +404,10 @@ class Store:
 
 def _clone_counter(ondemand: bool) -> str:
     return schema.tasks_ondemandclone() if ondemand else schema.tasks_clone()
+
+
+def _task_key(kind: str) -> str:
+    return {
+        "disk": schema.tasks_disk(), "snapshot": schema.tasks_snapshot(),
+        "snapshot-revert": schema.tasks_snapshot_revert(),
+    }[kind]

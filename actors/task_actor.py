@@ -61,8 +61,9 @@ class TaskActor(SupervisedActor):
         self.scheduler = scheduler
         self.interval = interval
         self.batch = batch
-        self.args: dict[int, tuple[str, Any]] = {}
+        self.args: dict[int, tuple[str, Any, str]] = {}  # call id -> kind, value, task
         self.call_ids = 0
+        self.retry_after: set[str] = set()  # VMs with a task put back: look again when one ends
 
     def setup(self) -> None:
         self.actor_ref.tell(RunPoolCycle())
@@ -104,14 +105,34 @@ class TaskActor(SupervisedActor):
                 log.error("[!] [tasks] disk task '%s' has a bad size", task)
                 return
         self.call_ids += 1
-        self.args[self.call_ids] = (kind, value)
+        self.args[self.call_ids] = (kind, value, task)
         provider.tell(CallProvider(op=op, pool=pool or "", vm=vm, reply_to=self.actor_ref,
                                    args=(value,), call_id=self.call_ids))
         log.info("[*] [disk_manager] '%s' %s task started (%s)", vm, kind, arg)
 
     def _finished(self, msg: ProviderCallFinished) -> None:
-        kind, value = self.args.pop(msg.call_id, ("?", None))
         vm = msg.vm or ""
+        try:
+            self._record(msg)
+        finally:
+            if vm in self.retry_after and not (msg.failure is not None and msg.failure.busy):
+                self.retry_after.discard(vm)
+                self._round()  # a task put back for this VM can run now
+
+    def _record(self, msg: ProviderCallFinished) -> None:
+        kind, value, task = self.args.pop(msg.call_id, ("?", None, ""))
+        vm = msg.vm or ""
+        if msg.failure is not None and msg.failure.busy and task:
+            # Another call on this VM (say its disk task) is still running: nothing was
+            # attempted. Put the task back; it runs when a call on the VM ends, or next round.
+            try:
+                self.store.push_task(kind, task)
+            except redis.RedisError as exc:
+                log.error("[!] [tasks] could not queue %s of '%s' again: %s", kind, vm, exc)
+                return
+            self.retry_after.add(vm)
+            log.info("[*] [tasks] %s of '%s' waits for another call on the VM", kind, vm)
+            return
         if msg.failure is not None:
             log.error("[!] [tasks] %s of '%s' failed: %s", kind, vm, msg.failure.message)
             return

@@ -449,3 +449,35 @@ def test_pool_recovers_when_its_provider_actor_crashes_mid_call(
             assert h.system._supervisor.proxy().restart_counts().get()["provider:dummy"] == 1
     finally:
         release.set()
+
+
+def test_task_meeting_another_call_on_its_vm_runs_after_it(redis_client: redis.Redis) -> None:
+    """A snapshot asked for while the VM's disk is being added must not be lost."""
+    import threading
+
+    release, entered = threading.Event(), threading.Event()
+    config = make_config([pool("a", 1)])
+
+    class SlowDisk(DummyProvider):
+        def create_disk(self, pool_name: str, vm_name: str, size_gb: int) -> bool:
+            entered.set()
+            release.wait(10)
+            return super().create_disk(pool_name, vm_name, size_gb)
+
+    provider = SlowDisk(context_for(config), rng=random.Random(3), sleep=lambda _s: None)
+    try:
+        with started(redis_client, config, provider=provider) as h:
+            (vm,) = h.wait_full("a", 1)
+            h.checkout("a", vm)
+            redis_client.sadd(schema.tasks_disk(), f"{vm}:8")
+            h.system.notify_tasks()
+            assert entered.wait(10)
+            redis_client.sadd(schema.tasks_snapshot(), f"{vm}:snap1")
+            h.system.notify_tasks()
+            # The snapshot met the running disk call and was queued again, not dropped.
+            wait_until(lambda: redis_client.sismember(schema.tasks_snapshot(), f"{vm}:snap1"))
+            release.set()
+            wait_until(lambda: redis_client.hexists(schema.vm(vm), "snapshot:snap1"))
+            assert redis_client.hget(schema.vm(vm), "disk") == "+8gb"
+    finally:
+        release.set()
