@@ -31,6 +31,7 @@ Divergences from vmpooler 3.9.1 (on purpose):
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Mapping
 from typing import Any
 
@@ -54,6 +55,7 @@ __all__ = [
     "record_usage",
     "template_payload",
     "usage_fields",
+    "weighted_draw",
 ]
 
 log = logging.getLogger(__name__)
@@ -95,6 +97,26 @@ def backend_weight(config: Config, name: str) -> int | None:
     return None if target is None else config.settings.backend_weight.get(target)
 
 
+def weighted_draw(config: Config, rng: random.Random, backends: list[str]) -> str | None:
+    """One of ``backends`` drawn by ``backend_weight`` (a weight of 0 never wins), or None
+    when weights are not configured for every one of them or all are 0."""
+    if not config.settings.backend_weight:
+        return None
+    weights = [backend_weight(config, b) for b in backends]
+    if None in weights:
+        return None
+    positive = [(b, w) for b, w in zip(backends, weights, strict=True) if w and w > 0]
+    total = sum(w for _, w in positive)
+    if total <= 0:
+        return None
+    point = rng.random() * total
+    for backend, weight in positive:
+        point -= weight
+        if point < 0:
+            return backend
+    return positive[-1][0]
+
+
 def candidate_pools(ctx: ApiContext, name: str) -> list[str]:
     """Pools that may serve one unit of ``name``, best first (vmpooler's fetch_single_vm).
 
@@ -108,20 +130,7 @@ def candidate_pools(ctx: ApiContext, name: str) -> list[str]:
     aliases = config.aliases
     if aliases:
         backends += [p for p in aliases.get(name, ()) if p not in backends]
-        weights = [backend_weight(config, b) for b in backends]
-        first: str | None = None
-        if config.settings.backend_weight and None not in weights:
-            total = sum(w for w in weights if w is not None and w > 0)
-            if total > 0:
-                point = ctx.rng.random() * total
-                for backend, weight in zip(backends, weights, strict=True):
-                    if weight and weight > 0:
-                        point -= weight
-                        if point < 0:
-                            first = backend
-                            break
-        if first is None:
-            first = ctx.rng.choice(backends)
+        first = weighted_draw(config, ctx.rng, backends) or ctx.rng.choice(backends)
         backends.remove(first)
         backends.insert(0, first)
     pools = set(config.pool_names)

@@ -159,21 +159,8 @@ def choose_pool(ctx: ApiContext, name: str) -> str | None:
     backends = candidates(ctx, name)
     if not backends:
         return None
-    if len(backends) > 1 and ctx.config.settings.backend_weight:
-        # checkout's rule: the weight of the pool's clone target (else the global one)
-        weights = [checkout.backend_weight(ctx.config, b) for b in backends]
-        if None not in weights:
-            positive = [(b, w) for b, w in zip(backends, weights, strict=True)
-                        if w is not None and w > 0]
-            total = sum(w for _, w in positive)
-            if total > 0:
-                point = ctx.rng.random() * total
-                for backend, weight in positive:
-                    point -= weight
-                    if point < 0:
-                        return backend
-                return positive[-1][0]
-    return ctx.rng.choice(backends)
+    drawn = checkout.weighted_draw(ctx.config, ctx.rng, backends) if len(backends) > 1 else None
+    return drawn or ctx.rng.choice(backends)
 
 
 def plan(ctx: ApiContext, counts: Mapping[str, int]) -> list[Entry]:
