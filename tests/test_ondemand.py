@@ -73,6 +73,13 @@ def gated(config: Any) -> GatedProvider:
     return GatedProvider(context_for(config), rng=random.Random(1), sleep=lambda _s: None)
 
 
+def manager(config: Any, client: redis.Redis, provider: GatedProvider,
+            clock: FakeClock) -> PoolerSystem:
+    """A manager over ``client``; start another with the same arguments to restart it."""
+    return PoolerSystem.start(config, redis_client=client, clock=clock, scheduler=clock,
+                              providers={"dummy": provider}, resolver=lambda _f: False)
+
+
 def status(client: redis.Redis, rid: str) -> str | None:
     return client.hget(schema.odrequest(rid), "status")
 
@@ -199,16 +206,14 @@ def test_requests_survive_a_manager_restart(redis_client: redis.Redis) -> None:
     config = make_config([pool("a", 0)], ondemand_request_ttl=5)
     provider = gated(config)
     clock = FakeClock()
-    kwargs = dict(redis_client=redis_client, clock=clock, scheduler=clock,
-                  providers={"dummy": provider}, resolver=lambda _f: False)
-    first = PoolerSystem.start(config, **kwargs)
+    first = manager(config, redis_client, provider, clock)
     try:
         rid = first.request_ondemand({"a": 2})
         wait_until(lambda: redis_client.scard(schema.pending("a")) == 2)
     finally:
         first.stop()
     assert redis_client.zscore(schema.provisioning_processing(), rid) is not None
-    second = PoolerSystem.start(config, **kwargs)
+    second = manager(config, redis_client, provider, clock)
     try:
         wait_until(lambda: second.actor_ref(f"request:{rid}") is not None)
         provider.all_ready = True
@@ -222,16 +227,15 @@ def test_requests_survive_a_manager_restart(redis_client: redis.Redis) -> None:
 def test_rebuilt_request_keeps_its_deadline(redis_client: redis.Redis) -> None:
     config = make_config([pool("a", 0)], ondemand_request_ttl=5)
     clock = FakeClock()
-    kwargs = dict(redis_client=redis_client, clock=clock, scheduler=clock,
-                  providers={"dummy": gated(config)}, resolver=lambda _f: False)
-    first = PoolerSystem.start(config, **kwargs)
+    provider = gated(config)
+    first = manager(config, redis_client, provider, clock)
     try:
         rid = first.request_ondemand({"a": 1})
         wait_until(lambda: redis_client.scard(schema.pending("a")) == 1)
     finally:
         first.stop()
     clock.advance(4 * 60)  # the manager was down for four of the five minutes
-    second = PoolerSystem.start(config, **kwargs)
+    second = manager(config, redis_client, provider, clock)
     try:
         ref = wait_until(lambda: second.actor_ref(f"request:{rid}"))
         ref.ask("ping", timeout=10)  # its start-up (claim, deadline timer) is done
@@ -298,9 +302,7 @@ def test_clone_lost_with_the_old_manager_is_retried_after_restart(
     config = make_config([pool("a", 0)], ondemand_request_ttl=5)
     provider = gated(config)
     clock = FakeClock()
-    kwargs = dict(redis_client=redis_client, clock=clock, scheduler=clock,
-                  providers={"dummy": provider}, resolver=lambda _f: False)
-    first = PoolerSystem.start(config, **kwargs)
+    first = manager(config, redis_client, provider, clock)
     try:
         rid = first.request_ondemand({"a": 1})
         (lost,) = wait_until(lambda: redis_client.smembers(schema.pending("a")))
@@ -308,7 +310,7 @@ def test_clone_lost_with_the_old_manager_is_retried_after_restart(
         first.stop()
     provider.destroy_vm("a", lost)  # the clone died with its process
     provider.all_ready = True
-    second = PoolerSystem.start(config, **kwargs)
+    second = manager(config, redis_client, provider, clock)
     try:
         wait_until(lambda: status(redis_client, rid) == "ready")
         (delivered,) = redis_client.smembers(schema.request_vms(rid, "a", "a"))
