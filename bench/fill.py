@@ -373,25 +373,31 @@ def machine() -> dict[str, Any]:
     }
 
 
-def run_child(args: argparse.Namespace, size: int) -> dict[str, Any]:
+def run_json_child(cmd: list[str], what: str) -> dict[str, Any]:
+    """Run ``cmd --json <file>`` in a child process and return what it wrote there; exit
+    naming ``what`` if the child fails. (Shared with the other benchmarks.)"""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as handle:
         out = handle.name
     try:
-        cmd = [sys.executable, os.path.abspath(__file__), "--one-scale",
-               "--pools", str(args.pools), "--size", str(size),
-               "--task-limit", str(args.task_limit), "--steady-seconds", str(args.steady_seconds),
-               "--settle-seconds", str(args.settle_seconds),
-               "--fill-timeout", str(args.fill_timeout), "--json", out]
-        proc = subprocess.run(cmd, check=False)
+        proc = subprocess.run([*cmd, "--json", out], check=False)
         if proc.returncode != 0:
-            raise SystemExit(f"scale {args.pools}x{size} failed with exit code {proc.returncode}")
+            raise SystemExit(f"{what} failed with exit code {proc.returncode}")
         with open(out) as handle:
             return json.load(handle)
     finally:
         os.unlink(out)
 
 
-def _fmt(value: Any) -> str:
+def run_child(args: argparse.Namespace, size: int) -> dict[str, Any]:
+    cmd = [sys.executable, os.path.abspath(__file__), "--one-scale",
+           "--pools", str(args.pools), "--size", str(size),
+           "--task-limit", str(args.task_limit), "--steady-seconds", str(args.steady_seconds),
+           "--settle-seconds", str(args.settle_seconds), "--fill-timeout", str(args.fill_timeout)]
+    return run_json_child(cmd, f"scale {args.pools}x{size}")
+
+
+def fmt(value: Any) -> str:
+    """A table cell: ``-`` for None, floats in ``%g``."""
     if value is None:
         return "-"
     if isinstance(value, float):
@@ -459,14 +465,14 @@ def table(results: list[dict[str, Any]]) -> str:
             f"{get(r, key, 'threads_python')} / {get(r, key, 'threads_os')}" for r in results]))
     rows.append(("  stop() (s)", [get(r, "stop_seconds") for r in results]))
     width = max(len(label) for label, _ in rows) + 2
-    cols = [max(22, *(len(_fmt(v)) + 2 for _, vals in rows for v in vals[i:i + 1]))
+    cols = [max(22, *(len(fmt(v)) + 2 for _, vals in rows for v in vals[i:i + 1]))
             for i in range(len(results))]
     lines = []
     for label, values in rows:
         if not values:
             lines.append(label)
             continue
-        lines.append(label.ljust(width) + "".join(_fmt(v).rjust(c) for v, c in
+        lines.append(label.ljust(width) + "".join(fmt(v).rjust(c) for v, c in
                                                    zip(values, cols, strict=True)))
     return "\n".join(lines)
 

@@ -55,7 +55,6 @@ import os
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -66,7 +65,7 @@ from typing import Any
 
 import falcon.testing
 import redis
-from fill import code_fingerprint, machine, resources
+from fill import code_fingerprint, fmt, machine, resources, run_json_child
 
 from vmpooler.actors import schema
 from vmpooler.actors.config import (
@@ -416,39 +415,22 @@ def run_inflight(variant: str, count: int) -> dict[str, Any]:
 
 # -- driver -------------------------------------------------------------------------------------
 def run_child(args: argparse.Namespace, *child: str) -> dict[str, Any]:
-    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as handle:
-        out = handle.name
-    try:
-        cmd = [sys.executable, os.path.abspath(__file__), *child,
-               "--requests", str(args.requests), "--in-flight", str(args.in_flight),
-               "--poll-ms", str(args.poll_ms), "--seed", str(args.seed),
-               "--clone-limit", str(args.clone_limit), "--json", out]
-        print(f"[bench] {' '.join(child)}", file=sys.stderr, flush=True)
-        proc = subprocess.run(cmd, check=False)
-        if proc.returncode != 0:
-            raise SystemExit(f"{' '.join(child)} failed with exit code {proc.returncode}")
-        with open(out) as handle:
-            return json.load(handle)
-    finally:
-        os.unlink(out)
-
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
+    cmd = [sys.executable, os.path.abspath(__file__), *child,
+           "--requests", str(args.requests), "--in-flight", str(args.in_flight),
+           "--poll-ms", str(args.poll_ms), "--seed", str(args.seed),
+           "--clone-limit", str(args.clone_limit)]
+    print(f"[bench] {' '.join(child)}", file=sys.stderr, flush=True)
+    return run_json_child(cmd, " ".join(child))
 
 
 def _table(rows: list[tuple[str, list[Any]]], headers: list[str]) -> str:
     width = max(len(label) for label, _ in rows) + 2
-    cols = [max(14, len(h) + 2, *(len(_fmt(v[i])) + 2 for _, v in rows if len(v) > i))
+    cols = [max(14, len(h) + 2, *(len(fmt(v[i])) + 2 for _, v in rows if len(v) > i))
             for i, h in enumerate(headers)]
     lines = ["".ljust(width) + "".join(h.rjust(c) for h, c in zip(headers, cols, strict=True))]
     for label, values in rows:
         lines.append(label.ljust(width) + "".join(
-            _fmt(v).rjust(c) for v, c in zip(values, cols, strict=True)) if values else label)
+            fmt(v).rjust(c) for v, c in zip(values, cols, strict=True)) if values else label)
     return "\n".join(lines)
 
 
