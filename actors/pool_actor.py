@@ -69,6 +69,7 @@ class PoolActor(OutcomeHandlers, PoolChecks, PoolUpkeep, OnDemandVms, Supervised
         super().__init__(name=f"pool:{pool.name}", supervisor=supervisor)
         self.requests = requests or RequestStore(store.client)
         self.ondemand: dict[str, tuple[str, str]] = {}  # vm -> (request_id, alias)
+        self.ondemand_loaded = False
         self.pool = pool
         self.name = pool.name
         self.settings = settings
@@ -132,6 +133,7 @@ class PoolActor(OutcomeHandlers, PoolChecks, PoolUpkeep, OnDemandVms, Supervised
         try:
             self.ondemand.update(
                 self.store.ondemand_owners(self.store.members(self.name, "pending")))
+            self.ondemand_loaded = True
         except redis.RedisError as exc:
             log.warning("[!] [%s] could not read pending VMs at start: %s", self.name, exc)
         self.actor_ref.tell(RunPoolCycle(generation=0))
@@ -308,7 +310,9 @@ class PoolActor(OutcomeHandlers, PoolChecks, PoolUpkeep, OnDemandVms, Supervised
         return activity
 
     def _initialise(self, snap: PoolSnapshot) -> None:
-        self.ondemand.update(self.store.ondemand_owners(snap.pending))
+        if not self.ondemand_loaded:  # Redis was away when the actor started
+            self.ondemand.update(self.store.ondemand_owners(snap.pending))
+            self.ondemand_loaded = True
         if snap.template_override:
             self.template = snap.template_override
         if snap.clone_target_override:
