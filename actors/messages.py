@@ -60,7 +60,8 @@ class ProviderOp(enum.Enum):
     """Destroy the VM and delete its DNS record: args ``(fqdn: str | None,)``.
     Result: seconds taken (``float``)."""
     MIGRATE = "migrate"
-    """Let the provider migrate a checked-out VM. Result: ``None``."""
+    """Report where a checked-out VM runs, moving it when args ``(may_move: bool,)`` allow.
+    Result: ``MigrationResult`` or None."""
     CREATE_DISK = "create_disk"
     """Args ``(size_gb: int,)``. Result: ``bool``."""
     CREATE_SNAPSHOT = "create_snapshot"

@@ -40,6 +40,7 @@ from vmpooler.actors.pool_ondemand import OnDemandVms
 from vmpooler.actors.pool_outcomes import OutcomeHandlers
 from vmpooler.actors.pool_policy import Backoff, LifetimePolicy
 from vmpooler.actors.pool_upkeep import PoolUpkeep
+from vmpooler.actors.provider_store import ProviderStore
 from vmpooler.actors.request_store import RequestStore
 from vmpooler.actors.store import PoolSnapshot, Store
 from vmpooler.actors.supervisor import ActorDirectory, SupervisedActor
@@ -68,6 +69,8 @@ class PoolActor(OutcomeHandlers, PoolChecks, PoolUpkeep, OnDemandVms, Supervised
     ) -> None:
         super().__init__(name=f"pool:{pool.name}", supervisor=supervisor)
         self.requests = requests or RequestStore(store.client)
+        self.provider_store = ProviderStore(store.client)
+        self.migrations: dict[str, str] = {}  # vm -> why: "moving", "limit" or "off"
         self.ondemand: dict[str, tuple[str, str]] = {}  # vm -> (request_id, alias)
         self.ondemand_loaded = False
         self.pool = pool
@@ -284,7 +287,7 @@ class PoolActor(OutcomeHandlers, PoolChecks, PoolUpkeep, OnDemandVms, Supervised
         for vm in snap.migrating - self.busy.keys():
             store.leave_migrating(name, vm)
             if vm in inventory:
-                self._send(ProviderOp.MIGRATE, vm)
+                self._migrate(vm)
         now = self.clock.now()
         self._check_running(snap, inventory, now)
         ready = self._check_ready(snap, inventory, now)
@@ -308,6 +311,21 @@ class PoolActor(OutcomeHandlers, PoolChecks, PoolUpkeep, OnDemandVms, Supervised
         self.metrics.gauge("ready", len(ready), tags={"pool": name})
         self.metrics.gauge("running", len(snap.running), tags={"pool": name})
         return activity
+
+    def _migrate(self, vm: str) -> None:
+        """Ask the provider where a checked-out VM runs, letting it move the VM when
+        ``migration_limit`` allows one more migration (reserved in Redis, atomically)."""
+        limit = self.settings.migration_limit or 0
+        if limit <= 0:
+            why = "off"
+        elif self.provider_store.reserve_migration(vm, limit):
+            why = "moving"
+        else:
+            why = "limit"
+        if self._send(ProviderOp.MIGRATE, vm, why == "moving"):
+            self.migrations[vm] = why
+        elif why == "moving":
+            self.provider_store.release_migration(vm)
 
     def _initialise(self, snap: PoolSnapshot) -> None:
         if not self.ondemand_loaded:  # Redis was away when the actor started

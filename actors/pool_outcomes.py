@@ -25,6 +25,7 @@ from vmpooler.actors.pool_policy import (
     hostname_mismatch,
     pending_verdict,
 )
+from vmpooler.providers.base import MigrationResult
 
 if TYPE_CHECKING:
     from vmpooler.actors.pool_actor import PoolActor
@@ -42,6 +43,8 @@ class OutcomeHandlers:
         if msg.failure is not None and msg.failure.busy:
             if msg.op is ProviderOp.LIST_VMS:
                 self.on_inventory(None, msg.failure.message)  # back off, cycle later
+            elif msg.op is ProviderOp.MIGRATE:
+                OutcomeHandlers._migrated(self, msg)
             return  # another call for this VM is running; the next cycle looks again
         handler = {
             ProviderOp.LIST_VMS: OutcomeHandlers._listed,
@@ -51,6 +54,7 @@ class OutcomeHandlers:
             ProviderOp.CHECK_RUNNING: OutcomeHandlers._running_checked,
             ProviderOp.DESTROY: OutcomeHandlers._destroyed,
             ProviderOp.PREPARE_TEMPLATE: OutcomeHandlers._template_prepared,
+            ProviderOp.MIGRATE: OutcomeHandlers._migrated,
         }.get(msg.op)
         if handler is not None:
             handler(self, msg)
@@ -220,6 +224,44 @@ class OutcomeHandlers:
         self._forget_caches(vm)
         self.metrics.gauge("vmpooler_destroy", msg.seconds, tags={"pool": self.name})
         log.info("[-] [%s] '%s' destroyed in %.2f seconds", self.name, vm, msg.seconds)
+
+    # -- migration ----------------------------------------------------------------------------
+    def _migrated(self: PoolActor, msg: ProviderCallFinished) -> None:
+        vm = msg.vm or ""
+        why = self.migrations.pop(vm, "off")
+        if why == "moving":
+            self.provider_store.release_migration(vm)
+        if msg.failure is not None:
+            if msg.failure.busy:
+                log.info("[%s] migration check of '%s' skipped: another call on it runs",
+                         self.name, vm)
+            else:
+                log.error("[!] [%s] '%s' migration failed: %s", self.name, vm,
+                          msg.failure.message)
+            return
+        result: MigrationResult | None = msg.result
+        if result is None or result.host is None:
+            return
+        fields = {"host": result.host}
+        if result.moved_from:
+            checkout = timefmt.parse_epoch(self.store.vm_field(vm, "checkout"))
+            fields.update(migrated="true", migration_time=f"{result.seconds:.2f}")
+            if checkout is not None:
+                fields["checkout_to_migration"] = f"{self.clock.now() - checkout:.2f}"
+            self.metrics.timing("migrate", result.seconds, tags={"pool": self.name})
+            self.metrics.increment("migrate_from", tags={"host": result.moved_from})
+            self.metrics.increment("migrate_to", tags={"host": result.host})
+            log.info("[>] [%s] '%s' migrated from %s to %s in %.2f seconds", self.name, vm,
+                     result.moved_from, result.host, result.seconds)
+        elif why == "moving":
+            log.info("[ ] [%s] No migration required for '%s' running on %s", self.name, vm,
+                     result.host)
+        elif why == "limit":
+            log.info("[ ] [%s] '%s' is running on %s. No migration will be evaluated since "
+                     "the migration_limit has been reached", self.name, vm, result.host)
+        else:
+            log.info("[ ] [%s] '%s' is running on %s", self.name, vm, result.host)
+        self.provider_store.record_migration(vm, fields)
 
     def _template_prepared(self: PoolActor, msg: ProviderCallFinished) -> None:
         self.preparing = False

@@ -28,6 +28,7 @@ from typing import Any
 
 import pykka
 
+from vmpooler.actors.adaptive_timeout import CallTimeouts
 from vmpooler.actors.breaker import CircuitBreaker
 from vmpooler.actors.clock import Clock, Scheduler, Timer
 from vmpooler.actors.messages import (
@@ -40,6 +41,7 @@ from vmpooler.actors.messages import (
     RunningCheckResult,
 )
 from vmpooler.actors.metrics import Metrics
+from vmpooler.actors.provider_health import ProviderHealth, ProviderHealthReporter
 from vmpooler.actors.supervisor import SupervisedActor
 from vmpooler.actors.workers import WorkerPool
 from vmpooler.providers.base import Provider
@@ -83,6 +85,11 @@ class _CallDone:
 @dataclass(frozen=True, slots=True)
 class _CallTimedOut:
     token: int
+
+
+@dataclass(frozen=True, slots=True)
+class _MonitorTick:
+    """Scheduler → itself, every ``monitor_interval`` seconds."""
 
 
 @dataclass(slots=True)
@@ -156,7 +163,15 @@ class ProviderActor(SupervisedActor):
         resolver: Callable[[str], bool] = resolves,
         supervisor: pykka.ActorRef[Any] | None = None,
         runtime: ProviderRuntime | None = None,
+        timeouts: CallTimeouts | None = None,
+        publish_health: Callable[[ProviderHealth], None] | None = None,
+        monitor_interval: float | None = None,
+        monitor_gauges: bool = True,
     ) -> None:
+        """``timeouts`` (adaptive, per kind of call) replaces the fixed ``call_timeout``;
+        ``publish_health`` receives the provider's state on every breaker change and every
+        ``monitor_interval`` seconds (None: on changes only), when ``monitor_gauges`` also
+        emitting the connection-pool monitor's gauges."""
         super().__init__(name=f"provider:{name}", supervisor=supervisor)
         self.provider = provider
         self.dns_plugins = dict(dns_plugins)
@@ -171,6 +186,13 @@ class ProviderActor(SupervisedActor):
             name, clone_workers=clone_workers, call_workers=provider.max_concurrent_calls)
         self._calls = self.runtime.calls
         self._busy = self.runtime.busy
+        self.timeouts = timeouts
+        self.monitor_interval = monitor_interval
+        self.monitor_gauges = monitor_gauges
+        self.health = ProviderHealthReporter(
+            name, breaker=breaker, timeouts=timeouts, metrics=metrics, now=clock.now,
+            pool_health=provider.connection_pool_health, publish=publish_health)
+        self._monitor: Timer | None = None
 
     # -- mailbox ----------------------------------------------------------------------------
     def handle(self, message: Any) -> Any:
@@ -180,6 +202,8 @@ class ProviderActor(SupervisedActor):
             self._done(message)
         elif isinstance(message, _CallTimedOut):
             self._timed_out(message.token)
+        elif isinstance(message, _MonitorTick):
+            self._tick()
         return None
 
     def setup(self) -> None:
@@ -187,13 +211,27 @@ class ProviderActor(SupervisedActor):
         for token, entry in self._calls.items():  # a predecessor's calls: re-arm timeouts
             if not entry.answered:
                 entry.timer = self.scheduler.tell_later(
-                    max(0.0, entry.submitted + self.call_timeout - now), self.actor_ref,
-                    _CallTimedOut(token))
+                    max(0.0, entry.submitted + self._timeout_for(entry.call.op) - now),
+                    self.actor_ref, _CallTimedOut(token))
         for done in self.runtime.attach(self.actor_ref):
             self.actor_ref.tell(done)
+        self._tick()
 
     def on_stop(self) -> None:
+        if self._monitor is not None:
+            self._monitor.cancel()
         self.runtime.shutdown()
+
+    def _tick(self) -> None:
+        if self.monitor_interval is None:
+            self.health.check()
+            return
+        self.health.tick(gauges=self.monitor_gauges)
+        self._monitor = self.scheduler.tell_later(self.monitor_interval, self.actor_ref,
+                                                  _MonitorTick())
+
+    def _timeout_for(self, op: ProviderOp) -> float:
+        return self.timeouts.for_op(op) if self.timeouts is not None else self.call_timeout
 
     def in_flight(self) -> int:
         """Calls currently running or queued (for tests and status)."""
@@ -206,13 +244,16 @@ class ProviderActor(SupervisedActor):
             self._reply(call, 0.0, failure=ProviderFailure(
                 "another call for this VM is still running", "Busy", busy=True))
             return
-        if call.op in _BREAKER_OPS and not self.breaker.allow():
+        allowed = call.op not in _BREAKER_OPS or self.breaker.allow()
+        self.health.check()  # allow() may have moved an open breaker to half-open
+        if not allowed:
             self._reply(call, 0.0, failure=ProviderFailure(
                 f"circuit breaker open for provider {self.provider.name}; retry in "
                 f"{self.breaker.retry_after():.0f}s", "CircuitOpenError", circuit_open=True))
             return
         token = next(self.runtime.tokens)
-        timer = self.scheduler.tell_later(self.call_timeout, self.actor_ref, _CallTimedOut(token))
+        timer = self.scheduler.tell_later(self._timeout_for(call.op), self.actor_ref,
+                                          _CallTimedOut(token))
         self._calls[token] = _InFlight(call, timer, submitted=self.clock.monotonic())
         self._busy[key] = token
         executor = {
@@ -251,7 +292,8 @@ class ProviderActor(SupervisedActor):
         if op is ProviderOp.DESTROY:
             return lambda: self._destroy(pool, vm, args[0] if args else None)
         if op is ProviderOp.MIGRATE:
-            return lambda: p.migrate_vm(pool, vm)
+            may_move = bool(args[0]) if args else False
+            return lambda: p.migrate_vm(pool, vm, may_move=may_move)
         if op is ProviderOp.CREATE_DISK:
             return lambda: bool(p.create_disk(pool, vm, int(args[0])))
         if op is ProviderOp.CREATE_SNAPSHOT:
@@ -340,6 +382,8 @@ class ProviderActor(SupervisedActor):
         if entry.timer is not None:
             entry.timer.cancel()
         guarded = entry.call.op in _BREAKER_OPS
+        if self.timeouts is not None and done.error is None:
+            self.timeouts.record(entry.call.op, done.seconds)  # late ones too: real durations
         if entry.answered:  # timed out: already answered and counted as a failure
             log.info(
                 "[%s] late %s result for '%s' dropped after %.1fs",
@@ -347,11 +391,15 @@ class ProviderActor(SupervisedActor):
             )
             return
         failure = None if done.error is None else self._failure(done.error)
+        if failure is not None and not failure.permanent and self.timeouts is not None:
+            self.timeouts.record(entry.call.op, None)
         if guarded:
             if failure is None or failure.permanent or isinstance(done.error, StaleDnsError):
                 self.breaker.record_success()  # the provider answered; it is not down
+                self.health.check()
             else:
                 self.breaker.record_failure()
+                self.health.failure(failure.message)
         self._reply(entry.call, done.seconds, result=done.result, failure=failure)
 
     def _timed_out(self, token: int) -> None:
@@ -359,11 +407,15 @@ class ProviderActor(SupervisedActor):
         if entry is None or entry.answered:
             return
         entry.answered = True
+        waited = self.clock.monotonic() - entry.submitted
+        message = f"{entry.call.op.value} timed out after {waited:.0f}s"
+        if self.timeouts is not None:
+            self.timeouts.record(entry.call.op, None)
         if entry.call.op in _BREAKER_OPS:
             self.breaker.record_failure()
-        self._reply(entry.call, self.call_timeout, failure=ProviderFailure(
-            f"{entry.call.op.value} timed out after {self.call_timeout:.0f}s",
-            "TimeoutError", timed_out=True))
+            self.health.failure(message)
+        self._reply(entry.call, waited, failure=ProviderFailure(
+            message, "TimeoutError", timed_out=True))
 
     @staticmethod
     def _failure(error: BaseException) -> ProviderFailure:

@@ -26,6 +26,7 @@ from typing import Any
 import pykka
 import redis
 
+from vmpooler.actors.adaptive_timeout import CallTimeouts
 from vmpooler.actors.breaker import CircuitBreaker
 from vmpooler.actors.clock import Clock, RealClock, Scheduler, ThreadScheduler
 from vmpooler.actors.command_stream import consumer_factory
@@ -37,6 +38,8 @@ from vmpooler.actors.metrics import Metrics, create_metrics
 from vmpooler.actors.ondemand import OnDemandManager
 from vmpooler.actors.pool_actor import PoolActor
 from vmpooler.actors.provider_actor import ProviderActor, ProviderRuntime, resolves
+from vmpooler.actors.provider_health import ProviderHealth
+from vmpooler.actors.provider_store import ProviderStore
 from vmpooler.actors.request_actor import RequestActor
 from vmpooler.actors.request_store import DeleteOutcome, Entry, RequestRecord, RequestStore
 from vmpooler.actors.slot_broker import SlotBroker
@@ -188,6 +191,7 @@ class PoolerSystem:
             name=name, settings=dict(pc.settings), pools=pools,
             global_settings=dict(cfg.settings.raw),
             dns_domains={p.name: p.domain for p in cfg.pools if p.provider == name},
+            metrics=self._res.metrics,
         )
         return load_provider_class(pc.provider_class)(context)
 
@@ -214,6 +218,22 @@ class PoolerSystem:
         # Shared by every incarnation of this provider's actor (see ProviderRuntime).
         runtime = ProviderRuntime(name, clone_workers=s.task_limit,
                                   call_workers=provider.max_concurrent_calls)
+        cap = float(setting("provider_call_timeout", s.provider_call_timeout))
+        timeouts = CallTimeouts(
+            cap=cap, enabled=bool(setting("adaptive_timeout_enabled", s.adaptive_timeout_enabled)),
+            minimum=float(setting("connection_pool_timeout_min", s.connection_pool_timeout_min)),
+            maximum=float(setting("connection_pool_timeout_max", s.connection_pool_timeout_max)),
+            initial=float(setting("connection_pool_timeout_initial",
+                                  s.connection_pool_timeout_initial)),
+        )
+        interval = float(setting("connection_pool_monitor_interval",
+                                 s.connection_pool_monitor_interval))
+        gauges = bool(setting("connection_pool_monitor_enabled",
+                              s.connection_pool_monitor_enabled))
+        provider_store = ProviderStore(res.client)
+
+        def publish(health: ProviderHealth) -> None:
+            provider_store.publish_health(health, ttl=3 * interval)
 
         def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
             breaker = CircuitBreaker(
@@ -230,9 +250,11 @@ class PoolerSystem:
                 dns_plugins={k: v for k, v in dns.items() if v is not None},
                 clock=self.clock, scheduler=res.scheduler, metrics=res.metrics,
                 breaker=breaker, clone_workers=s.task_limit,
-                call_timeout=float(setting("provider_call_timeout", s.provider_call_timeout)),
+                call_timeout=cap,
                 resolve_reply_to=lambda pool: self.directory.get(f"pool:{pool}"),
                 resolver=resolver, supervisor=supervisor, runtime=runtime,
+                timeouts=timeouts, publish_health=publish, monitor_interval=interval,
+                monitor_gauges=gauges,
             )
 
         return factory

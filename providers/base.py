@@ -13,11 +13,19 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from vmpooler.providers.errors import PermanentProviderError
 
-__all__ = ["Provider", "ProviderContext", "VmInfo"]
+__all__ = [
+    "ConnectionPoolHealth",
+    "MetricsSink",
+    "MigrationResult",
+    "NoMetrics",
+    "Provider",
+    "ProviderContext",
+    "VmInfo",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,8 +33,9 @@ class VmInfo:
     """A provider's normalised view of one VM; the core never parses provider objects.
 
     Only ``name`` is required. ``hostname`` is what the guest reports (a mismatch with
-    ``name`` evicts a ready VM); ``boottime`` is a string; ``powerstate`` uses vSphere's
-    words (``PoweredOn``/``PoweredOff``); ``host`` is the hypervisor host running it.
+    ``name`` evicts a ready VM); ``boottime`` is a string; ``powerstate`` is the provider's
+    own word for it (vSphere: ``poweredOn``/``poweredOff``; the dummy, like vmpooler's:
+    ``PoweredOn``/``PoweredOff``); ``host`` is the hypervisor host running it.
     """
 
     name: str
@@ -40,15 +49,91 @@ class VmInfo:
     snapshots: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class MigrationResult:
+    """What :meth:`Provider.migrate_vm` found and did.
+
+    ``host`` is the host the VM runs on afterwards (None when unknown); ``moved_from`` is the
+    host it left, or None when it was not moved; ``seconds`` is how long the move took.
+    """
+
+    host: str | None
+    moved_from: str | None = None
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionPoolHealth:
+    """A snapshot of a provider's pool of hypervisor connections (sessions).
+
+    ``size`` is the most it may hold, ``available`` how many more calls could start now
+    without waiting (idle sessions plus sessions not yet opened), ``in_use`` how many are
+    checked out, ``waiting`` how many callers wait for one.
+    """
+
+    size: int
+    available: int
+    in_use: int
+    waiting: int
+
+    @property
+    def utilization(self) -> float:
+        """Share of the pool in use, in percent (0 for an empty pool)."""
+        return 100.0 * self.in_use / self.size if self.size else 0.0
+
+
+class MetricsSink(Protocol):
+    """The metrics a provider may emit (the core's metrics object satisfies it).
+
+    Names follow vmpooler's without the variable suffix, which goes in ``tags``; ``timing``
+    takes seconds. Calls never raise and never block for long.
+    """
+
+    def increment(
+        self, name: str, *, tags: Mapping[str, str] | None = None, value: int = 1
+    ) -> None: ...
+
+    def gauge(self, name: str, value: float, *, tags: Mapping[str, str] | None = None) -> None: ...
+
+    def timing(
+        self, name: str, seconds: float, *, tags: Mapping[str, str] | None = None
+    ) -> None: ...
+
+
+class NoMetrics:
+    """A :class:`MetricsSink` that drops everything (the default of a context)."""
+
+    def increment(
+        self, name: str, *, tags: Mapping[str, str] | None = None, value: int = 1
+    ) -> None:
+        pass
+
+    def gauge(self, name: str, value: float, *, tags: Mapping[str, str] | None = None) -> None:
+        pass
+
+    def timing(
+        self, name: str, seconds: float, *, tags: Mapping[str, str] | None = None
+    ) -> None:
+        pass
+
+
+_NO_METRICS = NoMetrics()
+
+
 @dataclass(frozen=True)
 class ProviderContext:
-    """Everything a provider is given at construction, as plain data (read-only by convention)."""
+    """Everything a provider is given at construction, as plain data (read-only by convention).
+
+    ``metrics`` is where the provider's own metrics go (connections opened, waits); it
+    defaults to a sink that drops everything.
+    """
 
     name: str  # the provider's configured name, e.g. "dummy" or "vsphere-east"
     settings: Mapping[str, Any]  # its `:providers: :<name>:` section
     pools: Mapping[str, Mapping[str, Any]]  # raw config of the pools it serves, by pool name
     global_settings: Mapping[str, Any]  # the `:config:` section
     dns_domains: Mapping[str, str | None]  # pool name -> DNS domain
+    metrics: MetricsSink = _NO_METRICS
 
 
 _NO_SUPPORT = "provider {name!r} does not support {what}"
@@ -168,11 +253,15 @@ class Provider(ABC):
         """
         raise PermanentProviderError(_NO_SUPPORT.format(name=self.name, what="snapshots"))
 
-    def migrate_vm(self, pool: str, vm: str) -> None:  # noqa: B027 (optional hook, no-op by default)
-        """Consider moving a just-checked-out VM to a better host. Errors are only logged.
+    def migrate_vm(self, pool: str, vm: str, *, may_move: bool = True) -> MigrationResult | None:
+        """Report which host a just-checked-out VM runs on and, when ``may_move``, move it to
+        a better one if the provider finds one. Errors are only logged by the core.
 
-        Default: no-op. Worker thread.
+        The core passes ``may_move=False`` when migrations are off (``migration_limit`` unset
+        or 0) or the limit is reached; it keeps the count of moves in flight itself.
+        Default: None (nothing known, nothing moved). Worker thread.
         """
+        return None
 
     def tag_vm_user(self, pool: str, vm: str, user: str | None) -> bool:
         """Record the checking-out user on the VM; True on success. Default: no-op, True.
@@ -199,6 +288,14 @@ class Provider(ABC):
     def vm_exists(self, pool: str, vm: str) -> bool:
         """True when :meth:`get_vm` finds the VM. Same thread and error rules as get_vm."""
         return self.get_vm(pool, vm) is not None
+
+    def connection_pool_health(self) -> ConnectionPoolHealth | None:
+        """The state of the provider's connection pool, or None when it keeps none (default).
+
+        Called from the provider actor's thread every ``connection_pool_monitor_interval``
+        seconds: it must return at once (no network) and be thread-safe.
+        """
+        return None
 
     def close(self) -> None:  # noqa: B027 (optional hook, no-op by default)
         """Release connections. Default: no-op. Called once, after the last call returns."""

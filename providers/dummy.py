@@ -20,6 +20,10 @@ Settings (all optional, under ``:providers: :<name>:``):
   ten simulated hosts (absent: never moves; the migrate delay/failure apply only to moves).
 * ``getvm_poweroff_percent`` / ``getvm_rename_percent`` — chance that ``get_vm`` powers the
   VM off / renames its hostname to ``DUMMY<name>`` (which makes the core evict it).
+* ``templates`` / ``folders`` / ``datastores`` — lists of the names that "exist"; when one is
+  set, a clone for a pool whose ``template`` / ``folder`` / ``datastore`` is not listed
+  fails with the permanent ``TemplateNotFoundError`` / ``FolderNotFoundError`` /
+  ``DatastoreNotFoundError`` a real hypervisor would raise (ours; vmpooler's has none).
 * ``is_ready_timeout`` — vmpooler's dummy blocks up to this long for a clone to finish;
   ours never waits: ``vm_ready`` answers False at once while cloning. When set, it caps
   vmpooler's 2 s "booted → accepts connections" pause (slept on the first successful
@@ -48,9 +52,12 @@ from typing import Any
 
 import yaml
 
-from vmpooler.providers.base import Provider, ProviderContext, VmInfo
+from vmpooler.providers.base import MigrationResult, Provider, ProviderContext, VmInfo
 from vmpooler.providers.errors import (
+    DatastoreNotFoundError,
+    FolderNotFoundError,
     PermanentProviderError,
+    TemplateNotFoundError,
     TransientProviderError,
     VmNotFoundError,
 )
@@ -154,6 +161,7 @@ class DummyProvider(Provider):
         pool_config = self.context.pools.get(pool)
         if pool_config is None:
             raise PermanentProviderError(f"Pool {pool} does not exist for the provider {self.name}")
+        self._check_placement(pool, pool_config, template)
         record: _Vm = {
             "name": vm,
             "hostname": vm,
@@ -250,23 +258,27 @@ class DummyProvider(Provider):
         with self._lock:
             return snapshot_name in record["snapshots"]
 
-    def migrate_vm(self, pool: str, vm: str) -> None:
-        """Maybe move the VM to another simulated host (``migratevm_*`` knobs).
+    def migrate_vm(self, pool: str, vm: str, *, may_move: bool = True) -> MigrationResult:
+        """Report the VM's simulated host and, when ``may_move``, maybe move it to another of
+        ten (``migratevm_*`` knobs).
 
-        VmNotFoundError if unknown; TransientProviderError on simulated failure.
+        VmNotFoundError if unknown; TransientProviderError on simulated failure (the VM stays).
         """
         current = self._require(pool, vm).get("vm_host")
-        if not self._roll("migratevm_couldmove_percent"):  # unset: never moves
-            return
+        if not may_move or not self._roll("migratevm_couldmove_percent"):  # unset: never moves
+            return MigrationResult(host=current)
         target = current
         while target == current:
             target = f"HOST{self._randint(1, _HOSTS)}"
+        started = time.monotonic()
         self._simulate("migratevm")
         with self._lock:
             record = self._find(pool, vm)
             if record is not None:
                 record["vm_host"] = target
                 self._persist()
+        return MigrationResult(host=target, moved_from=current,
+                               seconds=time.monotonic() - started)
 
     # -- extras --------------------------------------------------------------------------
 
@@ -276,6 +288,21 @@ class DummyProvider(Provider):
             return {pool: [vm["name"] for vm in vms] for pool, vms in self._pools.items()}
 
     # -- helpers (the caller holds self._lock where noted) -------------------------------
+
+    def _check_placement(
+        self, pool: str, pool_config: Mapping[str, Any], template: str | None
+    ) -> None:
+        """Raise what a hypervisor would for a template/folder/datastore it does not have."""
+        wanted = {
+            "templates": (template or pool_config.get("template"), TemplateNotFoundError,
+                          "template"),
+            "folders": (pool_config.get("folder"), FolderNotFoundError, "folder"),
+            "datastores": (pool_config.get("datastore"), DatastoreNotFoundError, "datastore"),
+        }
+        for knob, (value, error, what) in wanted.items():
+            known = self.settings.get(knob)
+            if known is not None and value not in known:
+                raise error(f"{what} '{value}' not found for pool {pool} on provider {self.name}")
 
     def _find(self, pool: str, vm: str) -> _Vm | None:  # caller holds the lock
         return next((v for v in self._pools.get(pool, []) if v["name"] == vm), None)

@@ -11,8 +11,16 @@ from __future__ import annotations
 import re
 
 __all__ = [
+    "AuthenticationError",
+    "ClusterNotFoundError",
+    "ConnectionLostError",
+    "DatastoreNotFoundError",
+    "FolderNotFoundError",
+    "NetworkNotFoundError",
     "PermanentProviderError",
+    "PermissionDeniedError",
     "ProviderError",
+    "TemplateNotFoundError",
     "TransientProviderError",
     "VmNotFoundError",
     "is_permanent",
@@ -38,6 +46,38 @@ class PermanentProviderError(ProviderError):
     """A failure that retrying cannot fix: bad configuration, missing template, no support."""
 
     permanent = True
+
+
+class ConnectionLostError(TransientProviderError):
+    """The hypervisor could not be reached or dropped the connection (it may be restarting)."""
+
+
+class TemplateNotFoundError(PermanentProviderError):
+    """The pool's template does not exist where the configuration says."""
+
+
+class FolderNotFoundError(PermanentProviderError):
+    """The pool's folder does not exist and may not be created."""
+
+
+class DatastoreNotFoundError(PermanentProviderError):
+    """The pool's datastore does not exist in its datacenter."""
+
+
+class ClusterNotFoundError(PermanentProviderError):
+    """The pool's clone target (cluster, host or resource pool) or datacenter does not exist."""
+
+
+class NetworkNotFoundError(PermanentProviderError):
+    """The pool's network does not exist in its datacenter."""
+
+
+class AuthenticationError(PermanentProviderError):
+    """The hypervisor refused the configured credentials."""
+
+
+class PermissionDeniedError(PermanentProviderError):
+    """The configured user lacks a privilege the call needs."""
 
 
 class VmNotFoundError(ProviderError):

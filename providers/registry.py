@@ -31,6 +31,7 @@ DNS_GROUP = "vmpooler.dns"
 
 _BUILTINS: tuple[tuple[str, str, str], ...] = (
     (PROVIDER_GROUP, "dummy", "vmpooler.providers.dummy:DummyProvider"),
+    (PROVIDER_GROUP, "vsphere", "vmpooler.providers.vsphere.provider:VsphereProvider"),
     (DNS_GROUP, "dynamic-dns", "vmpooler.providers.dns:DynamicDns"),
 )
 

@@ -656,8 +656,10 @@ def test_unknown_dns_class_and_bad_tagfilter(tmp_path: Path) -> None:
 
 
 def test_legacy_vsphere_section_becomes_a_provider(tmp_path: Path) -> None:
-    text = ":vsphere:\n  server: 'vc'\n  password: 'pw'\n:pools:\n  - name: 'a'\n    size: 1\n"
-    text += "    provider: 'vsphere'\n"
+    text = (":vsphere:\n  server: 'vc'\n  username: 'u'\n  password: 'pw'\n  datacenter: 'DC0'\n"
+            ":pools:\n  - name: 'a'\n    size: 1\n    provider: 'vsphere'\n"
+            "    template: 'Templates/t'\n    folder: 'vmpooler/a'\n    datastore: 'ds'\n"
+            "    clone_target: 'cluster'\n")
     config = load(tmp_path, text, known_provider_classes={"dummy", "vsphere"})
     assert config.providers["vsphere"].provider_class == "vsphere"
     assert config.providers["vsphere"].settings["server"] == "vc"

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from vmpooler.providers.base import ProviderContext
+from vmpooler.providers.base import MigrationResult, ProviderContext
 from vmpooler.providers.dummy import DummyProvider, fake_ip
 from vmpooler.providers.errors import (
     PermanentProviderError,
@@ -292,7 +292,7 @@ def test_migrate_without_couldmove_is_a_no_op() -> None:
     sleep = RecordingSleep()
     provider = make({"migratevm_max_time": 5, "migratevm_fail_percent": 100}, sleep=sleep)
     provider.create_vm("pool1", "vm1")
-    assert provider.migrate_vm("pool1", "vm1") is None
+    assert provider.migrate_vm("pool1", "vm1") == MigrationResult(host="HOST1")
     info = provider.get_vm("pool1", "vm1")
     assert info is not None
     assert info.host == "HOST1"
@@ -303,14 +303,22 @@ def test_migrate_moves_to_another_host() -> None:
     sleep = RecordingSleep()
     provider = make({"migratevm_couldmove_percent": 100, "migratevm_max_time": 3}, sleep=sleep)
     provider.create_vm("pool1", "vm1")
-    provider.migrate_vm("pool1", "vm1")
+    result = provider.migrate_vm("pool1", "vm1")
     info = provider.get_vm("pool1", "vm1")
     assert info is not None
     assert info.host is not None
     assert info.host != "HOST1"
+    assert (result.host, result.moved_from) == (info.host, "HOST1")
     assert info.host in {f"HOST{n}" for n in range(1, 11)}
     assert len(sleep.calls) == 1
     assert 1 <= sleep.calls[0] <= 3
+
+
+def test_migrate_not_allowed_to_move_only_reports_the_host() -> None:
+    provider = make({"migratevm_couldmove_percent": 100})
+    provider.create_vm("pool1", "vm1")
+    assert provider.migrate_vm("pool1", "vm1", may_move=False) == MigrationResult(host="HOST1")
+    assert provider.get_vm("pool1", "vm1").host == "HOST1"  # type: ignore[union-attr]
 
 
 def test_migrate_couldmove_zero_stays_and_failure_keeps_host() -> None:

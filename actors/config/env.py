@@ -2,7 +2,9 @@
 
 Every variable vmpooler 3.9.1 reads is honoured with the same meaning, plus our own
 ``DATADOG_HOST``/``DATADOG_PORT`` (or Datadog's standard ``DD_AGENT_HOST``/
-``DD_DOGSTATSD_PORT``; the ``DATADOG_*`` spelling wins) and ``VMPOOLER_REDIS_DATA_DIR``.
+``DD_DOGSTATSD_PORT``; the ``DATADOG_*`` spelling wins), ``VMPOOLER_REDIS_DATA_DIR`` and
+``VMPOOLER_PROVIDER_<NAME>_SERVER`` / ``_USERNAME`` / ``_PASSWORD`` (a provider's
+credentials, see :func:`provider_env_name`).
 
 Deliberate divergences from vmpooler, all in the direction of "say what you mean":
 
@@ -26,7 +28,7 @@ from vmpooler.actors.config._values import coerce, parse_bool, parse_int
 from vmpooler.actors.config.errors import DOMAIN_REMOVED, Issue
 from vmpooler.actors.config.model import GlobalSettings, RedisSettings
 
-__all__ = ["EnvOverrides", "apply_environment"]
+__all__ = ["PROVIDER_ENV_KEYS", "EnvOverrides", "apply_environment", "provider_env_name"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,8 +135,39 @@ def apply_environment(document: Mapping[str, Any], environ: Mapping[str, str]) -
                 f"environment variable {var.name} ignored: "
                 f"no :{var.path[0]}: section to apply it to"
             )
+    _provider_credentials(doc, environ, result)
     _runtime(environ, result)
     return result
+
+
+PROVIDER_ENV_KEYS = ("server", "username", "password")
+"""Provider keys that ``VMPOOLER_PROVIDER_<NAME>_<KEY>`` variables may set (ours)."""
+
+
+def provider_env_name(provider: str, key: str) -> str:
+    """``VMPOOLER_PROVIDER_<NAME>_<KEY>``: the provider's name upper-cased, every character
+    other than a letter or digit replaced by ``_`` (``vsphere-east`` → ``VSPHERE_EAST``)."""
+    name = "".join(c if c.isalnum() else "_" for c in provider.upper())
+    return f"VMPOOLER_PROVIDER_{name}_{key.upper()}"
+
+
+def _provider_credentials(
+    doc: dict[str, Any], environ: Mapping[str, str], result: EnvOverrides
+) -> None:
+    """Credentials from the environment, so they need not sit in the file: each variable
+    overrides its key in an existing ``:providers: :<name>:`` section."""
+    providers = doc.get("providers")
+    if not isinstance(providers, dict):
+        return
+    for name, section in providers.items():
+        if not isinstance(section, dict):
+            continue
+        for key in PROVIDER_ENV_KEYS:
+            variable = provider_env_name(str(name), key)
+            text = _get(environ, variable)
+            if text is not None:
+                section[key] = text
+                result.origins[("providers", str(name), key)] = variable
 
 
 

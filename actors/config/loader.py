@@ -36,6 +36,18 @@ def _entry_point_names(group: str) -> frozenset[str]:
     return frozenset(metadata.entry_points(group=group).names)
 
 
+def _provider_checks() -> dict[str, Any]:
+    """Each installed provider class's settings check, by lower-cased class name. A check
+    that cannot be loaded is skipped: the provider itself reports its settings at start."""
+    checks: dict[str, Any] = {}
+    for ep in metadata.entry_points(group="vmpooler.provider_settings"):
+        try:
+            checks.setdefault(ep.name.lower(), ep.load())
+        except Exception:  # a broken plugin must not make every configuration unloadable
+            continue
+    return checks
+
+
 def load_config(
     path: str | os.PathLike[str] | None = None,
     *,
@@ -78,6 +90,7 @@ def load_config(
         source=description,
         known_provider_classes=known_provider_classes,
         known_dns_classes=known_dns_classes,
+        provider_checks=_provider_checks(),
         debug=overrides.debug,
         api_port=overrides.api_port,
         app_env=overrides.app_env,

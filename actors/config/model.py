@@ -118,6 +118,13 @@ class GlobalSettings:
     circuit_breaker_timeout: float = setting(30.0, "number")  # seconds
     circuit_breaker_half_open_attempts: int = setting(3, "int", minimum=1)
     provider_call_timeout: float = setting(600.0, "number", positive=True)  # seconds
+    # Adaptive timeouts of provider calls (reference §4.11; fed here): seconds.
+    adaptive_timeout_enabled: bool = setting(True, "bool")
+    connection_pool_timeout_min: float = setting(5.0, "number", positive=True)
+    connection_pool_timeout_max: float = setting(60.0, "number", positive=True)
+    connection_pool_timeout_initial: float = setting(30.0, "number", positive=True)
+    connection_pool_monitor_enabled: bool = setting(True, "bool")
+    connection_pool_monitor_interval: float = setting(10.0, "number", positive=True)  # s
     dlq_enabled: bool = setting(False, "bool")
     dlq_ttl: int = setting(168, "int")  # hours
     dlq_max_entries: int = setting(10000, "int")

@@ -7,7 +7,7 @@ files and lines and raises one ``ConfigError`` listing them all.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import fields
 from typing import Any
 
@@ -24,7 +24,13 @@ from vmpooler.actors.config.model import (
     RedisSettings,
 )
 
-__all__ = ["KNOWN_SECTIONS", "validate_document"]
+__all__ = ["KNOWN_SECTIONS", "ProviderCheck", "validate_document"]
+
+ProviderCheck = Callable[[Mapping[str, Any], Mapping[str, Mapping[str, Any]], Mapping[str, Any]],
+                         list[Any]]
+"""A provider class's settings check (entry point group ``vmpooler.provider_settings``):
+called with the provider's section, its pools' raw entries by name and the ``:config:``
+section; returns problems with ``key``, ``message`` and ``pool`` (None for a provider key)."""
 
 KNOWN_SECTIONS = frozenset({
     "config", "pools", "providers", "redis", "auth", "dns_configs", "tagfilter", "statsd",
@@ -33,9 +39,7 @@ KNOWN_SECTIONS = frozenset({
 # Documented `:config:` keys that GlobalSettings does not model (carried in `raw`).
 _OTHER_CONFIG_KEYS = frozenset({
     "extra_config", "create_folders", "manage_host_selection", "host_selection_max_age",
-    "utilization_limit", "adaptive_timeout_enabled", "connection_pool_timeout_min",
-    "connection_pool_timeout_max", "connection_pool_timeout_initial",
-    "connection_pool_monitor_enabled", "connection_pool_monitor_interval", "purge_enabled",
+    "utilization_limit", "vsphere_timeout", "purge_enabled",
     "purge_dry_run", "purge_interval", "max_pending_age", "max_ready_age", "max_completed_age",
     "max_orphaned_age", "health_check_enabled", "health_check_interval", "health_thresholds",
     "purge_unconfigured_folders", "domain",
@@ -48,6 +52,7 @@ def validate_document(
     source: str,
     known_provider_classes: Collection[str],
     known_dns_classes: Collection[str],
+    provider_checks: Mapping[str, ProviderCheck] | None = None,
     debug: bool = False,
     api_port: int = 4567,
     app_env: str = "development",
@@ -77,6 +82,7 @@ def validate_document(
     pools = build_pools(
         entries if isinstance(entries, list) else [], chk, settings, providers, dns_configs
     )
+    _check_provider_settings(chk, providers, pools, entries, settings, provider_checks or {})
     config = Config(
         source=source,
         settings=settings,
@@ -96,6 +102,31 @@ def validate_document(
     if chk.issues:
         return None, chk.issues, chk.notes
     return config, chk.issues, chk.notes
+
+
+def _check_provider_settings(
+    chk: Checker,
+    providers: Mapping[str, Any],
+    pools: tuple[Any, ...],
+    entries: Any,
+    settings: GlobalSettings,
+    checks: Mapping[str, ProviderCheck],
+) -> None:
+    """Run each provider class's own check over its section and pools."""
+    index = {}
+    for position, entry in enumerate(entries if isinstance(entries, list) else []):
+        if isinstance(entry, Mapping) and isinstance(entry.get("name"), str):
+            index.setdefault(entry["name"], position)
+    for name, provider in providers.items():
+        check = checks.get(provider.provider_class.lower())
+        if check is None:
+            continue
+        served = {p.name: p.raw for p in pools if p.provider == name}
+        for problem in check(provider.settings, served, settings.raw):
+            if problem.pool is None:
+                chk.fail(("providers", name, problem.key), problem.message)
+            else:
+                chk.fail(("pools", index.get(problem.pool, 0), problem.key), problem.message)
 
 
 def _settings(section: Mapping[str, Any], chk: Checker) -> GlobalSettings:

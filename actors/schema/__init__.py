@@ -39,6 +39,7 @@ __all__ = [
     "pool_hash",
     "poolreset",
     "pools",
+    "provider_health",
     "provisioning_processing",
     "provisioning_request",
     "ratelimit",
@@ -255,6 +256,12 @@ def migration() -> str:
 def dlq(queue: str) -> str:
     """Sorted set of dead-letter entries for ``pending``, ``ready`` or ``clone``."""
     return f"{_P}dlq__{queue}"
+
+
+def provider_health(provider: str) -> str:
+    """Hash of one provider's breaker, connection pool and last error, written by its
+    provider actor for ``/status`` (ours; expires when no manager refreshes it)."""
+    return f"{_P}provider__{provider}"
 
 
 # -- API -> manager commands ------------------------------------------------------------------

@@ -35,6 +35,26 @@ redis.call('SADD', KEYS[3], ARGV[2])
 return 1
 """
 
+    # KEYS[1] migrations-in-flight set (``vmpooler__migration``)
+    # ARGV[1] limit, ARGV[2] vm name
+    # Returns 1 when the VM may migrate (it is now in the set), 0 when ``limit`` VMs already
+    # migrate. The check and the SADD are one step, so concurrent pools never overshoot
+    # (vmpooler read SCARD and SADDed later).
+    RESERVE_MIGRATION = """
+if redis.call('SISMEMBER', KEYS[1], ARGV[2]) == 1 then return 1 end
+if redis.call('SCARD', KEYS[1]) >= tonumber(ARGV[1]) then return 0 end
+redis.call('SADD', KEYS[1], ARGV[2])
+return 1
+"""
+
+    # KEYS[1] vm hash; ARGV field, value, field, value...
+    # Returns 1 when written, 0 when the hash does not exist (the VM is gone: not recreated).
+    SET_FIELDS_IF_EXISTS = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV))
+return 1
+"""
+
     # KEYS[1] counter, KEYS[2] vm hash, KEYS[3] clone stats hash of the day
     # ARGV[1] "<pool>:<vm>", ARGV[2] clone seconds, ARGV[3] ip
     # Releases the clone slot (never below 0) and records the clone. Returns 1.
