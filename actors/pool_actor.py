@@ -119,6 +119,7 @@ class PoolActor(OutcomeHandlers, PoolChecks, PoolUpkeep, OnDemandVms, Supervised
         # A provider answer older than this is presumed lost (its provider actor crashed).
         self.lost_after = settings.provider_call_timeout + 60.0
         self.owed_slots = 0
+        self.inventory_failures = 0  # consecutive failed listings (an outage is logged once)
         self.busy: dict[str, ProviderOp] = {}
         self.clone_started: dict[str, float] = {}
         self.ready_since: dict[str, float] = {}
@@ -245,10 +246,19 @@ class PoolActor(OutcomeHandlers, PoolChecks, PoolUpkeep, OnDemandVms, Supervised
         """Run one cycle over the inventory (called with the LIST_VMS outcome)."""
         self.listing = False
         if inventory is None:
-            log.error("[!] [%s] inventory failed: %s", self.name, error)
+            if not self.inventory_failures:  # one line per outage, not one per cycle
+                log.error("[!] [%s] inventory failed: %s (logged again when it recovers)",
+                          self.name, error)
+            else:
+                log.debug("[%s] inventory failed again: %s", self.name, error)
+            self.inventory_failures += 1
             self.delay = self.backoff.next(self.delay, busy=False)
             self._schedule_cycle()
             return
+        if self.inventory_failures:
+            log.warning("[*] [%s] inventory available again after %d failed cycles",
+                        self.name, self.inventory_failures)
+            self.inventory_failures = 0
         started = self.clock.monotonic()
         try:
             busy = self._cycle(set(inventory))

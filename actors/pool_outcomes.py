@@ -15,6 +15,7 @@ from vmpooler.actors import timefmt
 from vmpooler.actors.messages import (
     CloneResult,
     ProviderCallFinished,
+    ProviderFailure,
     ProviderOp,
     ReadyCheckResult,
     RunningCheckResult,
@@ -33,6 +34,13 @@ if TYPE_CHECKING:
 __all__ = ["OutcomeHandlers"]
 
 log = logging.getLogger(__name__)
+
+
+def _log_failure(failure: ProviderFailure, message: str, *args: object,
+                 level: int = logging.ERROR) -> None:
+    """Log a failed call, at debug level when the circuit breaker refused it: the provider
+    actor logs the breaker's state changes once, instead of one line per call."""
+    log.log(logging.DEBUG if failure.circuit_open else level, message, *args)
 
 
 class OutcomeHandlers:
@@ -110,7 +118,8 @@ class OutcomeHandlers:
             self.backoff.max, self.backoff.min * 2 ** (self.clone_failures - 1))
         if failure.error_class == "StaleDnsError":
             self.metrics.increment("vmpooler_errors.staledns", tags={"pool": self.name})
-        self._dead_letter("clone", vm, failure.error_class, failure.message)
+        if not failure.circuit_open:  # refused before reaching the provider: nothing died
+            self._dead_letter("clone", vm, failure.error_class, failure.message)
         try:
             self.store.clone_failed(self.name, vm, error=failure.message,
                                     error_class=failure.error_class, ttl=self.data_ttl,
@@ -120,8 +129,8 @@ class OutcomeHandlers:
                 self.owed_slots += 1
             raise
         self._forget_caches(vm)
-        log.error("[!] [%s] '%s' clone failed: %s: %s", self.name, vm, failure.error_class,
-                  failure.message)
+        _log_failure(failure, "[!] [%s] '%s' clone failed: %s: %s", self.name, vm,
+                     failure.error_class, failure.message)
         if ondemand:
             self._ondemand_lost(vm, f"clone failed: {failure.error_class}: {failure.message}",
                                 permanent=failure.permanent)
@@ -181,8 +190,8 @@ class OutcomeHandlers:
     def _ready_checked(self: PoolActor, msg: ProviderCallFinished) -> None:
         vm = msg.vm or ""
         if msg.failure is not None:
-            log.warning("[!] [%s] could not check ready VM '%s': %s", self.name, vm,
-                        msg.failure.message)
+            _log_failure(msg.failure, "[!] [%s] could not check ready VM '%s': %s", self.name,
+                         vm, msg.failure.message, level=logging.WARNING)
             return
         result: ReadyCheckResult = msg.result
         if hostname_mismatch(vm, result.hostname):
@@ -203,8 +212,8 @@ class OutcomeHandlers:
     def _running_checked(self: PoolActor, msg: ProviderCallFinished) -> None:
         vm = msg.vm or ""
         if msg.failure is not None:
-            log.warning("[!] [%s] could not check running VM '%s': %s", self.name, vm,
-                        msg.failure.message)
+            _log_failure(msg.failure, "[!] [%s] could not check running VM '%s': %s",
+                         self.name, vm, msg.failure.message, level=logging.WARNING)
             return
         result: RunningCheckResult = msg.result
         if result.tagged:
@@ -218,7 +227,8 @@ class OutcomeHandlers:
     def _destroyed(self: PoolActor, msg: ProviderCallFinished) -> None:
         vm = msg.vm or ""
         if msg.failure is not None:
-            log.error("[!] [%s] '%s' destroy failed: %s", self.name, vm, msg.failure.message)
+            _log_failure(msg.failure, "[!] [%s] '%s' destroy failed: %s", self.name, vm,
+                         msg.failure.message)
             return
         self.store.forget(self.name, vm, delete_hash=False)
         self._forget_caches(vm)

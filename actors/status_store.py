@@ -63,7 +63,8 @@ class StatusReading:
     ``vmpooler__config__poolsize`` value of each pool that has one; ``last_boot[pool]`` is
     the ``vmpooler__lastboot`` field or ``""``. ``ondemand_tasks`` are the members of
     ``vmpooler__odcreate__task`` (``"<name>:<pool>:<count>:<id>"``). ``daily[kind]`` is
-    the raw statistics hash of the requested date.
+    the raw statistics hash of the requested date. ``providers[name]`` is the hash a
+    provider actor publishes (``vmpooler__provider__<name>``), absent when none is fresh.
     """
 
     counts: Mapping[str, Mapping[str, int]] = field(default_factory=_empty)
@@ -75,6 +76,7 @@ class StatusReading:
     requests_processing: int = 0
     ondemand_tasks: tuple[str, ...] = ()
     daily: Mapping[str, Mapping[str, str]] = field(default_factory=_empty)
+    providers: Mapping[str, Mapping[str, str]] = field(default_factory=_empty)
 
 
 class _Batch:
@@ -178,15 +180,17 @@ class StatusStore:
         queue_totals: bool = False,
         daily: Collection[str] = (),
         date: str = "",
+        providers: Sequence[str] = (),
     ) -> StatusReading:
         """Read what ``/status`` needs in one round trip (one EVALSHA).
 
         ``queues`` names the sets of :data:`QUEUES` to count for every pool; size overrides
         are always read. ``last_boot`` adds ``vmpooler__lastboot``; ``queue_totals`` adds the
         clone counters and the on-demand queues; ``daily`` names kinds of
-        :data:`DAILY_KINDS` to read for ``date`` (``YYYY-MM-DD``).
+        :data:`DAILY_KINDS` to read for ``date`` (``YYYY-MM-DD``); ``providers`` names the
+        providers whose published state to read.
         """
-        queues, daily = list(queues), list(daily)
+        queues, daily, providers = list(queues), list(daily), list(providers)
         labels = [(queue, pool) for queue in queues for pool in pools]
         lookups = []
         if pools:
@@ -196,7 +200,8 @@ class StatusStore:
         raw = self._read(
             sets=[QUEUES[queue](pool) for queue, pool in labels], lookups=lookups,
             fields=list(pools), totals=queue_totals,
-            wholes=[DAILY_KINDS[kind](date) for kind in daily])
+            wholes=[*(DAILY_KINDS[kind](date) for kind in daily),
+                    *(schema.provider_health(name) for name in providers)])
         counted = dict(zip(labels, raw.counts, strict=True))
         counts = {
             queue: MappingProxyType({pool: counted[(queue, pool)] for pool in pools})
@@ -214,7 +219,10 @@ class StatusStore:
             requests_waiting=int(waiting),
             requests_processing=int(processing),
             ondemand_tasks=tuple(tasks),
-            daily=MappingProxyType(dict(zip(daily, raw.wholes, strict=True))),
+            daily=MappingProxyType(dict(zip(daily, raw.wholes[:len(daily)], strict=True))),
+            providers=MappingProxyType({
+                name: whole for name, whole in zip(providers, raw.wholes[len(daily):],
+                                                   strict=True) if whole}),
         )
 
     def ready_counts(self, pools: Sequence[str]) -> tuple[dict[str, int], Mapping[str, str]]:

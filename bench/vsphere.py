@@ -493,7 +493,9 @@ def median(values: list[Any]) -> Any:
     if not nums:
         return None
     m = statistics.median(nums)
-    return round(m, 2) if isinstance(m, float) else m
+    if all(isinstance(v, int) for v in nums) and float(m).is_integer():
+        return int(m)
+    return round(m, 2)
 
 
 def get(run: dict[str, Any], *path: str) -> Any:

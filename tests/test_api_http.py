@@ -386,7 +386,8 @@ def no_tasks(a: Answer, w: World) -> None:
 
 def full_status(a: Answer, w: World) -> None:
     body = a.json
-    assert list(body) == ["boot", "capacity", "clone", "pools", "queue", "status"]
+    assert list(body) == ["boot", "capacity", "clone", "pools", "providers", "queue", "status"]
+    assert body["providers"] == {"dummy": {"circuit_breaker": "unknown"}}
     assert body["pools"]["pool1"] == {"ready": 2, "running": 1, "pending": 0, "max": 2,
                                       "lastBoot": "", "alias": ["poolone"]}
     assert body["pools"]["pool2"] == {"ready": 1, "running": 1, "pending": 1, "max": 2,

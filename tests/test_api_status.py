@@ -16,7 +16,7 @@ from vmpooler.actors.config import PoolConfig
 from vmpooler.web.stats import round1
 
 STATUS = "/api/v3/status"
-ALL_SECTIONS = ["boot", "capacity", "clone", "pools", "queue", "status"]
+ALL_SECTIONS = ["boot", "capacity", "clone", "pools", "providers", "queue", "status"]
 
 
 class CountingRedis(redis.Redis):

@@ -33,7 +33,8 @@ class PipelineStatusStore(StatusStore):
 
     def status(self, pools: Sequence[str], *, queues: Collection[str] = ("ready",),
                last_boot: bool = False, queue_totals: bool = False,
-               daily: Collection[str] = (), date: str = "") -> StatusReading:
+               daily: Collection[str] = (), date: str = "",
+               providers: Sequence[str] = ()) -> StatusReading:
         pipe = self._client.pipeline(transaction=False)
         for queue in queues:
             for pool in pools:
@@ -50,6 +51,8 @@ class PipelineStatusStore(StatusStore):
             pipe.zrange(schema.odcreate_task(), 0, -1)
         for kind in daily:
             pipe.hgetall(DAILY_KINDS[kind](date))
+        for name in providers:
+            pipe.hgetall(schema.provider_health(name))
         got = iter(pipe.execute() if len(pipe) else [])
         counts = {queue: {pool: int(next(got)) for pool in pools} for queue in queues}
         overrides: dict[str, str] = {}
@@ -66,13 +69,15 @@ class PipelineStatusStore(StatusStore):
                           requests_waiting=next(got), requests_processing=next(got),
                           ondemand_tasks=tuple(next(got)))
         days = {kind: dict(next(got)) for kind in daily}
+        published = {name: dict(next(got)) for name in providers}
         assert next(got, None) is None
         return StatusReading(
             counts=MappingProxyType({q: MappingProxyType(c) for q, c in counts.items()}),
             size_overrides=MappingProxyType(overrides),
             last_boot=MappingProxyType(
                 {pool: value or "" for pool, value in zip(pools, boots, strict=True)}),
-            daily=MappingProxyType(days), **totals)
+            daily=MappingProxyType(days),
+            providers=MappingProxyType({k: v for k, v in published.items() if v}), **totals)
 
     def total_running(self, pools: Sequence[str]) -> int:
         pipe = self._client.pipeline(transaction=False)
@@ -152,9 +157,11 @@ def test_script_reading_equals_the_pipeline_reading(
 
 def test_script_reading_by_hand(redis_client: redis.Redis) -> None:
     seed(redis_client, NAMES)
+    redis_client.hset(schema.provider_health("vsphere"),
+                      mapping={"circuit_breaker": "open", "failures": "5"})
     reading = StatusStore(redis_client).status(
         NAMES[:4], queues=ALL_QUEUES, last_boot=True, queue_totals=True,
-        daily=("clone", "tag"), date=TODAY)
+        daily=("clone", "tag"), date=TODAY, providers=("dummy", "vsphere"))
     assert plain(reading) == {
         # (n + 2q) % 5 members for pool n, queue q (ready 0, running 1, pending 2, completed 3)
         "counts": {"ready": {"pool-a": 0, "pool b": 1, "ünïcode": 2, "colon:pool": 3},
@@ -168,6 +175,7 @@ def test_script_reading_by_hand(redis_client: redis.Redis) -> None:
         "requests_waiting": 2, "requests_processing": 0,
         "ondemand_tasks": ("garbage", "a:pool-a:2:req-c"),
         "daily": {"clone": {"pool-a:vm1": "2.5", "colon:pool:vm2": "3"}, "tag": {}},
+        "providers": {"vsphere": {"circuit_breaker": "open", "failures": "5"}},
     }
     assert StatusStore(redis_client).total_running(NAMES) == 2 + 3 + 4 + 0 + 0 + 2
     assert StatusStore(redis_client).ready_counts(NAMES[:2]) == (

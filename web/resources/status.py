@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from urllib.parse import unquote_plus
 
@@ -56,7 +56,7 @@ from vmpooler.web.errors import ApiError, json_body
 
 __all__ = ["MAX_SUMMARY_DAYS", "SECTIONS", "register", "summary_dates"]
 
-SECTIONS = ("boot", "capacity", "clone", "pools", "queue")
+SECTIONS = ("boot", "capacity", "clone", "pools", "providers", "queue")
 """Optional top-level sections of ``/status``; ``status`` is always present."""
 
 MAX_SUMMARY_DAYS = 366
@@ -123,7 +123,8 @@ class Status(_Resource):
         today = timefmt.date_bucket(self._ctx.clock.now())
         reading = self._store.status(
             names, queues=queues, last_boot="pools" in wanted, queue_totals="queue" in wanted,
-            daily=[kind for kind in ("clone", "boot") if kind in wanted], date=today)
+            daily=[kind for kind in ("clone", "boot") if kind in wanted], date=today,
+            providers=self._providers_used() if "providers" in wanted else ())
         sizes = {pool.name: _size(pool, reading.size_overrides) for pool in pools}
         ready = reading.counts["ready"]
         result: dict[str, Any] = {}
@@ -135,6 +136,9 @@ class Status(_Resource):
             result["clone"] = stats.task_metrics(reading.daily["clone"])
         if "pools" in wanted:
             result["pools"] = self._pools(pools, sizes, reading)
+        if "providers" in wanted:
+            result["providers"] = {name: provider_section(reading.providers.get(name))
+                                   for name in self._providers_used()}
         if "queue" in wanted:
             result["queue"] = _queue(reading)
         result["status"] = self._status(names, sizes, ready)
@@ -158,6 +162,9 @@ class Status(_Resource):
             body[pool.name] = entry
         return body
 
+    def _providers_used(self) -> list[str]:
+        return sorted({pool.provider for pool in self._ctx.config.pools})
+
     def _status(self, names: list[str], sizes: dict[str, int],
                 ready: Mapping[str, int]) -> dict[str, Any]:
         status: dict[str, Any] = {"ok": True, "message": _OK_MESSAGE}
@@ -166,6 +173,38 @@ class Status(_Resource):
             status.update(ok=False, message=f"Found {len(empty)} empty pools.", empty=empty)
         status["uptime"] = stats.round1(self._ctx.clock.now() - self._ctx.started_at)
         return status
+
+
+def provider_section(published: Mapping[str, str] | None) -> dict[str, Any]:
+    """One provider's entry of ``/status`` ``providers`` (ours): its circuit breaker's state
+    (``closed``, ``open``, ``half_open``, ``disabled``, or ``unknown`` when no manager has
+    published it lately), since when (ISO 8601), its consecutive failures, seconds until an
+    open breaker lets a trial call through, the last error counted, and its connection pool
+    (``size``, ``in_use``, ``waiting``) when the provider keeps one."""
+    if not published:
+        return {"circuit_breaker": "unknown"}
+    since = _number(published.get("since"))
+    entry: dict[str, Any] = {
+        "circuit_breaker": published.get("circuit_breaker", "unknown"),
+        "since": timefmt.rfc3339(datetime.fromtimestamp(since, UTC)) if since else "",
+        "failures": _number(published.get("failures")),
+        "retry_after": _number(published.get("retry_after")),
+        "last_error": published.get("last_error") or None,
+    }
+    if "connections_size" in published:
+        entry["connections"] = {
+            "size": _number(published.get("connections_size")),
+            "in_use": _number(published.get("connections_in_use")),
+            "waiting": _number(published.get("connections_waiting")),
+        }
+    return entry
+
+
+def _number(text: str | None) -> int:
+    try:
+        return int(float(text or 0))
+    except ValueError:
+        return 0
 
 
 def _queue(reading: StatusReading) -> dict[str, int]:

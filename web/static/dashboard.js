@@ -8,7 +8,7 @@
   var STALE_MS = 3 * INTERVAL_MS;
 
   var root = (document.querySelector('meta[name="vmpooler-root"]') || {}).content || "";
-  var statusUrl = root + "/api/v3/status?view=pools,queue,capacity";
+  var statusUrl = root + "/api/v3/status?view=pools,queue,capacity,providers";
   var body = document.body;
   var taskLimit = parseInt(body.getAttribute("data-task-limit"), 10) || 0;
   var ondemandLimit = parseInt(body.getAttribute("data-ondemand-clone-limit"), 10) || 0;
@@ -206,6 +206,8 @@
     setText("t-running", fmt(queue.running));
     setText("t-completed", fmt(queue.completed));
 
+    renderProviders(data.providers || {});
+
     setText("f-ready", fmt(sumReady));
     setText("f-size", fmt(sumSize));
     setText("f-pending", fmt(sumPending));
@@ -215,6 +217,28 @@
 
     setText("uptime", typeof status.uptime === "number"
       ? "API up " + duration(status.uptime) : "");
+  }
+
+  // Circuit breakers: "ok" while every provider's is closed, else the ones that are not.
+  function renderProviders(providers) {
+    var names = Object.keys(providers).sort();
+    var troubled = names.filter(function (name) {
+      var b = providers[name].circuit_breaker;
+      return b !== "closed" && b !== "disabled";
+    });
+    var open = troubled.some(function (name) {
+      return providers[name].circuit_breaker === "open";
+    });
+    setText("t-providers", troubled.length ? troubled.length + " of " + names.length
+                                           : (names.length ? "ok" : "–"));
+    setText("t-providers-note", troubled.length
+      ? troubled.map(function (name) {
+          var p = providers[name];
+          var note = name + ": breaker " + p.circuit_breaker.replace("_", "-");
+          return p.last_error ? note + " (" + p.last_error + ")" : note;
+        }).join("; ")
+      : "circuit breakers closed");
+    $("card-providers").className = "card" + (open ? " bad" : (troubled.length ? " warn" : ""));
   }
 
   function renderConnection() {
