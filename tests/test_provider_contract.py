@@ -1,9 +1,12 @@
 """The provider contract, checked against every provider implementation.
 
 Each entry of ``FACTORIES`` builds a provider plus what the suite needs to drive it (a pool
-it serves, and how to wait between readiness probes). Today only the dummy is listed; the
-vSphere provider on vcsim joins the same list, so base class and implementations cannot
-drift apart. Nothing here sleeps: the dummy's ``wait`` is a no-op.
+it serves, and how to wait between readiness probes): the dummy, and the vSphere provider
+against a fresh vCenter simulator (``tests/vcsim.py``), so base class and implementations
+cannot drift apart. Both also serve three misconfigured pools, ``bad-template``,
+``bad-folder`` and ``bad-datastore``, whose clones must fail with the typed permanent error.
+Nothing here sleeps: the simulator finishes tasks inside the call and reports guest tools
+and an IP at power-on, so no probe has to wait.
 """
 
 from __future__ import annotations
@@ -16,9 +19,17 @@ from pathlib import Path
 
 import pytest
 
+from tests import vcsim
 from vmpooler.providers.base import Provider, ProviderContext, VmInfo
 from vmpooler.providers.dummy import DummyProvider
-from vmpooler.providers.errors import PermanentProviderError, is_permanent
+from vmpooler.providers.errors import (
+    DatastoreNotFoundError,
+    FolderNotFoundError,
+    PermanentProviderError,
+    ProviderError,
+    TemplateNotFoundError,
+    is_permanent,
+)
 
 
 @dataclass(frozen=True)
@@ -29,6 +40,7 @@ class ProviderUnderTest:
     pool: str  # a pool the provider serves
     wait: Callable[[float], None]  # how to pause between readiness probes
     ready_attempts: int = 1  # probes before vm_ready must have become True
+    cleanup: Callable[[], None] = lambda: None
 
 
 ProviderFactory = Callable[[Path], ProviderUnderTest]
@@ -38,19 +50,59 @@ def _no_wait(_seconds: float) -> None:
     """Nothing to wait for: the dummy's clones finish inside create_vm."""
 
 
+BAD_POOLS = {
+    "bad-template": TemplateNotFoundError,
+    "bad-folder": FolderNotFoundError,
+    "bad-datastore": DatastoreNotFoundError,
+}
+
+
 def dummy_factory(tmp_path: Path) -> ProviderUnderTest:
-    """A file-backed dummy provider, serving pools ``pool1`` and ``pool2``."""
+    """A file-backed dummy provider, serving pools ``pool1`` and ``pool2`` (and the bad ones:
+    the dummy's ``templates``/``folders``/``datastores`` knobs list what exists)."""
+    good = {"template": "templates/pool1", "folder": "f1", "datastore": "ds1"}
     context = ProviderContext(
         name="dummy",
-        settings={"filename": str(tmp_path / "dummy.yaml")},
-        pools={"pool1": {"template": "templates/pool1"}, "pool2": {"template": "t2"}},
+        settings={"filename": str(tmp_path / "dummy.yaml"), "templates": ["templates/pool1"],
+                  "folders": ["f1"], "datastores": ["ds1"]},
+        pools={"pool1": good, "pool2": good,
+               "bad-template": {**good, "template": "templates/gone"},
+               "bad-folder": {**good, "folder": "gone"},
+               "bad-datastore": {**good, "datastore": "gone"}},
         global_settings={},
         dns_domains={"pool1": "example.com", "pool2": None},
     )
     return ProviderUnderTest(DummyProvider(context, sleep=_no_wait), "pool1", _no_wait)
 
 
-FACTORIES = [pytest.param(dummy_factory, id="dummy")]
+def vsphere_factory(tmp_path: Path) -> ProviderUnderTest:
+    """The vSphere provider on a fresh simulator, probing readiness through VMware Tools;
+    folders are not created on demand here, so the missing one is an error."""
+    from vmpooler.providers.vsphere import VsphereProvider
+
+    sim = vcsim.start(tmp_path / "vcsim", ("-guest-tools", "-guest-auto-ip"))
+    si = sim.connect()
+    vcsim.prepare(si, folders=("vmpooler/pool1", "vmpooler/pool2", "vmpooler/bad-template",
+                               "vmpooler/bad-datastore"))
+    pool = {"template": vcsim.TEMPLATE, "datastore": vcsim.DATASTORE,
+            "clone_target": vcsim.CLUSTER}
+    pools = {name: {**pool, "folder": f"vmpooler/{name}"}
+             for name in ("pool1", "pool2", "bad-template", "bad-folder", "bad-datastore")}
+    pools["bad-template"]["template"] = "Templates/gone"
+    pools["bad-datastore"]["datastore"] = "gone"
+    context = ProviderContext(
+        name="vsphere",
+        settings={"server": "127.0.0.1", "port": sim.port, "username": sim.username,
+                  "password": sim.password, "insecure": True, "datacenter": "DC0",
+                  "create_folders": False, "vm_ready_check": "guest_tools"},
+        pools=pools, global_settings={}, dns_domains={"pool1": "example.com"},
+    )
+    return ProviderUnderTest(VsphereProvider(context, sleep=_no_wait), "pool1", _no_wait,
+                             cleanup=sim.stop)
+
+
+FACTORIES = [pytest.param(dummy_factory, id="dummy"),
+             pytest.param(vsphere_factory, id="vsphere")]
 
 
 @pytest.fixture(params=FACTORIES)
@@ -59,6 +111,7 @@ def put(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ProviderUnde
     under_test = factory(tmp_path)
     yield under_test
     under_test.provider.close()
+    under_test.cleanup()
 
 
 class TestProviderContract:
@@ -99,12 +152,38 @@ class TestProviderContract:
     def test_unknown_vm(self, put: ProviderUnderTest) -> None:
         assert put.provider.get_vm(put.pool, "contract-nope") is None
         assert put.provider.vm_exists(put.pool, "contract-nope") is False
-        assert put.provider.vm_ready(put.pool, "contract-nope") is False
+        assert not _ready_or_why(put, "contract-nope")
         assert put.provider.get_vm_ip_address(put.pool, "contract-nope") is None
+        for operation in (lambda: put.provider.create_disk(put.pool, "contract-nope", 1),
+                          lambda: put.provider.create_snapshot(put.pool, "contract-nope", "s")):
+            with pytest.raises(ProviderError):
+                operation()
+
+    def test_disk_is_added(self, put: ProviderUnderTest) -> None:
+        put.provider.create_vm(put.pool, "contract-disk")
+        assert put.provider.create_disk(put.pool, "contract-disk", 2) is True
+
+    def test_destroy_of_a_vm_never_created_is_success(self, put: ProviderUnderTest) -> None:
+        assert put.provider.destroy_vm(put.pool, "contract-never") is True
+
+    @pytest.mark.parametrize("pool", sorted(BAD_POOLS))
+    def test_misconfigured_pool_fails_with_typed_permanent_error(
+        self, put: ProviderUnderTest, pool: str
+    ) -> None:
+        with pytest.raises(BAD_POOLS[pool]) as caught:
+            put.provider.create_vm(pool, f"contract-{pool}")
+        assert is_permanent(caught.value)
+        assert not put.provider.vm_exists(pool, f"contract-{pool}")
+
+    def test_pool_not_served_is_permanent(self, put: ProviderUnderTest) -> None:
+        with pytest.raises(PermanentProviderError):
+            put.provider.create_vm("no-such-pool", "contract-x")
 
     def test_snapshot_create_and_revert(self, put: ProviderUnderTest) -> None:
         put.provider.create_vm(put.pool, "contract-vm6")
         assert put.provider.create_snapshot(put.pool, "contract-vm6", "snap1") is True
+        info = put.provider.get_vm(put.pool, "contract-vm6")
+        assert info is not None and "snap1" in info.snapshots
         assert put.provider.revert_snapshot(put.pool, "contract-vm6", "snap1") is True
         assert put.provider.revert_snapshot(put.pool, "contract-vm6", "never-taken") is False
 
@@ -126,7 +205,17 @@ class TestProviderContract:
     def test_concurrency_settings_are_sane(self, put: ProviderUnderTest) -> None:
         assert put.provider.max_concurrent_calls >= 1
         assert isinstance(put.provider.skip_dns_check_before_creating_vm, bool)
+        put.provider.create_vm(put.pool, "contract-any")
         assert put.provider.tag_vm_user(put.pool, "contract-any", "alice") is True
+        assert put.provider.tag_vm_user(put.pool, "contract-any", "alice") is True  # again
+
+
+def _ready_or_why(put: ProviderUnderTest, vm: str) -> bool:
+    """vm_ready's answer; a ProviderError (the documented "not ready, because") is False."""
+    try:
+        return put.provider.vm_ready(put.pool, vm)
+    except ProviderError:
+        return False
 
 
 class _MinimalProvider(Provider):
