@@ -34,6 +34,10 @@ def _collect(session: Session, spec: Any) -> list[Any]:
             result = collector.ContinueRetrievePropertiesEx(token=token) if token else None
     except vmodl.fault.ManagedObjectNotFound as exc:
         raise StaleReferenceError(f"object {exc.obj} no longer exists") from exc
+    for content in objects:  # a session or privilege problem may come back per property
+        for missing in content.missingSet or ():
+            if isinstance(missing.fault, vim.fault.NotAuthenticated | vim.fault.NoPermission):
+                raise missing.fault
     return objects
 
 

@@ -51,7 +51,7 @@ class Session:
 
     ``content`` is the ``ServiceContent`` read at login; ``instance_uuid`` identifies the
     vCenter (a replaced or reinstalled vCenter has a new one); ``calls`` counts the SOAP
-    methods this session invoked, by name; ``used`` is False until a first exchange ran on
+    methods this session invoked after logging in, by name; ``used`` is False until a first exchange ran on
     it (a fresh session's connection failure is not worth retrying at once).
     """
 
@@ -105,6 +105,7 @@ class SessionPool:
         self.settings = settings
         self.metrics = metrics
         self.calls: Counter[str] = Counter()
+        self.logins = 0  # successful logins so far
         self._connect = connect
         self._sleep = sleep
         self._clock = clock
@@ -198,6 +199,8 @@ class SessionPool:
                 self._sleep(attempt * s.login_retry_factor)
                 continue
             self.metrics.increment("connect.open", tags=self._tags)
+            with self._cond:
+                self.logins += 1
             log.info("[*] [%s] logged in to %s as %r", s.name, s.url, s.username)
             return session
         raise AssertionError("unreachable")

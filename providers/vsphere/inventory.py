@@ -161,6 +161,7 @@ class Inventory:
 
         found = self._object(session, ("template", dc, template), find)
         if not isinstance(found, vim.VirtualMachine):
+            self.datacenter(session, dc)  # say so when the datacenter is what is missing
             raise TemplateNotFoundError(f"template '{template}' not found in datacenter '{dc}'")
         return found
 
@@ -228,8 +229,9 @@ class Inventory:
         folder = self.folder(session, placement, create=False)
         if folder is None:
             return []
-        found = {str(props.get("name")): obj._moId
-                 for obj, props in children(session, folder, vim.VirtualMachine)}
+        found = {str(props["name"]): obj._moId
+                 for obj, props in children(session, folder, vim.VirtualMachine)
+                 if props.get("name") is not None}
         with self._lock:
             for key in [k for k in self._vms if k[0] == placement.name and k[1] not in found]:
                 del self._vms[key]
