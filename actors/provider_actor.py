@@ -191,7 +191,7 @@ class ProviderActor(SupervisedActor):
         self.monitor_gauges = monitor_gauges
         self.health = ProviderHealthReporter(
             name, breaker=breaker, timeouts=timeouts, metrics=metrics, now=clock.now,
-            pool_health=provider.connection_pool_health, publish=publish_health)
+            pool_health=lambda: provider.connection_pool_health(), publish=publish_health)
         self._monitor: Timer | None = None
 
     # -- mailbox ----------------------------------------------------------------------------
@@ -224,7 +224,7 @@ class ProviderActor(SupervisedActor):
 
     def _tick(self) -> None:
         if self.monitor_interval is None:
-            self.health.check()
+            self.health.tick(gauges=False)  # publish the state once; later only on changes
             return
         self.health.tick(gauges=self.monitor_gauges)
         self._monitor = self.scheduler.tell_later(self.monitor_interval, self.actor_ref,

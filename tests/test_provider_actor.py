@@ -194,6 +194,14 @@ class Rig:
     def in_flight(self) -> int:
         return int(self.actor.proxy().in_flight().get(timeout=WAIT))
 
+    def open_breaker(self) -> None:
+        """Fail BREAKER_THRESHOLD listings with 'vCenter unreachable'."""
+        self.provider.fail("vms_in_pool", TransientProviderError("vCenter unreachable"))
+        for _ in range(BREAKER_THRESHOLD):
+            self.call(ProviderOp.LIST_VMS, None)
+            self.reply()
+        self.provider.fail("vms_in_pool", None)
+
 
 @pytest.fixture
 def make_rig() -> Iterator[Callable[..., Rig]]:
@@ -206,6 +214,7 @@ def make_rig() -> Iterator[Callable[..., Rig]]:
         clone_workers: int = 2,
         resolver: Callable[[str], bool] | None = None,
         dns_plugins: dict[str, DnsPlugin] | None = None,
+        **actor_options: Any,
     ) -> Rig:
         clock = FakeClock()
         metrics = RecordingMetrics()
@@ -227,7 +236,7 @@ def make_rig() -> Iterator[Callable[..., Rig]]:
             name="gated", provider=provider, dns_plugins=dns_plugins or {}, clock=clock,
             scheduler=clock, metrics=metrics, breaker=breaker, clone_workers=clone_workers,
             call_timeout=CALL_TIMEOUT, resolve_reply_to=resolve_reply_to,
-            resolver=resolver or (lambda _fqdn: False),
+            resolver=resolver or (lambda _fqdn: False), **actor_options,
         )
         rig = Rig(actor, provider, clock, metrics, breaker, replies, reply_to, reroute, resolved)
         started.append(rig)
