@@ -51,8 +51,8 @@ class Session:
 
     ``content`` is the ``ServiceContent`` read at login; ``instance_uuid`` identifies the
     vCenter (a replaced or reinstalled vCenter has a new one); ``calls`` counts the SOAP
-    methods this session invoked after logging in, by name; ``used`` is False until a first exchange ran on
-    it (a fresh session's connection failure is not worth retrying at once).
+    methods this session invoked after logging in, by name; ``used`` is False until a first
+    exchange ran on it (a fresh session's connection failure is not worth retrying at once).
     """
 
     def __init__(self, si: Any, calls: Counter[str]) -> None:
@@ -194,7 +194,10 @@ class SessionPool:
                 self.metrics.increment("connect.fail", tags=self._tags)
                 error = translate(exc, server=s.server, username=s.username)
                 if error.permanent or attempt >= s.login_tries:
-                    log.warning("[!] [%s] cannot log in to %s: %s", s.name, s.url, error)
+                    # A refused login is worth a warning each time; an unreachable vCenter
+                    # is told once by the circuit breaker, not at every attempt.
+                    level = logging.WARNING if error.permanent else logging.DEBUG
+                    log.log(level, "[!] [%s] cannot log in to %s: %s", s.name, s.url, error)
                     raise error from exc
                 self._sleep(attempt * s.login_retry_factor)
                 continue
@@ -212,6 +215,15 @@ class SessionPool:
         session.si, session.stub, session.content = fresh.si, fresh.stub, fresh.content
         session.instance_uuid = fresh.instance_uuid
         return session
+
+    def discard_idle(self) -> None:
+        """Log out and drop every idle session (their connections are presumed broken)."""
+        with self._cond:
+            idle, self._idle = self._idle, []
+            self._open -= len(idle)
+            self._cond.notify_all()
+        for session in idle:
+            session.close()
 
     # -- state --------------------------------------------------------------------------------
     def health(self) -> ConnectionPoolHealth:

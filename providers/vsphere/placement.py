@@ -4,8 +4,9 @@ vmpooler's provider measures each host of the VM's cluster and keeps the *eligib
 not in maintenance mode, status green, no configuration issue, CPU and memory usage known,
 non-zero and at most ``utilization_limit`` percent, and the same CPU model as the VM's
 host (the fifth word of the first CPU package's description, ``v4`` in ``Intel(R) Xeon(R)
-CPU E5-2680 v4 @ 2.40GHz``, so vMotion stays compatible). The VM stays where it is when its host is among the eligible hosts whose CPU
-use is at or below their average; otherwise it moves to the least used eligible host.
+CPU E5-2680 v4 @ 2.40GHz``, so vMotion stays compatible). The VM stays where it is when
+its host is among the eligible hosts whose CPU use is at or below their average; otherwise
+it moves to the least used eligible host.
 The gem rotates through that set; we take the least used one, which is the same choice
 when the figures are fresh.
 """

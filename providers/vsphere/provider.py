@@ -116,7 +116,7 @@ class VsphereProvider(Provider):
             raise PermanentProviderError(f"Pool {pool} does not exist for the provider {self.name}")
         return placement
 
-    def _run(self, exchange: Callable[[Any], _T]) -> _T:
+    def _run(self, exchange: Callable[[Any], _T], *, may_retry: bool = True) -> _T:
         """``exchange(session)`` on a borrowed session, retried once as the module says."""
         s = self.config
         for attempt in (1, 2):
@@ -135,8 +135,8 @@ class VsphereProvider(Provider):
                     if attempt == 1 and isinstance(error, StaleReferenceError):
                         self.inventory.forget()
                         continue
-                    if attempt == 1 and reused and is_connection_error(exc):
-                        raise _RetryError from exc  # discard this session, try a fresh one
+                    if may_retry and attempt == 1 and reused and is_connection_error(exc):
+                        raise _RetryError from exc  # this session is broken: try a fresh one
                     raise error from exc
         raise TransientProviderError("vCenter call failed twice")  # pragma: no cover
 
@@ -144,14 +144,10 @@ class VsphereProvider(Provider):
         try:
             return self._run(exchange)
         except _RetryError:
-            return self._run(exchange)
-
-    def _finish(self, session: Any, task: Any, what: str) -> Any:
-        """Wait for ``task`` (first look on ``session``, later ones on any) and return its
-        result's managed object id (or None); raise its fault translated."""
-        moid = task._moId
-        info = (retrieve(session, task, ["info"]) or {}).get("info")
-        return self._settle(moid, info, what, lambda: self._task_info(moid))
+            # The connection of a session that worked before broke: vCenter restarted or
+            # the network dropped idle connections. The other idle sessions share its fate.
+            self.sessions.discard_idle()
+            return self._run(exchange, may_retry=False)
 
     def _task_info(self, moid: str) -> Any:
         return self._call(lambda s: (retrieve(s, s.ref(vim.Task, moid), ["info"]) or {})
