@@ -212,7 +212,9 @@ def test_status_for_100_pools_is_one_evalsha_round_trip(redis_client: redis.Redi
     # redis-server counts the commands the script ran: SCARD of 4 queues x 100 pools, ...
     assert stats["cmdstat_scard"]["calls"] == 4 * 100
     ours = {k: v["calls"] for k, v in stats.items() if k not in ("cmdstat_info", "cmdstat_config")}
-    assert sum(ours.values()) == 1 + 4 * 100 + 9
+    # ... plus 9 for the rest, and one HGETALL of the one provider's published state
+    assert sum(ours.values()) == 1 + 4 * 100 + 9 + 1
+    assert stats["cmdstat_hgetall"]["calls"] == 2 + 1
     assert (body["queue"]["ready"], body["queue"]["running"]) == (50, 1)
     assert body["capacity"] == {"current": 50, "total": 200, "percent": 25.0}
     assert len(body["status"]["empty"]) == 50

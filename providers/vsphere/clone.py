@@ -54,8 +54,10 @@ def clone_spec(
     resource_pool: Any,
     snapshot: Any | None,
     device_changes: Sequence[Any] = (),
+    host: Any | None = None,
 ) -> Any:
-    """The ``CloneSpec`` for VM ``vm`` of ``placement``'s pool (powered on, not a template)."""
+    """The ``CloneSpec`` for VM ``vm`` of ``placement``'s pool (powered on, not a template),
+    on ``host`` when one is chosen (``manage_host_selection``)."""
     extra = [("guestinfo.hostname", vm), ("guestinfo.vmpooler.pool", placement.name),
              ("guestinfo.vmpooler.created_by", username), *placement.extra_config]
     config = vim.vm.ConfigSpec(
@@ -69,7 +71,8 @@ def clone_spec(
         move = "createNewChildDiskBacking"
     else:
         move = "moveChildMostDiskBacking"
-    location = vim.vm.RelocateSpec(datastore=datastore, pool=resource_pool, diskMoveType=move)
+    location = vim.vm.RelocateSpec(datastore=datastore, pool=resource_pool, diskMoveType=move,
+                                   host=host)
     return vim.vm.CloneSpec(location=location, config=config, powerOn=True, template=False,
                             snapshot=snapshot if placement.linked_clone else None)
 

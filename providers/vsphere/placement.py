@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["HOST_PROPERTIES", "HostLoad", "choose_target", "host_load"]
+__all__ = ["HOST_PROPERTIES", "HostLoad", "choose_target", "host_load", "least_used_hosts"]
 
 _EPSILON = 1e-9  # equal loads must compare equal to their average despite rounding
 
@@ -92,3 +92,14 @@ def choose_target(hosts: Iterable[HostLoad], current: str, limit: float) -> str 
     if any(h.name == current for h in least_used):
         return None
     return min(least_used, key=lambda h: (h.cpu or 0.0, h.name)).name
+
+
+def least_used_hosts(hosts: Iterable[HostLoad], limit: float) -> list[str]:
+    """Eligible hosts (any CPU model) whose CPU use is at or below their average, least used
+    first: where ``manage_host_selection`` places new clones, in turn (as the gem does)."""
+    eligible = [h for h in hosts if h.eligible(limit, None)]
+    if not eligible:
+        return []
+    average = sum(h.cpu or 0.0 for h in eligible) / len(eligible)
+    chosen = [h for h in eligible if (h.cpu or 0.0) <= average + _EPSILON]
+    return [h.name for h in sorted(chosen, key=lambda h: (h.cpu or 0.0, h.name))]

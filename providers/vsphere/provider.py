@@ -21,7 +21,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Collection
 from typing import Any, TypeVar
 
@@ -51,7 +53,12 @@ from vmpooler.providers.vsphere.faults import (
     translate,
 )
 from vmpooler.providers.vsphere.inventory import Inventory
-from vmpooler.providers.vsphere.placement import HOST_PROPERTIES, choose_target, host_load
+from vmpooler.providers.vsphere.placement import (
+    HOST_PROPERTIES,
+    choose_target,
+    host_load,
+    least_used_hosts,
+)
 from vmpooler.providers.vsphere.purge import unconfigured_folders
 from vmpooler.providers.vsphere.readiness import (
     GUEST_PROPERTIES,
@@ -103,6 +110,8 @@ class VsphereProvider(Provider):
         self.inventory = Inventory()
         self._sleep = sleep
         self._tcp_connect = tcp_connect
+        self._hosts_lock = threading.Lock()
+        self._hosts: dict[str, tuple[float, deque[str]]] = {}  # cluster -> (until, host ids)
 
     @property
     def max_concurrent_calls(self) -> int:
@@ -284,15 +293,43 @@ class VsphereProvider(Provider):
                 snapshot = None if snapshot_id is None else session.ref(vim.vm.Snapshot,
                                                                         snapshot_id)
             changes = [self._nic_change(session, placement, source)] if placement.network else []
+            resource_pool = inv.resource_pool(session, placement, clone_target)
+            host = (self._next_host(session, resource_pool)
+                    if self.config.manage_host_selection else None)
             spec = clone.clone_spec(
                 placement=placement, vm=vm, username=self.config.username,
                 template=template or placement.template,
-                datastore=inv.datastore(session, placement),
-                resource_pool=inv.resource_pool(session, placement, clone_target),
-                snapshot=snapshot, device_changes=changes)
+                datastore=inv.datastore(session, placement), resource_pool=resource_pool,
+                snapshot=snapshot, device_changes=changes, host=host)
             return source.CloneVM_Task(folder=folder, name=vm, spec=spec)
 
         return submit
+
+    def _next_host(self, session: Any, resource_pool: Any) -> Any | None:
+        """``manage_host_selection``: the next of the cluster's least used hosts, in turn;
+        the cluster is measured again every ``host_selection_max_age`` seconds."""
+        owner = (retrieve(session, resource_pool, ["owner"]) or {}).get("owner")
+        if owner is None:
+            return None
+        with self._hosts_lock:
+            known = self._hosts.get(owner._moId)
+            if known is not None and known[0] > time.monotonic():
+                rotation = known[1]
+                rotation.rotate(-1)
+                return session.ref(vim.HostSystem, rotation[-1]) if rotation else None
+        measured = members(session, owner, "host", vim.HostSystem, HOST_PROPERTIES)
+        ids = {str(props.get("name")): obj._moId for obj, props in measured}
+        order = least_used_hosts((host_load(props) for _, props in measured),
+                                 self.config.utilization_limit)
+        rotation = deque(ids[name] for name in order)
+        with self._hosts_lock:
+            self._hosts[owner._moId] = (
+                time.monotonic() + self.config.host_selection_max_age, rotation)
+        if not rotation:
+            raise TransientProviderError(
+                "no host of the clone target is fit for a new VM (all in maintenance, not "
+                "green, or over utilization_limit)")
+        return session.ref(vim.HostSystem, rotation[0])
 
     def _nic_change(self, session: Any, placement: PoolPlacement, source: Any) -> Any:
         network = self.inventory.network(session, placement)

@@ -10,7 +10,8 @@ Provider keys (``:providers: :<name>:``): ``server`` (required), ``port`` (443),
 ``connection_pool_size`` (default the largest of: pools served, ``task_limit``, 2),
 ``connection_pool_timeout`` (60 s), ``vsphere_timeout`` (60 s; also a ``:config:`` key),
 ``resources_allowlist`` (legacy ``folder_whitelist``), ``create_folders``,
-``utilization_limit`` (90; also ``:config:``) and, ours: ``vm_ready_check``,
+``utilization_limit`` (90; also ``:config:``), from ``:config:`` ``manage_host_selection``
+and ``host_selection_max_age`` (60 s), and, ours: ``vm_ready_check``,
 ``vm_ready_port`` (22), ``vm_ready_timeout`` (5 s), ``ip_wait_timeout`` (240 s),
 ``linked_clone_snapshot`` (``vmpooler-linked-clone``).
 
@@ -97,6 +98,8 @@ class VsphereSettings:
     login_retry_factor: float = 10.0
     create_folders: bool = True
     utilization_limit: float = 90.0
+    manage_host_selection: bool = False
+    host_selection_max_age: float = 60.0
     ready_port: int = 22
     ready_timeout: float = 5.0
     ip_wait_timeout: float = 240.0
@@ -145,6 +148,9 @@ class VsphereSettings:
             create_folders=True if create_folders is None else bool(create_folders),
             utilization_limit=float(_first(settings.get("utilization_limit"),
                                            global_settings.get("utilization_limit"), 90)),
+            manage_host_selection=bool(global_settings.get("manage_host_selection", False)),
+            host_selection_max_age=float(_first(global_settings.get("host_selection_max_age"),
+                                                60)),
             ready_port=int(settings.get("vm_ready_port") or 22),
             ready_timeout=float(settings.get("vm_ready_timeout") or 5),
             ip_wait_timeout=float(_first(settings.get("ip_wait_timeout"), 240)),
