@@ -54,12 +54,13 @@ def sim(tmp_path: Path) -> Iterator[vcsim.Simulator]:
 
 
 def make(sim: vcsim.Simulator, pools: dict[str, dict[str, Any]] | None = None,
-         **settings: Any) -> VsphereProvider:
+         global_settings: dict[str, Any] | None = None, **settings: Any) -> VsphereProvider:
     base = {"server": "127.0.0.1", "port": sim.port, "username": sim.username,
             "password": sim.password, "insecure": True, "datacenter": "DC0",
             "vm_ready_check": "guest_tools", "connection_pool_size": 4}
     pools = pools if pools is not None else {"p1": dict(POOL)}
-    context = ProviderContext("vsphere", {**base, **settings}, pools, {"retry_factor": 0},
+    context = ProviderContext("vsphere", {**base, **settings}, pools,
+                              {"retry_factor": 0, **(global_settings or {})},
                               {name: None for name in pools})
     return VsphereProvider(context, sleep=settings.pop("sleep", Sleeps()))
 
@@ -167,6 +168,27 @@ def test_linked_clone_without_the_snapshot_falls_back_to_the_gems_way(
         assert [s.name for s in template.snapshot.rootSnapshotList] == ["vmpooler-linked-clone"]
         provider.create_vm("p1", "withsnap")
         assert sent[1].location.diskMoveType == "createNewChildDiskBacking"
+
+
+def test_host_selection_places_clones_on_least_used_hosts_in_turn(
+    sim: vcsim.Simulator,
+) -> None:
+    """The simulator ignores a clone's host (it keeps the template's), so what is checked is
+    the host each CloneSpec asks for."""
+    si = sim.connect()
+    cluster = vcsim.find(si, f"DC0/host/{vcsim.CLUSTER}")
+    away = cluster.host[0]
+    vcsim.wait_task(away.EnterMaintenanceMode_Task(timeout=0))
+    provider = make(sim, global_settings={"manage_host_selection": True})
+    sent = clone_specs(provider)
+    for n in range(4):
+        provider.create_vm("p1", f"placed{n}")
+    names = {h._moId: h.name for h in cluster.host}
+    chosen = [names[spec.location.host._moId] for spec in sent]
+    others = sorted(h.name for h in cluster.host if h.name != away.name)
+    assert sorted(chosen[:2]) == others  # each fit host once, then again
+    assert chosen[2:] == chosen[:2]
+    assert away.name not in chosen
 
 
 def test_template_by_bare_name_and_resource_pool_target(sim: vcsim.Simulator) -> None:

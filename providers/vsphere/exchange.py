@@ -1,0 +1,177 @@
+"""Exchanges with vCenter: a session borrowed per exchange, retried once, tasks awaited.
+
+:class:`Vcenter` is what the provider's methods go through. ``call(exchange)`` runs
+``exchange(session)`` on a borrowed session. An exchange that meets an expired session
+logs in again and runs once more; one that meets a stale remembered object forgets the
+inventory memory and runs once more; a reused session whose connection broke is replaced
+(with every idle one: they share its fate) and the exchange runs once more on a fresh
+session. Everything else is translated by :mod:`~vmpooler.providers.vsphere.faults`.
+
+``task(submit)`` submits a task, looks at it once on the same session, and then polls it
+(after 0.5, 1, 2, 4 and every 5 s) *without* holding a session, so long clones never starve
+short calls; it returns the id of the task's result. The module's functions are the reads
+several operations share.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from pyVmomi import vim, vmodl
+
+from vmpooler.providers.errors import ProviderError, TransientProviderError
+from vmpooler.providers.vsphere import clone
+from vmpooler.providers.vsphere.collector import retrieve
+from vmpooler.providers.vsphere.connection import SessionPool, is_expired
+from vmpooler.providers.vsphere.faults import StaleReferenceError, is_connection_error, translate
+from vmpooler.providers.vsphere.inventory import Inventory
+from vmpooler.providers.vsphere.readiness import GUEST_PROPERTIES
+from vmpooler.providers.vsphere.settings import VsphereSettings
+
+__all__ = [
+    "USER_FIELD",
+    "Vcenter",
+    "guest_of",
+    "port_group",
+    "snapshot_id",
+    "submitted",
+    "user_field",
+]
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+_POLL_DELAYS = (0.5, 1.0, 2.0, 4.0)
+_POLL_EVERY = 5.0
+_TASK_TIMEOUT = 3600.0
+USER_FIELD = "vmpooler_user"
+"""The custom attribute ``tag_vm_user`` sets."""
+
+
+class _RetryError(Exception):
+    """Internal: the exchange met a broken reused session; run it once more."""
+
+
+class Vcenter:
+    """Runs exchanges for one provider (thread-safe: each borrows its own session)."""
+
+    def __init__(self, config: VsphereSettings, sessions: SessionPool, inventory: Inventory,
+                 sleep: Callable[[float], None]) -> None:
+        self.config = config
+        self.sessions = sessions
+        self.inventory = inventory
+        self._sleep = sleep
+
+    def _run(self, exchange: Callable[[Any], _T], *, may_retry: bool = True) -> _T:
+        s = self.config
+        for attempt in (1, 2):
+            with self.sessions.session() as session:
+                reused = session.used
+                session.used = True
+                try:
+                    self.inventory.sync(session)
+                    return exchange(session)
+                except Exception as exc:
+                    if attempt == 1 and is_expired(exc):
+                        log.info("[%s] vCenter session expired; logging in again", s.name)
+                        self.sessions.relogin(session)
+                        continue
+                    if not _from_vcenter(exc):
+                        raise  # a bug of ours: the core classifies it (permanent)
+                    error = translate(exc, server=s.server, username=s.username)
+                    if attempt == 1 and isinstance(error, StaleReferenceError):
+                        self.inventory.forget()
+                        continue
+                    if may_retry and attempt == 1 and reused and is_connection_error(exc):
+                        raise _RetryError from exc  # this session is broken: try a fresh one
+                    raise error from exc
+        raise TransientProviderError("vCenter call failed twice")  # pragma: no cover
+
+    def call(self, exchange: Callable[[Any], _T]) -> _T:
+        """``exchange(session)``'s result; its error as a ProviderError."""
+        try:
+            return self._run(exchange)
+        except _RetryError:
+            self.sessions.discard_idle()
+            return self._run(exchange, may_retry=False)
+
+    def task_info(self, moid: str) -> Any:
+        """The task's ``info`` now (None when vCenter no longer knows it)."""
+        return self.call(lambda s: (retrieve(s, s.ref(vim.Task, moid), ["info"]) or {})
+                         .get("info"))
+
+    def settle(self, moid: str, info: Any, what: str) -> str | None:
+        """Wait for task ``moid`` (``info`` is its first look) and return its result's id;
+        raise its fault, translated."""
+        delays = iter(_POLL_DELAYS)
+        waited = 0.0
+        while True:
+            if info is None:
+                raise TransientProviderError(f"{what}: vCenter lost task {moid}")
+            if info.state == "success":
+                return getattr(info.result, "_moId", None)
+            if info.state == "error":
+                raise translate(info.error, server=self.config.server,
+                                username=self.config.username)
+            if waited >= _TASK_TIMEOUT:
+                raise TransientProviderError(f"{what}: task {moid} unfinished after {waited:.0f}s")
+            delay = next(delays, _POLL_EVERY)
+            self._sleep(delay)
+            waited += delay
+            info = self.task_info(moid)
+
+    def task(self, submit: Callable[[Any], Any], what: str) -> str | None:
+        """Submit ``submit(session)``'s task and wait for it; None also when ``submit``
+        returned no task."""
+        moid, info = self.call(lambda s: submitted(s, submit(s)))
+        return None if moid is None else self.settle(moid, info, what)
+
+
+def _from_vcenter(exc: BaseException) -> bool:
+    return isinstance(exc, ProviderError | vmodl.MethodFault) or is_connection_error(exc)
+
+
+def submitted(session: Any, task: Any) -> tuple[str | None, Any]:
+    """A just-submitted task's id and first look at its ``info`` (one call)."""
+    if task is None:
+        return None, None
+    return task._moId, (retrieve(session, task, ["info"]) or {}).get("info")
+
+
+def guest_of(session: Any, ref: Any | None) -> dict[str, Any] | None:
+    """The VM's guest properties (:data:`GUEST_PROPERTIES`), None for no VM."""
+    return None if ref is None else retrieve(session, ref, GUEST_PROPERTIES)
+
+
+def snapshot_id(session: Any, ref: Any, name: str) -> str | None:
+    """The id of the VM's snapshot ``name``, or None."""
+    tree = (retrieve(session, ref, ["snapshot.rootSnapshotList"]) or {}).get(
+        "snapshot.rootSnapshotList")
+    found = clone.find_snapshot(tree, name)
+    return None if found is None else found._moId
+
+
+def port_group(session: Any, network: Any) -> tuple[str, str]:
+    """A distributed port group's (switch uuid, port group key)."""
+    props = retrieve(session, network, ["key", "config.distributedVirtualSwitch"]) or {}
+    switch = retrieve(session, props["config.distributedVirtualSwitch"], ["uuid"]) or {}
+    return str(switch["uuid"]), str(props["key"])
+
+
+def user_field(session: Any) -> int:
+    """The key of the custom attribute :data:`USER_FIELD`, created when missing."""
+    manager = session.content.customFieldsManager
+    for _ in range(2):
+        fields = (retrieve(session, manager, ["field"]) or {}).get("field") or ()
+        for definition in fields:
+            if definition.name == USER_FIELD and definition.managedObjectType in (
+                    None, vim.VirtualMachine):
+                return int(definition.key)
+        try:
+            return int(manager.AddCustomFieldDef(name=USER_FIELD,
+                                                 moType=vim.VirtualMachine).key)
+        except vim.fault.DuplicateName:  # another manager made it meanwhile
+            continue
+    raise TransientProviderError(f"custom attribute {USER_FIELD} could not be created")
