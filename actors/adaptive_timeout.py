@@ -12,8 +12,11 @@ actor arms for the next call of that kind:
   not shrink: a clone that vCenter merely queued must not be cut off.
 
 Short calls (inventory, readiness and running checks) use ``connection_pool_timeout_min``
-/ ``_max`` / ``_initial`` (5 / 60 / 30 s); long calls range from 60 s to
-``provider_call_timeout`` and start at it. No timeout ever exceeds ``provider_call_timeout``.
+/ ``_max`` / ``_initial`` (5 / 60 / 30 s), the three checks never less than the provider's
+``probe_timeout`` plus that minimum (a probe that waits for a silent VM must not look like a
+stalled provider); long calls range from 60 s to ``provider_call_timeout`` and start at it.
+No timeout ever exceeds ``provider_call_timeout``. Durations count from submission, as the
+timer does (time spent queued for a worker included).
 With ``adaptive_timeout_enabled: false`` every call uses ``provider_call_timeout``.
 
 Not thread-safe, by design: it lives inside one provider actor.
@@ -27,12 +30,14 @@ from dataclasses import dataclass
 
 from vmpooler.actors.messages import ProviderOp
 
-__all__ = ["LONG_OPS", "AdaptiveTimeout", "CallTimeouts", "TimeoutReading"]
+__all__ = ["CHECK_OPS", "LONG_OPS", "AdaptiveTimeout", "CallTimeouts", "TimeoutReading"]
 
 LONG_OPS = frozenset({
     ProviderOp.CLONE, ProviderOp.DESTROY, ProviderOp.MIGRATE, ProviderOp.CREATE_DISK,
     ProviderOp.CREATE_SNAPSHOT, ProviderOp.REVERT_SNAPSHOT, ProviderOp.PREPARE_TEMPLATE,
 })
+CHECK_OPS = frozenset({ProviderOp.CHECK_PENDING, ProviderOp.CHECK_READY,
+                       ProviderOp.CHECK_RUNNING})
 LONG_MINIMUM = 60.0
 """Seconds: the shortest timeout a long call gets (or ``provider_call_timeout`` if lower)."""
 
@@ -94,7 +99,7 @@ class CallTimeouts:
     """The timeout of each kind of provider call. ``enabled=False`` gives ``cap`` always."""
 
     def __init__(self, *, cap: float, enabled: bool = True, minimum: float = 5.0,
-                 maximum: float = 60.0, initial: float = 30.0) -> None:
+                 maximum: float = 60.0, initial: float = 30.0, probe: float = 5.0) -> None:
         self.cap = float(cap)
         self.enabled = enabled
         self._timeouts: dict[ProviderOp, AdaptiveTimeout] = {}
@@ -103,8 +108,9 @@ class CallTimeouts:
                 timeout = AdaptiveTimeout(initial=self.cap, minimum=min(LONG_MINIMUM, self.cap),
                                           maximum=self.cap, shrink_on_failure=False)
             else:
-                high = min(maximum, self.cap)
-                timeout = AdaptiveTimeout(initial=initial, minimum=min(minimum, high),
+                low = minimum + probe if op in CHECK_OPS else minimum
+                high = min(max(maximum, low), self.cap)
+                timeout = AdaptiveTimeout(initial=max(initial, low), minimum=min(low, high),
                                           maximum=high)
             self._timeouts[op] = timeout
 

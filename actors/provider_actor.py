@@ -300,8 +300,9 @@ class ProviderActor(SupervisedActor):
             return lambda: bool(p.create_snapshot(pool, vm, str(args[0])))
         if op is ProviderOp.REVERT_SNAPSHOT:
             return lambda: bool(p.revert_snapshot(pool, vm, str(args[0])))
-        if op is ProviderOp.PREPARE_TEMPLATE:
-            return lambda: p.create_template_delta_disks(pool)
+        if op is ProviderOp.PREPARE_TEMPLATE:  # vm is "template:<the template in effect>"
+            template = vm.removeprefix("template:") or None
+            return lambda: p.create_template_delta_disks(pool, template=template)
         raise ValueError(f"unknown provider op {op!r}")
 
     # -- the composite operations (worker threads) ------------------------------------------
@@ -383,7 +384,9 @@ class ProviderActor(SupervisedActor):
             entry.timer.cancel()
         guarded = entry.call.op in _BREAKER_OPS
         if self.timeouts is not None and done.error is None:
-            self.timeouts.record(entry.call.op, done.seconds)  # late ones too: real durations
+            # Late ones too, and from submission: the timer counts time spent queued.
+            waited = max(done.seconds, self.clock.monotonic() - entry.submitted)
+            self.timeouts.record(entry.call.op, waited)
         if entry.answered:  # timed out: already answered and counted as a failure
             log.info(
                 "[%s] late %s result for '%s' dropped after %.1fs",

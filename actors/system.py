@@ -225,6 +225,7 @@ class PoolerSystem:
             maximum=float(setting("connection_pool_timeout_max", s.connection_pool_timeout_max)),
             initial=float(setting("connection_pool_timeout_initial",
                                   s.connection_pool_timeout_initial)),
+            probe=provider.probe_timeout,
         )
         interval = float(setting("connection_pool_monitor_interval",
                                  s.connection_pool_monitor_interval))

@@ -56,7 +56,7 @@ import psutil
 import redis
 
 ROOT = Path(__file__).resolve().parent.parent
-TOOLS = Path("/work/shared/tools/vmpooler-ruby")
+TOOLS = ROOT.parent / "shared" / "tools" / "vmpooler-ruby"
 POLL = 0.1  # seconds between fill polls and thread samples
 TASK_LIMIT = 10
 VCSIM_PORT = 443  # the Ruby provider passes no port to rbvmomi
@@ -620,7 +620,7 @@ def preflight(managers: list[str], args: argparse.Namespace) -> None:
         raise SystemExit("needs root: the simulator listens on port 443, ssh_stub on 22")
     if not os.access(args.vcsim, os.X_OK):
         raise SystemExit(f"no simulator at {args.vcsim}: bash "
-                         f"/work/shared/tools/vcsim/build.sh {args.vcsim}")
+                         f"{ROOT.parent}/shared/tools/vcsim/build.sh {args.vcsim}")
     if "ruby" in managers and not (Path(args.ruby_dest) / "src" / "bin" / "vmpooler").exists():
         raise SystemExit(f"no Ruby vmpooler in {args.ruby_dest}: bash "
                          f"{TOOLS}/install.sh {args.ruby_dest} --manager")

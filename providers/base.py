@@ -172,6 +172,13 @@ class Provider(ABC):
         """
         return max(1, int(self.settings.get("connection_pool_size") or 4))
 
+    @property
+    def probe_timeout(self) -> float:
+        """The longest a readiness probe may take by design, in seconds (its own connect
+        timeout, say). The core never times a check out sooner. Default 5.
+        """
+        return 5.0
+
     # -- required ------------------------------------------------------------------------
 
     @abstractmethod
@@ -270,8 +277,11 @@ class Provider(ABC):
         """
         return True
 
-    def create_template_delta_disks(self, pool: str) -> None:  # noqa: B027 (optional hook, no-op by default)
-        """Prepare the pool's template for linked clones. Default: no-op.
+    def create_template_delta_disks(  # noqa: B027 (optional hook, no-op by default)
+        self, pool: str, *, template: str | None = None
+    ) -> None:
+        """Prepare the pool's template (``template``: an operator's override, else the
+        configured one) for linked clones. Default: no-op.
 
         Raise a ProviderError on failure (the core logs it; not fatal). Worker thread.
         """

@@ -112,6 +112,12 @@ def test_adaptive_timeout_rules() -> None:
     long = AdaptiveTimeout(initial=600, minimum=60, maximum=600, shrink_on_failure=False)
     long.record_failure()
     assert long.current == 600
+    checks = CallTimeouts(cap=600, minimum=5, maximum=60, initial=30, probe=6)
+    for _ in range(10):
+        for op in (ProviderOp.LIST_VMS, ProviderOp.CHECK_READY):
+            checks.record(op, 0.01)
+    assert checks.for_op(ProviderOp.LIST_VMS) == 5
+    assert checks.for_op(ProviderOp.CHECK_READY) == 11  # never below minimum + probe time
     disabled = CallTimeouts(cap=99, enabled=False)
     disabled.record(ProviderOp.LIST_VMS, 0.0)
     assert disabled.for_op(ProviderOp.LIST_VMS) == 99

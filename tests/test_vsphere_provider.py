@@ -191,6 +191,17 @@ def test_host_selection_places_clones_on_least_used_hosts_in_turn(
     assert away.name not in chosen
 
 
+def test_an_overridden_template_is_the_one_prepared(tmp_path: Path) -> None:
+    with vcsim.running(tmp_path / "vcsim") as sim:
+        si = sim.connect()
+        vcsim.prepare(si, folders=("vmpooler/p1",))
+        other = vcsim.prepare(si, template="Templates/tmpl-new")
+        provider = make(sim)
+        provider.create_template_delta_disks("p1", template="Templates/tmpl-new")
+        assert [s.name for s in other.snapshot.rootSnapshotList] == ["vmpooler-linked-clone"]
+        assert vcsim.find(si, f"DC0/vm/{vcsim.TEMPLATE}").snapshot is None
+
+
 def test_template_by_bare_name_and_resource_pool_target(sim: vcsim.Simulator) -> None:
     pools = {"p1": {**POOL, "template": "tmpl0", "clone_target": "DC0_C0/Resources"}}
     provider = make(sim, pools)

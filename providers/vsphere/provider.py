@@ -106,6 +106,11 @@ class VsphereProvider(Provider):
                                    self.config.host_selection_max_age)
 
     @property
+    def probe_timeout(self) -> float:
+        """``vm_ready_timeout`` plus a vCenter look at the guest."""
+        return self.config.ready_timeout + 1.0
+
+    @property
     def max_concurrent_calls(self) -> int:
         """As many as there are sessions (``connection_pool_size``)."""
         return self.config.session_pool_size
@@ -354,12 +359,12 @@ class VsphereProvider(Provider):
 
         return self.vc.call(tag)
 
-    def create_template_delta_disks(self, pool: str) -> None:
+    def create_template_delta_disks(self, pool: str, *, template: str | None = None) -> None:
         """Take the template's ``linked_clone_snapshot`` (disks only) unless it exists."""
         placement = self._placement(pool)
 
         def submit(session: Any) -> Any:
-            source = self.inventory.template(session, placement, None)
+            source = self.inventory.template(session, placement, template)
             if snapshot_id(session, source, placement.linked_clone_snapshot) is not None:
                 return None
             self.inventory.drop("snapshot", source._moId, placement.linked_clone_snapshot)
@@ -367,7 +372,7 @@ class VsphereProvider(Provider):
                 name=placement.linked_clone_snapshot, memory=False, quiesce=False,
                 description="vmpooler: the disks linked clones of this template share")
 
-        self.vc.task(submit, f"snapshot of template {placement.template}")
+        self.vc.task(submit, f"snapshot of template {template or placement.template}")
 
     def purge_unconfigured_resources(self, allowlist: Collection[str]) -> None:
         """Destroy the folders (and their VMs) beside the pools' folders that no pool uses
