@@ -54,6 +54,7 @@ from typing import IO, Any
 
 import psutil
 import redis
+from fill import fmt  # the same table cells as bench/fill.py
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ROOT.parent / "shared" / "tools" / "vmpooler-ruby"
@@ -98,15 +99,6 @@ def read_calls(path: Path, start: int, end: int) -> list[SoapCall]:
         inv = _INV_PATH.search(chunk) if method == "FindByInventoryPath" else None
         calls.append(SoapCall(start + pos, method, inv.group(1).decode() if inv else None))
     return calls
-
-
-def fmt(value: Any) -> str:
-    """A table cell: ``-`` for None, floats in ``%g`` (as bench/fill.py)."""
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
 
 
 def by_method(calls: list[SoapCall]) -> dict[str, int]:

@@ -224,8 +224,10 @@ class Provider(ABC):
     def vm_ready(self, pool: str, vm: str) -> bool:
         """Readiness probe: True when the VM accepts connections, False otherwise.
 
-        Must return promptly (seconds). False for an unknown VM or one in another pool. May
-        raise a ProviderError whose message says why it is not ready; the core stores that
+        Must return promptly (within :attr:`probe_timeout`). False for an unknown VM or one
+        in another pool, unless the probe cannot tell (vSphere's ``ssh`` probe never asks
+        vCenter): then the error below. May raise a ProviderError whose message says why it
+        is not ready; the core stores that
         message as the VM's ``open_socket_error`` and treats it as "not ready". Worker thread.
         """
 

@@ -168,19 +168,25 @@ class Inventory:
     def datastore(self, session: Session, placement: PoolPlacement) -> Any:
         """The pool's datastore, by path below the datastore folder or by name."""
         dc, name = placement.datacenter, placement.datastore
-
-        def find() -> Any | None:
-            found = find_by_path(session, f"{dc}/datastore/{name}")
-            if found is None:
-                found = next((obj for obj, props in members(
-                    session, self.datacenter(session, dc), "datastore", vim.Datastore)
-                    if props.get("name") == name), None)
-            return found
-
+        find = self._finder(session, dc, "datastore", vim.Datastore, name)
         found = self._object(session, ("datastore", dc, name), find)
         if not isinstance(found, vim.Datastore):
             raise DatastoreNotFoundError(f"datastore '{name}' not found in datacenter '{dc}'")
         return found
+
+    def _finder(self, session: Session, dc: str, kind: str, type_: type, name: str
+                ) -> Callable[[], Any | None]:
+        """Find ``name`` at ``<dc>/<kind>/<name>``, else among the datacenter's ``kind``
+        property (its datastores or networks, wherever they sit in folders)."""
+        def find() -> Any | None:
+            found = find_by_path(session, f"{dc}/{kind}/{name}")
+            if found is None:
+                found = next((obj for obj, props in members(
+                    session, self.datacenter(session, dc), kind, type_)
+                    if props.get("name") == name), None)
+            return found
+
+        return find
 
     def resource_pool(self, session: Session, placement: PoolPlacement, target: str | None) -> Any:
         """The resource pool clones go to: ``target`` (an override) or the pool's
@@ -208,15 +214,7 @@ class Inventory:
     def network(self, session: Session, placement: PoolPlacement) -> Any:
         """The pool's network (standard or distributed port group), by path or by name."""
         dc, name = placement.datacenter, str(placement.network)
-
-        def find() -> Any | None:
-            found = find_by_path(session, f"{dc}/network/{name}")
-            if found is None:
-                found = next((obj for obj, props in members(
-                    session, self.datacenter(session, dc), "network", vim.Network)
-                    if props.get("name") == name), None)
-            return found
-
+        find = self._finder(session, dc, "network", vim.Network, name)
         found = self._object(session, ("network", dc, name), find)
         if not isinstance(found, vim.Network):
             raise NetworkNotFoundError(f"network '{name}' not found in datacenter '{dc}'")
