@@ -466,14 +466,25 @@ def test_a_replaced_vcenter_gets_a_fresh_session_and_a_fresh_memory(
 ) -> None:
     provider = make(sim)
     provider.create_vm("p1", "before")
+    old_folder = vcsim.find(sim.connect(), "DC0/vm/vmpooler/p1")._moId
     sim.restart()  # same port, empty inventory: every remembered id is meaningless
+    si = sim.connect()
+    # Worse than meaningless: make the old folder's id name another folder, holding a VM.
+    for n in range(60):
+        decoy = vcsim.make_folder(si, f"decoys/d{n}")
+        if decoy._moId == old_folder:
+            break
+    assert decoy._moId == old_folder, "the simulator hands out ids in another way now"
+    decoy_vm = vcsim.prepare(si, template=f"decoys/d{n}/decoy-vm")
+    assert decoy_vm.parent._moId == old_folder
     assert provider.vms_in_pool("p1") == []  # its folder is gone: nothing listed
     with pytest.raises(TemplateNotFoundError):
         provider.create_vm("p1", "early")  # the template is gone too
-    vcsim.prepare(sim.connect(), folders=("vmpooler/p1",))
+    vcsim.prepare(si, folders=("vmpooler/p1",))
     assert provider.vms_in_pool("p1") == []
     provider.create_vm("p1", "after")
-    assert vcsim.vm_names(sim.connect(), "vmpooler/p1") == {"after"}
+    assert vcsim.vm_names(si, "vmpooler/p1") == {"after"}
+    assert provider.vms_in_pool("p1") == ["after"]
 
 
 def test_stopped_vcenter_is_a_transient_connection_error(sim: vcsim.Simulator) -> None:

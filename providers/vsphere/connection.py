@@ -52,11 +52,14 @@ class Session:
     ``content`` is the ``ServiceContent`` read at login; ``instance_uuid`` identifies the
     vCenter (a replaced or reinstalled vCenter has a new one); ``calls`` counts the SOAP
     methods this session invoked after logging in, by name; ``used`` is False until a first
-    exchange ran on it (a fresh session's connection failure is not worth retrying at once).
+    exchange ran on it (a fresh session's connection failure is not worth retrying at once);
+    ``generation`` is the pool's count of broken connections when it logged in (a session
+    of a later generation may be talking to a rebuilt vCenter: see ``Inventory.sync``).
     """
 
-    def __init__(self, si: Any, calls: Counter[str]) -> None:
+    def __init__(self, si: Any, calls: Counter[str], generation: int = 0) -> None:
         self.used = False
+        self.generation = generation
         self.si = si
         self.stub = si._stub
         self.calls = calls
@@ -106,6 +109,7 @@ class SessionPool:
         self.metrics = metrics
         self.calls: Counter[str] = Counter()
         self.logins = 0  # successful logins so far
+        self.generation = 0  # broken connections seen so far (see Session.generation)
         self._connect = connect
         self._sleep = sleep
         self._clock = clock
@@ -174,6 +178,8 @@ class SessionPool:
         if broken:
             session.close()
         with self._cond:
+            if broken:
+                self.generation += 1
             if broken or self._closed:
                 self._open -= 1
             else:
@@ -189,7 +195,7 @@ class SessionPool:
         s = self.settings
         for attempt in range(1, s.login_tries + 1):
             try:
-                session = Session(self._connect(s), self.calls)
+                session = Session(self._connect(s), self.calls, self.generation)
             except Exception as exc:
                 self.metrics.increment("connect.fail", tags=self._tags)
                 error = translate(exc, server=s.server, username=s.username)
@@ -213,7 +219,7 @@ class SessionPool:
         session.close()
         fresh = self._login()
         session.si, session.stub, session.content = fresh.si, fresh.stub, fresh.content
-        session.instance_uuid = fresh.instance_uuid
+        session.instance_uuid, session.generation = fresh.instance_uuid, fresh.generation
         return session
 
     def discard_idle(self) -> None:
@@ -221,6 +227,7 @@ class SessionPool:
         with self._cond:
             idle, self._idle = self._idle, []
             self._open -= len(idle)
+            self.generation += 1
             self._cond.notify_all()
         for session in idle:
             session.close()

@@ -2,9 +2,11 @@
 
 Lookups are by inventory path first (one ``FindByInventoryPath``) and by name below the
 datacenter second (a container view), as the gem does. What is found is remembered by its
-managed object id, never by a session-bound proxy, so any session can use it; the memory is
-dropped when a session reaches a different vCenter (``about.instanceUuid`` changed: a
-rebuilt or replaced server) and whenever a remembered id turns out stale.
+managed object id, never by a session-bound proxy, so any session can use it. The memory is
+dropped whenever a remembered id turns out stale, when a session reaches a vCenter with
+another ``about.instanceUuid``, and when a session logged in after a connection broke: the
+server may have been rebuilt or restored with the same identity, and ids that still exist
+may now name other objects.
 
 Missing objects raise the permanent errors of :mod:`vmpooler.providers.errors`, worded so
 that vmpooler's own permanent-error patterns match them too.
@@ -47,16 +49,19 @@ class Inventory:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._uuid: str | None = None
+        self._generation = 0
         self._ids: dict[_Key, tuple[type, str]] = {}
         self._data: dict[_Key, Any] = {}
         self._vms: dict[tuple[str, str], str] = {}  # (pool, vm) -> moid, from listings
 
     # -- memory -------------------------------------------------------------------------------
     def sync(self, session: Session) -> None:
-        """Forget everything if ``session`` talks to another vCenter than the last one."""
+        """Forget everything if ``session`` talks to another vCenter than the last one, or
+        logged in after a connection broke (see the module docstring)."""
         with self._lock:
-            if session.instance_uuid != self._uuid:
+            if session.instance_uuid != self._uuid or session.generation > self._generation:
                 self._uuid = session.instance_uuid
+                self._generation = max(self._generation, session.generation)
                 self._clear()
 
     def forget(self) -> None:
