@@ -126,5 +126,8 @@ class CallTimeouts:
             self._timeouts[op].record_success(seconds)
 
     def readings(self) -> dict[ProviderOp, TimeoutReading]:
-        """The state of every timeout that has samples (for the monitor's gauges)."""
+        """The state of every timeout that has samples (for the monitor's gauges); none
+        when adaptive timeouts are off."""
+        if not self.enabled:
+            return {}
         return {op: t.reading() for op, t in self._timeouts.items() if t.reading().samples}

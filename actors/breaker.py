@@ -25,7 +25,7 @@ from typing import TypeVar
 
 from vmpooler.actors.metrics import Metrics, NullMetrics
 
-__all__ = ["BreakerState", "CircuitBreaker", "CircuitOpenError"]
+__all__ = ["STATE_GAUGE", "BreakerState", "CircuitBreaker", "CircuitOpenError"]
 
 T = TypeVar("T")
 
@@ -38,7 +38,8 @@ class BreakerState(enum.Enum):
     HALF_OPEN = "half_open"
 
 
-_GAUGE = {BreakerState.CLOSED: 0.0, BreakerState.HALF_OPEN: 0.5, BreakerState.OPEN: 1.0}
+STATE_GAUGE = {BreakerState.CLOSED: 0.0, BreakerState.HALF_OPEN: 0.5, BreakerState.OPEN: 1.0}
+"""The ``circuit_breaker.state`` gauge's value of each state (vmpooler's)."""
 _EVENT = {
     BreakerState.CLOSED: "circuit_breaker.closed",
     BreakerState.HALF_OPEN: "circuit_breaker.half_open",
@@ -127,7 +128,7 @@ class CircuitBreaker:
             self._failures = 0
         tags = {"provider": self.name}
         self._metrics.increment(_EVENT[new], tags=tags)
-        self._metrics.gauge("circuit_breaker.state", _GAUGE[new], tags=tags)
+        self._metrics.gauge("circuit_breaker.state", STATE_GAUGE[new], tags=tags)
 
     def _reopen_at(self) -> float:
         return (self._last_failure or 0.0) + self.timeout

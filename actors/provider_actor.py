@@ -168,7 +168,8 @@ class ProviderActor(SupervisedActor):
         monitor_interval: float | None = None,
         monitor_gauges: bool = True,
     ) -> None:
-        """``timeouts`` (adaptive, per kind of call) replaces the fixed ``call_timeout``;
+        """``timeouts`` (adaptive, per kind of call) replaces the fixed ``call_timeout``
+        (without it, every call gets ``call_timeout``);
         ``publish_health`` receives the provider's state on every breaker change and every
         ``monitor_interval`` seconds (None: on changes only), when ``monitor_gauges`` also
         emitting the connection-pool monitor's gauges."""
@@ -186,11 +187,11 @@ class ProviderActor(SupervisedActor):
             name, clone_workers=clone_workers, call_workers=provider.max_concurrent_calls)
         self._calls = self.runtime.calls
         self._busy = self.runtime.busy
-        self.timeouts = timeouts
+        self.timeouts = timeouts or CallTimeouts(cap=call_timeout, enabled=False)
         self.monitor_interval = monitor_interval
         self.monitor_gauges = monitor_gauges
         self.health = ProviderHealthReporter(
-            name, breaker=breaker, timeouts=timeouts, metrics=metrics, now=clock.now,
+            name, breaker=breaker, timeouts=self.timeouts, metrics=metrics, now=clock.now,
             pool_health=lambda: provider.connection_pool_health(), publish=publish_health)
         self._monitor: Timer | None = None
 
@@ -231,7 +232,7 @@ class ProviderActor(SupervisedActor):
                                                   _MonitorTick())
 
     def _timeout_for(self, op: ProviderOp) -> float:
-        return self.timeouts.for_op(op) if self.timeouts is not None else self.call_timeout
+        return self.timeouts.for_op(op)
 
     def in_flight(self) -> int:
         """Calls currently running or queued (for tests and status)."""
@@ -383,7 +384,7 @@ class ProviderActor(SupervisedActor):
         if entry.timer is not None:
             entry.timer.cancel()
         guarded = entry.call.op in _BREAKER_OPS
-        if self.timeouts is not None and done.error is None:
+        if done.error is None:
             # Late ones too, and from submission: the timer counts time spent queued.
             waited = max(done.seconds, self.clock.monotonic() - entry.submitted)
             self.timeouts.record(entry.call.op, waited)
@@ -394,7 +395,7 @@ class ProviderActor(SupervisedActor):
             )
             return
         failure = None if done.error is None else self._failure(done.error)
-        if failure is not None and not failure.permanent and self.timeouts is not None:
+        if failure is not None and not failure.permanent:
             self.timeouts.record(entry.call.op, None)
         if guarded:
             if failure is None or failure.permanent or isinstance(done.error, StaleDnsError):
@@ -412,8 +413,7 @@ class ProviderActor(SupervisedActor):
         entry.answered = True
         waited = self.clock.monotonic() - entry.submitted
         message = f"{entry.call.op.value} timed out after {waited:.0f}s"
-        if self.timeouts is not None:
-            self.timeouts.record(entry.call.op, None)
+        self.timeouts.record(entry.call.op, None)
         if entry.call.op in _BREAKER_OPS:
             self.breaker.record_failure()
             self.health.failure(message)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from vmpooler.actors.adaptive_timeout import CallTimeouts
-from vmpooler.actors.breaker import BreakerState, CircuitBreaker
+from vmpooler.actors.breaker import STATE_GAUGE, BreakerState, CircuitBreaker
 from vmpooler.actors.metrics import Metrics
 from vmpooler.providers.base import ConnectionPoolHealth
 
@@ -26,7 +26,6 @@ __all__ = ["ProviderHealth", "ProviderHealthReporter"]
 
 log = logging.getLogger(__name__)
 
-_GAUGE = {BreakerState.CLOSED: 0.0, BreakerState.HALF_OPEN: 0.5, BreakerState.OPEN: 1.0}
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +55,7 @@ class ProviderHealthReporter:
         name: str,
         *,
         breaker: CircuitBreaker,
-        timeouts: CallTimeouts | None,
+        timeouts: CallTimeouts,
         metrics: Metrics,
         now: Callable[[], float],
         pool_health: Callable[[], ConnectionPoolHealth | None],
@@ -118,9 +117,9 @@ class ProviderHealthReporter:
             elif health.utilization >= 70 or health.waiting > 2:
                 self.metrics.increment("connection_pool.warning", tags=tags)
         if self.breaker.enabled:
-            self.metrics.gauge("circuit_breaker.state", _GAUGE[self.breaker.state], tags=tags)
+            self.metrics.gauge("circuit_breaker.state", STATE_GAUGE[self.breaker.state], tags=tags)
             self.metrics.gauge("circuit_breaker.failures", self.breaker.failure_count, tags=tags)
-        for op, reading in (self.timeouts.readings() if self.timeouts else {}).items():
+        for op, reading in self.timeouts.readings().items():
             op_tags = {**tags, "op": op.value}
             self.metrics.gauge("adaptive_timeout.current", reading.current, tags=op_tags)
             self.metrics.gauge("adaptive_timeout.p95", reading.p95, tags=op_tags)
