@@ -199,11 +199,14 @@ class VsphereProvider(Provider):
         """Clone the template into the pool's folder (created when missing unless
         ``create_folders`` is false) and power it on. A failed clone leaves no VM of ours."""
         placement = self._placement(pool)
-        submit = self._clone_submitter(placement, vm, template, clone_target)
+        sent: list[bool] = []  # set once the clone request is on its way to vCenter
+        submit = self._clone_submitter(placement, vm, template, clone_target, sent)
         try:
             moid = self.vc.task(submit, f"clone of {vm}")
         except ProviderError as exc:
-            if fault_name(exc) != "DuplicateName":  # that name is someone else's VM: keep it
+            # Nothing to clean up when vCenter never saw the clone (a missing template, say)
+            # or refused it for a name another VM holds.
+            if sent and fault_name(exc) != "DuplicateName":
                 self._cleanup_failed_clone(pool, vm)
             raise
         if moid is not None:
@@ -212,7 +215,7 @@ class VsphereProvider(Provider):
                       poolname=pool, powerstate="poweredOn")
 
     def _clone_submitter(self, placement: PoolPlacement, vm: str, template: str | None,
-                         clone_target: str | None) -> Callable[[Any], Any]:
+                         clone_target: str | None, sent: list[bool]) -> Callable[[Any], Any]:
         inv = self.inventory
 
         def submit(session: Any) -> Any:
@@ -236,6 +239,7 @@ class VsphereProvider(Provider):
                 template=template or placement.template,
                 datastore=inv.datastore(session, placement), resource_pool=resource_pool,
                 snapshot=snapshot, device_changes=changes, host=host)
+            sent.append(True)
             return source.CloneVM_Task(folder=folder, name=vm, spec=spec)
 
         return submit
