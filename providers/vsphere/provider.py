@@ -266,19 +266,19 @@ class VsphereProvider(Provider):
 
     def destroy_vm(self, pool: str, vm: str) -> bool:
         """Power off (when on) and destroy; True also when the VM was already gone."""
-        try:
-            self.vc.task(lambda s: self._require_vm(s, pool, vm).PowerOffVM_Task(),
-                       f"power-off of {vm}")
-        except VmNotFoundError:
-            self.inventory.forget_vm(pool, vm)
-            return True
-        except ProviderError as exc:
-            if fault_name(exc) not in _ALREADY_OFF:
-                raise
         with contextlib.suppress(VmNotFoundError, StaleReferenceError):
-            self.vc.task(lambda s: self._require_vm(s, pool, vm).Destroy_Task(), f"destroy of {vm}")
+            self._power_off_and_destroy(lambda s: self._require_vm(s, pool, vm), vm)
         self.inventory.forget_vm(pool, vm)
         return True
+
+    def _power_off_and_destroy(self, find: Callable[[Any], Any], what: str) -> None:
+        """Power ``find(session)`` off (a VM already off is fine), then destroy it."""
+        try:
+            self.vc.task(lambda s: find(s).PowerOffVM_Task(), f"power-off of {what}")
+        except ProviderError as exc:
+            if isinstance(exc, VmNotFoundError) or fault_name(exc) not in _ALREADY_OFF:
+                raise
+        self.vc.task(lambda s: find(s).Destroy_Task(), f"destroy of {what}")
 
     # -- disks, snapshots, migration, tags --------------------------------------------------------
     def create_disk(self, pool: str, vm: str, size_gb: int) -> bool:
@@ -390,15 +390,10 @@ class VsphereProvider(Provider):
                 self._destroy_by_id(vm_id, path)
             log.info("[-] [%s] removing unconfigured folder %s", self.name, path)
             self.vc.task(lambda s, f=folder_id: s.ref(vim.Folder, f).Destroy_Task(),
-                       f"removal of folder {path}")
+                         f"removal of folder {path}")
 
     def _destroy_by_id(self, moid: str, where: str) -> None:
-        try:
-            self.vc.task(lambda s: s.ref(vim.VirtualMachine, moid).PowerOffVM_Task(), "power-off")
-        except ProviderError as exc:
-            if fault_name(exc) not in _ALREADY_OFF:
-                raise
-        self.vc.task(lambda s: s.ref(vim.VirtualMachine, moid).Destroy_Task(), "destroy")
+        self._power_off_and_destroy(lambda s: s.ref(vim.VirtualMachine, moid), moid)
         log.info("[-] [%s] destroyed %s in unconfigured folder %s", self.name, moid, where)
 
     # -- state --------------------------------------------------------------------------------
