@@ -529,3 +529,15 @@ def test_purge_removes_unconfigured_folders_only(sim: vcsim.Simulator) -> None:
     assert vcsim.find(si, "DC0/vm/vmpooler/old-pool") is None
     assert vcsim.vm_names(si, "vmpooler/p1") == {"mine"}
     assert vcsim.find(si, f"DC0/vm/{vcsim.TEMPLATE}") is not None
+
+
+def test_a_call_waits_for_a_session_at_most_connection_pool_timeout(
+    sim: vcsim.Simulator,
+) -> None:
+    provider = make(sim, connection_pool_size=1, connection_pool_timeout=0.01)
+    with provider.sessions.session():  # the only session, lent out
+        with pytest.raises(ProviderError, match="no vCenter session free within") as caught:
+            provider.vms_in_pool("p1")
+        assert not is_permanent(caught.value)
+        assert provider.connection_pool_health().in_use == 1
+    assert provider.vms_in_pool("p1") == []

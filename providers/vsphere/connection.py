@@ -142,18 +142,15 @@ class SessionPool:
 
     def _checkout(self) -> Session:
         started = self._clock()
-        deadline = started + self.settings.session_wait
+        size = self.settings.session_pool_size
         with self._cond:
             self._waiting += 1
             try:
-                while not self._idle and self._open >= self.settings.session_pool_size:
-                    remaining = deadline - self._clock()
-                    if self._closed or remaining <= 0 or not self._cond.wait(remaining):
-                        if self._idle or self._open < self.settings.session_pool_size:
-                            break
-                        raise TransientProviderError(
-                            f"no vCenter session free within {self.settings.session_wait:.0f}s "
-                            f"({self.settings.session_pool_size} in use)")
+                if not self._cond.wait_for(lambda: self._idle or self._open < size,
+                                           timeout=self.settings.session_wait):
+                    raise TransientProviderError(
+                        f"no vCenter session free within {self.settings.session_wait:.0f}s "
+                        f"({size} in use)")
                 if self._idle:
                     session: Session | None = self._idle.pop()
                 else:
@@ -161,7 +158,7 @@ class SessionPool:
                     self._open += 1
             finally:
                 self._waiting -= 1
-            available = len(self._idle) + self.settings.session_pool_size - self._open
+            available = len(self._idle) + size - self._open
         self.metrics.gauge("connection_available", available, tags=self._pool_tags)
         self.metrics.timing("connection_waited", self._clock() - started, tags=self._pool_tags)
         if session is not None:
