@@ -37,9 +37,10 @@ from vmpooler.actors.messages import PoolChanged, RequestChanged, StartDrain
 from vmpooler.actors.metrics import Metrics, create_metrics
 from vmpooler.actors.ondemand import OnDemandManager
 from vmpooler.actors.pool_actor import PoolActor
-from vmpooler.actors.provider_actor import ProviderActor, ProviderRuntime, resolves
+from vmpooler.actors.provider_actor import ProviderActor, ProviderRuntime
 from vmpooler.actors.provider_health import ProviderHealth
 from vmpooler.actors.provider_store import ProviderStore
+from vmpooler.actors.provider_work import resolves
 from vmpooler.actors.request_actor import RequestActor
 from vmpooler.actors.request_store import DeleteOutcome, Entry, RequestRecord, RequestStore
 from vmpooler.actors.slot_broker import SlotBroker
