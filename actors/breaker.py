@@ -77,6 +77,7 @@ class CircuitBreaker:
     which ``call(fn)`` does for you.  Every ``allow()`` that returned True should be
     followed by exactly one ``record_success()`` or ``record_failure()``.
     ``enabled=False`` makes ``allow()`` always True and the ``record_*`` methods no-ops.
+    ``on_change(old, new)`` is called after each transition.
     """
 
     def __init__(
@@ -89,6 +90,7 @@ class CircuitBreaker:
         clock: Callable[[], float],
         metrics: Metrics | None = None,
         enabled: bool = True,
+        on_change: Callable[[BreakerState, BreakerState], None] | None = None,
     ) -> None:
         if failure_threshold < 1:
             raise ValueError("failure_threshold must be at least 1")
@@ -108,6 +110,8 @@ class CircuitBreaker:
         self._successes = 0
         self._trials = 0
         self._last_failure: float | None = None
+        self.on_change = on_change
+        """Called with (old, new) state after every transition, on the caller's thread."""
 
     @property
     def state(self) -> BreakerState:
@@ -121,7 +125,7 @@ class CircuitBreaker:
         return self._failures
 
     def _transition(self, new: BreakerState) -> None:
-        self._state = new
+        old, self._state = self._state, new
         self._successes = 0
         self._trials = 0
         if new is BreakerState.CLOSED:
@@ -129,6 +133,8 @@ class CircuitBreaker:
         tags = {"provider": self.name}
         self._metrics.increment(_EVENT[new], tags=tags)
         self._metrics.gauge("circuit_breaker.state", STATE_GAUGE[new], tags=tags)
+        if self.on_change is not None:
+            self.on_change(old, new)
 
     def _reopen_at(self) -> float:
         return (self._last_failure or 0.0) + self.timeout

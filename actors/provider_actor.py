@@ -230,9 +230,7 @@ class ProviderActor(SupervisedActor):
             self._reply(call, 0.0, failure=ProviderFailure(
                 "another call for this VM is still running", "Busy", busy=True))
             return
-        allowed = call.op not in _BREAKER_OPS or self.breaker.allow()
-        self.health.check()  # allow() may have moved an open breaker to half-open
-        if not allowed:
+        if call.op in _BREAKER_OPS and not self.breaker.allow():
             self._reply(call, 0.0, failure=ProviderFailure(
                 f"circuit breaker open for provider {self.provider.name}; retry in "
                 f"{self.breaker.retry_after():.0f}s", "CircuitOpenError", circuit_open=True))
@@ -288,10 +286,9 @@ class ProviderActor(SupervisedActor):
         if guarded:
             if failure is None or failure.permanent or isinstance(done.error, StaleDnsError):
                 self.breaker.record_success()  # the provider answered; it is not down
-                self.health.check()
             else:
-                self.breaker.record_failure()
                 self.health.failure(failure.message)
+                self.breaker.record_failure()
         self._reply(entry.call, done.seconds, result=done.result, failure=failure)
 
     def _timed_out(self, token: int) -> None:
@@ -303,8 +300,8 @@ class ProviderActor(SupervisedActor):
         message = f"{entry.call.op.value} timed out after {waited:.0f}s"
         self.timeouts.record(entry.call.op, None)
         if entry.call.op in _BREAKER_OPS:
-            self.breaker.record_failure()
             self.health.failure(message)
+            self.breaker.record_failure()
         self._reply(entry.call, waited, failure=ProviderFailure(
             message, "TimeoutError", timed_out=True))
 

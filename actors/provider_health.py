@@ -2,11 +2,12 @@
 pool and timeouts (reference §4.11, connection-pool monitor).
 
 :class:`ProviderHealthReporter` lives inside one provider actor and is called from its
-thread only. It logs one line per circuit-breaker state change (never one per refused
-call), publishes a :class:`ProviderHealth` (to Redis, for ``/status`` and the dashboard)
-on every change and every monitor tick, and on each tick emits vmpooler's monitor gauges:
-``connection_pool.available|in_use|utilization|waiting`` (plus ``connection_pool.critical``
-at >= 90 % in use or more than 5 waiting, ``.warning`` at >= 70 % or more than 2),
+thread only. As the breaker's ``on_change`` it logs one line per state change (never one
+per refused call); it publishes a :class:`ProviderHealth` (to Redis, for ``/status`` and
+the dashboard) on every change and every monitor tick, and on each tick emits vmpooler's
+monitor gauges: ``connection_pool.available|in_use|utilization|waiting`` (plus
+``connection_pool.critical`` at >= 90 % in use or more than 5 waiting, ``.warning`` at
+>= 70 % or more than 2),
 ``circuit_breaker.state|failures`` and ``adaptive_timeout.current|p95`` (tagged ``op``),
 all tagged ``provider``.
 """
@@ -69,21 +70,18 @@ class ProviderHealthReporter:
         self.pool_health = pool_health
         self.publish = publish
         self.last_error: str | None = None
-        self._state = breaker.state
         self._since = now()
+        breaker.on_change = self.changed
         self._tags = {"provider": name}
 
     def failure(self, message: str) -> None:
-        """A failure that counted against the breaker (already recorded on it)."""
+        """A failure about to be recorded against the breaker: the error its log and
+        published state name if it opens it."""
         self.last_error = message
-        self.check()
 
-    def check(self) -> None:
-        """Log and publish a breaker state change, if there was one since the last check."""
-        state = self.breaker.state
-        if state is self._state:
-            return
-        before, self._state, self._since = self._state, state, self.now()
+    def changed(self, before: BreakerState, state: BreakerState) -> None:
+        """The breaker's ``on_change``: one log line and a fresh published state."""
+        self._since = self.now()
         if state is BreakerState.OPEN:
             log.error("[!] [%s] circuit breaker %s after %d failures (last: %s); provider "
                       "calls refused for %.0fs", self.name,
@@ -99,7 +97,6 @@ class ProviderHealthReporter:
 
     def tick(self, *, gauges: bool = True) -> None:
         """Publish the state afresh and, with ``gauges``, emit the monitor's gauges."""
-        self.check()
         health = self._connections()
         if gauges:
             self._gauges(health)
