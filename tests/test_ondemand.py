@@ -306,6 +306,9 @@ def test_clone_lost_with_the_old_manager_is_retried_after_restart(
     try:
         rid = first.request_ondemand({"a": 1})
         (lost,) = wait_until(lambda: redis_client.smembers(schema.pending("a")))
+        # The clone's call must have returned before the stop: a worker busy with it would
+        # finish it after the stop, possibly after the destroy below (a race of the test's).
+        wait_until(lambda: redis_client.hget(schema.vm(lost), "clone_time"), 10, "the clone")
     finally:
         first.stop()
     provider.destroy_vm("a", lost)  # the clone died with its process
