@@ -188,8 +188,12 @@ def _aliases(
         problem = _name_error(alias)
         if problem:
             chk.fail((*path, "alias"), f"alias {problem}")
-        elif alias in names:
-            chk.fail((*path, "alias"), f"alias {alias!r} is also the name of a pool")
         elif alias not in good:
+            if alias in names and alias != entry.get("name"):
+                chk.note(
+                    f"pools[{path[1]}].alias: {alias!r} is also the name of a pool: a request "
+                    f"for {alias!r} takes a VM of pool {alias!r} or of {entry.get('name')!r}, "
+                    "as in vmpooler"
+                )
             good.append(alias)
     return tuple(good)
