@@ -19,6 +19,7 @@ import pykka.debug
 import redis
 
 from vmpooler.actors.config import Config, ConfigError, load_config, render_config
+from vmpooler.actors.config.redis_pools import redis_pool_reader
 from vmpooler.actors.embedded_redis import EmbeddedRedisError
 from vmpooler.actors.system import PoolerSystem
 from vmpooler.web.logsetup import configure_logging
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     command = args.command or "run"
     try:
-        config = load_config(args.config)
+        config = load_config(args.config, pool_reader=redis_pool_reader)
     except ConfigError as exc:
         print(f"vmpooler: the configuration is invalid:\n{exc}", file=sys.stderr)
         return 1

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
 
+from vmpooler.actors import schema
 from vmpooler.actors.config._yaml import (
     Locator,
     SourceText,
@@ -19,7 +20,8 @@ from vmpooler.actors.config._yaml import (
 from vmpooler.actors.config.env import apply_environment
 from vmpooler.actors.config.errors import ConfigError, ConfigProblem, Issue, format_key
 from vmpooler.actors.config.model import Config
-from vmpooler.actors.config.validate import validate_document
+from vmpooler.actors.config.redis_pools import PoolReader, RedisPoolsError
+from vmpooler.actors.config.validate import NO_POOLS_NOTE, validate_document
 
 __all__ = ["bundled_config_path", "load_config"]
 
@@ -55,6 +57,7 @@ def load_config(
     cwd: Path | None = None,
     known_provider_classes: Collection[str] | None = None,
     known_dns_classes: Collection[str] | None = None,
+    pool_reader: PoolReader | None = None,
 ) -> Config:
     """Read, merge, override and validate the configuration; return it frozen.
 
@@ -68,8 +71,12 @@ def load_config(
     ``provider_class`` / a dns config's ``dns_class`` may name (case-insensitively); None
     means the installed entry points of groups ``vmpooler.providers`` / ``vmpooler.dns``.
 
+    When the document has no ``:pools:`` (or a null one) and ``pool_reader`` is given, the
+    pools come from Redis as vmpooler reads them (:mod:`.redis_pools`); their problems name
+    the Redis key they came from.
+
     Raises :class:`ConfigError` listing every problem found. Has no side effects besides
-    reading files; safe to call from any thread.
+    reading files (and Redis, through ``pool_reader``); safe to call from any thread.
     """
     environ = os.environ if environ is None else environ
     cwd = Path.cwd() if cwd is None else Path(cwd)
@@ -85,22 +92,62 @@ def load_config(
         known_provider_classes = _entry_point_names("vmpooler.providers")
     if known_dns_classes is None:
         known_dns_classes = _entry_point_names("vmpooler.dns")
-    config, issues, more_notes = validate_document(
-        overrides.document,
-        source=description,
-        known_provider_classes=known_provider_classes,
-        known_dns_classes=known_dns_classes,
-        provider_checks=_provider_checks(),
-        debug=overrides.debug,
-        api_port=overrides.api_port,
-        app_env=overrides.app_env,
-    )
+    def validate(document: Mapping[str, Any]) -> tuple[Config | None, list[Issue], list[str]]:
+        return validate_document(
+            document,
+            source=description,
+            known_provider_classes=known_provider_classes,
+            known_dns_classes=known_dns_classes,
+            provider_checks=_provider_checks(),
+            debug=overrides.debug,
+            api_port=overrides.api_port,
+            app_env=overrides.app_env,
+        )
+
+    config, issues, more_notes = validate(overrides.document)
     locator = Locator(sources, overrides.origins)
     problems.extend(_locate(locator, [*overrides.issues, *issues]))
     if problems or config is None:
         raise ConfigError(problems)
+    if pool_reader is not None and overrides.document.get("pools") is None:
+        config, more_notes = _with_redis_pools(config, overrides.document, pool_reader,
+                                               validate, more_notes)
     all_notes = (*notes, *overrides.notes, *more_notes)
     return dataclasses.replace(config, notes=tuple(dict.fromkeys(all_notes)))
+
+
+def _with_redis_pools(
+    config: Config,
+    document: Mapping[str, Any],
+    reader: PoolReader,
+    validate: Callable[[Mapping[str, Any]], tuple[Config | None, list[Issue], list[str]]],
+    notes: list[str],
+) -> tuple[Config, list[str]]:
+    """``config`` validated again with the pools ``reader`` finds (unchanged when none)."""
+    where = f"redis {config.redis.server}:{config.redis.port}"
+    try:
+        entries = reader(config.redis)
+    except RedisPoolsError as exc:
+        raise ConfigError([ConfigProblem(config.source, None, "pools",
+                                         f"no :pools: section, and {exc}")]) from None
+    if not entries:
+        return config, notes
+    with_pools, issues, more_notes = validate({**document, "pools": entries})
+    if issues or with_pools is None:
+        raise ConfigError([_redis_problem(where, entries, issue) for issue in issues])
+    names = ", ".join(entry["name"] for entry in entries)
+    kept = [note for note in more_notes if note != NO_POOLS_NOTE]
+    return with_pools, [*kept, f"no :pools: section: pools read from {where}: {names}"]
+
+
+def _redis_problem(where: str, entries: list[dict[str, Any]], issue: Issue) -> ConfigProblem:
+    """A problem of a pool read from Redis names its hash; others keep their YAML key."""
+    path = issue.path
+    if len(path) >= 2 and path[0] == "pools" and isinstance(path[1], int):
+        key = schema.pool_hash(entries[path[1]]["name"])
+        field = ".".join(str(p) for p in path[2:]) or "<hash>"
+        return ConfigProblem(f"{where} {key}", None, field, issue.message)
+    return ConfigProblem(issue.source or where, None, format_key(path), issue.message)
 
 
 def _main_source(

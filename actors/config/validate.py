@@ -24,7 +24,10 @@ from vmpooler.actors.config.model import (
     RedisSettings,
 )
 
-__all__ = ["KNOWN_SECTIONS", "ProviderCheck", "validate_document"]
+__all__ = ["KNOWN_SECTIONS", "NO_POOLS_NOTE", "ProviderCheck", "validate_document"]
+
+NO_POOLS_NOTE = ("no :pools: section, and no pools published in Redis "
+                 "(vmpooler__pools): no pools are configured")
 
 ProviderCheck = Callable[[Mapping[str, Any], Mapping[str, Mapping[str, Any]], Mapping[str, Any]],
                          list[Any]]
@@ -75,8 +78,7 @@ def validate_document(
     )
     entries = doc.get("pools")
     if "pools" not in doc:
-        chk.note("no :pools: section: no pools are configured "
-                 "(loading pools from Redis is not supported)")
+        chk.note(NO_POOLS_NOTE)
     if entries is not None and not isinstance(entries, list):
         chk.fail(("pools",), f"expected a list of pools, got {show(entries)}")
     pools = build_pools(
