@@ -59,6 +59,7 @@ import argparse
 import contextlib
 import hashlib
 import http.client
+import itertools
 import json
 import os
 import platform
@@ -106,11 +107,16 @@ def pool_names(pools: int) -> list[str]:
     return [f"bench-{i:03d}" for i in range(pools)]
 
 
-def write_config(path: Path, redis_port: int, sizes: dict[str, int]) -> Path:
-    """A vmpooler config in the style of tests/test_manager_process.py::write_config."""
+def write_config(path: Path, redis_port: int, sizes: dict[str, int],
+                 logfile: Path | None = None) -> Path:
+    """A vmpooler config in the style of tests/test_manager_process.py::write_config;
+    ``logfile`` sets ``:config: logfile`` (Ruby vmpooler refuses to start without it)."""
+    settings: dict[str, Any] = {"check_loop_delay_min": 1, "check_loop_delay_max": 5,
+                                "task_limit": 10, "timeout": 10}
+    if logfile is not None:
+        settings["logfile"] = str(logfile)
     document = {
-        ":config": {"check_loop_delay_min": 1, "check_loop_delay_max": 5, "task_limit": 10,
-                    "timeout": 10},
+        ":config": settings,
         ":redis": {"server": "127.0.0.1", "port": redis_port},
         ":providers": {":dummy": {"provider_class": "dummy",
                                     "skip_dns_check_before_creating_vm": True}},
@@ -280,6 +286,7 @@ class Server:
 WRK_SCRIPT = """
 wrk.method = "%(method)s"
 %(body)s
+%(request)s
 done = function(summary, latency, requests)
   local e = summary.errors
   io.write(string.format(
@@ -293,12 +300,40 @@ end
 """
 
 
+# wrk's request(): the URL's path and query with a counter appended that no earlier run used
+# (one Lua state per wrk thread: each thread numbers its own requests under its own tag)
+WRK_UNIQUE = """
+local base, threads = "%(tag)s", 0
+setup = function(thread) threads = threads + 1; thread:set("tag", base .. "t" .. threads) end
+count = 0
+request = function()
+  count = count + 1
+  return wrk.format(nil, "%(path)s" .. tag .. "n" .. count)
+end
+"""
+_RUNS = [0]
+
+
+def unique_tag() -> str:
+    """A tag no other load run of this process (nor of an earlier one) has used."""
+    _RUNS[0] += 1
+    return f"{os.getpid()}r{_RUNS[0]}x{time.time_ns() % 10**9}"
+
+
 def run_wrk(url: str, method: str, conc: int, seconds: float, wrk_threads: int,
-            script_dir: Path) -> dict[str, Any]:
-    script = script_dir / f"{method.lower()}.lua"
-    if not script.exists():
-        script.write_text(WRK_SCRIPT % {
-            "method": method, "body": 'wrk.body = ""' if method == "POST" else ""})
+            script_dir: Path, unique: bool = False) -> dict[str, Any]:
+    """One closed-loop wrk run. With ``unique``, every request's URL ends with a suffix no
+    other request used (append it to a query parameter: ``...?view=a,b,x``), so a server
+    that caches per URL or per parameter value never answers from its cache."""
+    request = ""
+    if unique:
+        match = re.match(r"http://[^/]+(/.*)", url)
+        assert match
+        request = WRK_UNIQUE % {"tag": unique_tag(), "path": match.group(1)}
+    script = script_dir / f"{method.lower()}{'-unique' if unique else ''}.lua"
+    script.write_text(WRK_SCRIPT % {
+        "method": method, "body": 'wrk.body = ""' if method == "POST" else "",
+        "request": request})
     threads = max(1, min(wrk_threads, conc))
     cmd = ["wrk", "-t", str(threads), "-c", str(conc), "-d", f"{max(1, round(seconds))}s",
            "--timeout", "10s", "-s", str(script), url]
@@ -331,12 +366,15 @@ def _percentile(sorted_values: list[float], p: float) -> float:
     return sorted_values[index]
 
 
-def run_python(url: str, method: str, conc: int, seconds: float, *_: Any) -> dict[str, Any]:
+def run_python(url: str, method: str, conc: int, seconds: float, _wrk_threads: int = 1,
+               _script_dir: Path | None = None, unique: bool = False) -> dict[str, Any]:
     """Fallback load generator: ``conc`` threads, each one keep-alive ``http.client``
-    connection, closed loop. Runs in this process (so it shares this interpreter's GIL)."""
+    connection, closed loop. Runs in this process (so it shares this interpreter's GIL).
+    ``unique`` as for :func:`run_wrk`."""
     match = re.match(r"http://([^:/]+):(\d+)(/.*)", url)
     assert match
-    host, port, path = match.group(1), int(match.group(2)), match.group(3)
+    host, port, base = match.group(1), int(match.group(2)), match.group(3)
+    tag, numbers = unique_tag(), itertools.count(1)
     latencies: list[list[float]] = [[] for _ in range(conc)]
     statuses: Counter[int] = Counter()
     errors = [0]
@@ -350,6 +388,7 @@ def run_python(url: str, method: str, conc: int, seconds: float, *_: Any) -> dic
         local: Counter[int] = Counter()
         start.wait()
         while time.perf_counter() < stop_at[0]:
+            path = f"{base}{tag}n{next(numbers)}" if unique else base
             t0 = time.perf_counter()
             try:
                 conn.request(method, path, body=b"" if method == "POST" else None)
@@ -405,12 +444,13 @@ class Bench:
                                  self.round_no)
 
     def round(self, server: Server, label: str, method: str, path: str, conc: int,
-              reseed: bool = False) -> dict[str, Any]:
+              reseed: bool = False, unique: bool = False) -> dict[str, Any]:
         """One measured round, repeated (up to ``--attempts``) while its connections sat on
-        one worker only or other processes took CPU; the best attempt is kept."""
+        one worker only or other processes took CPU; the best attempt is kept. ``unique``:
+        every request's URL ends differently (see :func:`run_wrk`)."""
         best: dict[str, Any] | None = None
         for attempt in range(1, max(1, self.args.attempts) + 1):
-            result = self._attempt(server, label, method, path, conc, reseed)
+            result = self._attempt(server, label, method, path, conc, reseed, unique)
             result["attempt"] = attempt
             ok = result["accepted"] = (result["worker_balance"] >= self.args.min_balance
                   and result["foreign_cpu_pct"] <= self.args.max_foreign)
@@ -431,13 +471,13 @@ class Bench:
         return best
 
     def _attempt(self, server: Server, label: str, method: str, path: str, conc: int,
-                 reseed: bool) -> dict[str, Any]:
+                 reseed: bool, unique: bool = False) -> dict[str, Any]:
         url = f"http://127.0.0.1:{server.port}{path}"
         args = self.args
         if reseed:
             self.reseed_hot(min(args.hot, 5000))
         if args.warmup > 0:
-            self.load(url, method, conc, args.warmup, args.wrk_threads, self.work)
+            self.load(url, method, conc, args.warmup, args.wrk_threads, self.work, unique)
         if reseed:
             self.reseed_hot()
         self.probe.config_resetstat()
@@ -445,7 +485,8 @@ class Bench:
         reads0 = reads_processed(self.probe)
         cpu0, rcpu0, busy0 = server.cpu_by_worker(), redis_cpu(self.probe), machine_busy()
         self_cpu0 = sum(os.times()[:2])
-        result = self.load(url, method, conc, args.duration, args.wrk_threads, self.work)
+        result = self.load(url, method, conc, args.duration, args.wrk_threads, self.work,
+                           unique)
         cpu1 = server.cpu_by_worker()
         per_worker = [cpu1[pid] - cpu0.get(pid, 0.0) for pid in cpu1]
         cpu, rcpu = sum(per_worker), redis_cpu(self.probe) - rcpu0
@@ -521,7 +562,7 @@ class Bench:
                 "round_trips_per_checkout": reads / max(1, taken)}
 
     def profile(self, server: Server, name: str, method: str, path: str, conc: int,
-                out_dir: Path, reseed: bool = False) -> dict[str, Any]:
+                out_dir: Path, reseed: bool = False, unique: bool = False) -> dict[str, Any]:
         """One more round with py-spy recording each worker (collapsed stacks)."""
         py_spy = shutil.which("py-spy") or str(VENV_BIN / "py-spy")
         if not Path(py_spy).exists():
@@ -541,7 +582,8 @@ class Bench:
         try:
             time.sleep(0.5)
             url = f"http://127.0.0.1:{server.port}{path}"
-            load = self.load(url, method, conc, seconds, self.args.wrk_threads, self.work)
+            load = self.load(url, method, conc, seconds, self.args.wrk_threads, self.work,
+                             unique)
         finally:
             for _, proc in recorders:
                 try:
@@ -708,7 +750,14 @@ def report(results: dict[str, Any]) -> str:
                          f"request {cmds:.0f} (EVALSHA {evalsha:.2f}; commands run inside a "
                          f"script count too), redis-server socket reads per request "
                          f"{st['redis_reads'] / n:.2f}")
-    for prof in results.get("profiles", []):
+    lines += profile_report(results.get("profiles", []))
+    return "\n".join(lines)
+
+
+def profile_report(profiles: list[dict[str, Any]]) -> list[str]:
+    """The hottest functions of each :meth:`Bench.profile` result, as report lines."""
+    lines: list[str] = []
+    for prof in profiles:
         lines.append("")
         if not prof.get("self_top"):
             lines.append(f"profile {prof.get('name')}: {prof}")
@@ -719,7 +768,7 @@ def report(results: dict[str, Any]) -> str:
         lines += [f"  {pct:5.1f}%  {f}" for f, pct in prof["self_top"][:15]]
         lines.append("  inclusive:")
         lines += [f"  {pct:5.1f}%  {f}" for f, pct in prof["inclusive_top"][:35]]
-    return "\n".join(lines)
+    return lines
 
 
 # -- driver ---------------------------------------------------------------------------------------
