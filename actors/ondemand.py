@@ -147,6 +147,7 @@ class OnDemandManager(SupervisedActor):
                 ref = self.requests.get(request_id)
                 if ref is None or not ref.is_alive():
                     self._start(request_id)
+            self.store.prune_tasks(keep=self.requests)
             self._regrant_lost()
             self.blocked = False
             self._grant()

@@ -98,6 +98,9 @@ class RequestActor(SupervisedActor):
         self.delivered: Counter[tuple[str, str]] = Counter()
         self.in_flight: dict[str, tuple[str, str]] = {}  # vm -> entry key
         self.queued: Counter[tuple[str, str]] = Counter()  # asked of the manager, not cloning
+        # what vmpooler__odcreate__task holds for this request (entry -> count), and its score
+        self.tasks_written: dict[tuple[str, str], int] = {}
+        self.task_score = 0.0
         self.retries = 0
         self.has_token = False
         self.in_grace = False
@@ -118,6 +121,7 @@ class RequestActor(SupervisedActor):
         if unknown:
             self._fail(f"Configuration error: pool '{', '.join(unknown)}' is not configured")
             return
+        self.task_score = float(int(self.clock.now()))  # vmpooler: the time tasks are queued
         self.delivered.update(self.store.delivered(self.request_id, list(self.entries.values())))
         pools = [e.pool for e in self.entries.values()]
         for vm, (alias, pool) in self.store.in_flight(self.request_id, pools).items():
@@ -130,6 +134,8 @@ class RequestActor(SupervisedActor):
             max(0.0, deadline - self.clock.now()), self.actor_ref,
             RequestExpired(self.request_id))
         self._ask_for_missing()
+        # a predecessor (before a restart) may have left members with any count: replaced
+        self._sync_tasks(stale=tuple(self.entries.values()))
 
     # -- mailbox --------------------------------------------------------------------------------
     def handle(self, message: Any) -> Any:
@@ -138,6 +144,7 @@ class RequestActor(SupervisedActor):
         try:
             self._dispatch(message)
             self.outage = 0
+            self._sync_tasks()
         except redis.RedisError as exc:
             # Redis is away: handle the message again later (the scripts make that safe).
             self.outage += 1
@@ -265,6 +272,23 @@ class RequestActor(SupervisedActor):
         if wants:
             self._tell_manager(WantRequestVms(self.request_id, tuple(wants)))
 
+    def _sync_tasks(self, stale: tuple[Entry, ...] = ()) -> None:
+        """Mirror :attr:`queued` in ``vmpooler__odcreate__task`` as vmpooler writes it (one
+        ``alias:pool:count:id`` member per entry with clones not started), for ``/status``
+        and for tools that read vmpooler's keys. A Redis error leaves the mirror behind until
+        the next message; it never makes the message itself run again."""
+        wanted = {} if self.finished else {k: n for k, n in self.queued.items() if n > 0}
+        if wanted == self.tasks_written and not stale:
+            return
+        try:
+            self.store.write_tasks(self.request_id, old=self.tasks_written, new=wanted,
+                                   score=self.task_score, stale=stale)
+        except redis.RedisError as exc:
+            log.debug("request '%s': vmpooler__odcreate__task not updated: %s",
+                      self.request_id, exc)
+            return
+        self.tasks_written = wanted
+
     def _tell_manager(self, message: Any) -> None:
         with contextlib.suppress(pykka.ActorDeadError):  # it is being restarted
             self.manager.tell(message)
@@ -278,6 +302,7 @@ class RequestActor(SupervisedActor):
                 log.info("[>] [%s] '%s' of finished request '%s' moved to 'completed'", pool,
                          vm, self.request_id)
         self.in_flight.clear()
+        self._sync_tasks()
         if not quiet:
             log.debug("request '%s' finished: %s", self.request_id, status or "gone")
         self._tell_manager(RequestFinished(self.request_id, status))

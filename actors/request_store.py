@@ -6,7 +6,7 @@ Used by the API (create, read, delete) and by request actors (claim, attach, ful
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -24,6 +24,7 @@ __all__ = [
     "RequestRecord",
     "RequestStore",
     "format_requested",
+    "odcreate_member",
     "parse_requested",
 ]
 
@@ -65,6 +66,12 @@ def parse_requested(requested: str) -> tuple[Entry, ...]:
 def format_requested(entries: Iterable[Entry]) -> str:
     """The ``requested`` field for ``entries``."""
     return ",".join(f"{e.alias}:{e.pool}:{e.count}" for e in entries)
+
+
+def odcreate_member(request_id: str, alias: str, pool: str, count: int) -> str:
+    """A member of ``vmpooler__odcreate__task`` as vmpooler writes it:
+    ``"<alias>:<pool>:<count>:<request id>"`` — ``count`` clones of the entry not started yet."""
+    return f"{alias}:{pool}:{count}:{request_id}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,6 +286,38 @@ class RequestStore:
             [schema.odrequest(request_id), schema.pending(pool), schema.completed(pool)],
             [vm],
         ))
+
+    def write_tasks(self, request_id: str, *, old: dict[tuple[str, str], int],
+                    new: dict[tuple[str, str], int], score: float,
+                    stale: Sequence[Entry] = ()) -> None:
+        """Replace the request's ``vmpooler__odcreate__task`` members: each entry's member
+        with count ``old[key]`` goes, one with ``new[key]`` comes (none for 0), all with
+        ``score``, in one MULTI. For each of ``stale`` (after a restart) members of every
+        count from 1 to its ``count`` go first. Other members are left alone."""
+        remove = [odcreate_member(request_id, *key, n) for key, n in old.items()
+                  if new.get(key, 0) != n]
+        remove += [odcreate_member(request_id, e.alias, e.pool, n) for e in stale
+                   for n in range(1, e.count + 1)]
+        add = {odcreate_member(request_id, *key, n): score for key, n in new.items()
+               if n > 0 and (stale or old.get(key, 0) != n)}
+        if not remove and not add:
+            return
+        pipe = self.client.pipeline(transaction=True)
+        if remove:
+            pipe.zrem(schema.odcreate_task(), *remove)
+        if add:
+            pipe.zadd(schema.odcreate_task(), add)
+        pipe.execute()
+
+    def prune_tasks(self, keep: Collection[str]) -> int:
+        """Remove the ``vmpooler__odcreate__task`` members of requests not in ``keep`` (ids
+        of requests with a live actor), left by an actor that finished while Redis was away.
+        Request ids hold no ``:``, so the id is what follows the last one. Returns how many."""
+        stale = [m for m in self.client.zrange(schema.odcreate_task(), 0, -1)
+                 if m.rsplit(":", 1)[-1] not in keep]
+        if stale:
+            self.client.zrem(schema.odcreate_task(), *stale)
+        return len(stale)
 
     def ondemand_clones(self) -> int:
         """On-demand clones in flight (``tasks__ondemandclone``)."""

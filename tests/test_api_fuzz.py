@@ -109,17 +109,26 @@ def test_operation_never_fails_on_generated_input(label: str, redis_client: redi
 P = "/api/v3"
 BODY_ROUTES = [("POST", f"{P}/vm"), ("PUT", f"{P}/vm/vmrun"), ("POST", f"{P}/config/poolsize"),
                ("POST", f"{P}/config/pooltemplate"), ("POST", f"{P}/config/clonetarget"),
-               ("POST", f"{P}/poolreset"), ("POST", f"{P}/token"), ("POST", f"{P}/vm/pool1")]
+               ("POST", f"{P}/poolreset"), ("POST", f"{P}/token"), ("POST", f"{P}/vm/pool1"),
+               ("POST", f"{P}/ondemandvm"), ("POST", f"{P}/vm/pool1+alias1"),
+               ("POST", f"{P}/vm/vmrun/snapshot"), ("POST", f"{P}/vm/vmrun/disk/8")]
 HOST_ROUTES = [("GET", "{}"), ("PUT", "{}"), ("DELETE", "{}"), ("POST", "{}"),
                ("POST", "{}/disk/8"), ("POST", "{}/snapshot"), ("POST", "{}/snapshot/snap1")]
+# Strings no UTF-8 text can carry: lone UTF-16 surrogates, alone or inside other text (JSON
+# writes them as "\\ud800" escapes, which a JSON parser accepts).
+_surrogates = st.text(st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), min_size=1,
+                      max_size=3)
+_invalid_text = st.one_of(_surrogates, st.tuples(st.text(max_size=8), _surrogates,
+                                                 st.text(max_size=8)).map("".join))
 _scalars = st.one_of(
-    st.none(), st.booleans(), st.text(max_size=40),
+    st.none(), st.booleans(), st.text(max_size=40), _invalid_text,
     st.integers(min_value=-(10**40), max_value=10**40),
     st.floats(allow_nan=False), st.sampled_from(["1e400", "-0", "0x10", " 7 ", "٣", "2abc"]))
 _json = st.recursive(_scalars, lambda inner: st.one_of(
     st.lists(inner, max_size=4),
     st.dictionaries(st.sampled_from(["pool1", "alias1", "empty", "lifetime", "tags", "ok",
-                                     "pool.1", "", "x" * 120, "ü"]) | st.text(max_size=12),
+                                     "pool.1", "", "x" * 120, "ü"]) | st.text(max_size=12)
+                    | _invalid_text,
                     inner, max_size=4)), max_leaves=12)
 _bodies = st.one_of(
     _json.map(lambda v: json.dumps(v).encode()),
@@ -129,6 +138,18 @@ _bodies = st.one_of(
     st.just(b'{"pool1": ' + b"9" * 5000 + b"}"),
     st.just(b'{"a": "' + b"x" * 11000 + b'"}'),
     st.just(b'{"ok": false, "error": "echo"}'),
+    # invalid Unicode written every way a client can: escaped surrogates in keys and values,
+    # surrogates encoded as UTF-8 bytes (CESU-8), bytes that are no UTF-8 at all
+    st.sampled_from([b'{"\\ud800": 1}', b'{"pool1": "\\udfff"}',
+                     b'{"pool1": 1, "\\udbff\\udbff": 1}', b'{"lifetime": "\\ud800"}',
+                     b'{"tags": {"\\ud800": "x"}}', b'["\\ud800"]',
+                     b'{"pool1": "\xed\xa0\x80"}', b'{"\xff\xfe": 1}', b'"\\ud800"']),
+    # oversized: just over the limit, far over it, and a huge number
+    st.sampled_from([b" " * 10240 + b"{}", b'{"pool1": 1}' + b" " * 10231,
+                     b'{"pool1": "' + b"y" * (1 << 20) + b'"}', b"1" * 20000]),
+    # deeply nested: deeper than the JSON parser's recursion limit, within the size limit
+    st.sampled_from([b"[" * 5000 + b"]" * 5000, b'{"a":' * 2000 + b"1" + b"}" * 2000,
+                     b'{"pool1": ' + b"[" * 3000 + b"]" * 3000 + b"}"]),
 )
 _content_types = st.sampled_from([
     None, "application/json", "application/x-www-form-urlencoded", "text/plain",
@@ -139,7 +160,8 @@ _hostnames = st.one_of(
     st.sampled_from(["vmrun", "VMRUN", "vm1a", "pool1", "pool1+alias2", "vmrun.example.com",
                      "vmrun.", ".vmrun", "-vm", "vm_run", "a" * 64, ("a" * 63 + ".") * 5,
                      "vm%2Frun", "pool1+pool1",
-                     "%00", "..", "vm1a+empty", "ünïcode", "1" * 300]),
+                     "%00", "..", "vm1a+empty", "ünïcode", "1" * 300,
+                     "%ED%A0%80", "%FF", "%C0%AF", "vm%ED%B0%80run", "%F4%90%80%80"]),
 )
 
 
@@ -185,3 +207,21 @@ def test_raw_bodies_and_hostnames(redis_client: redis.Redis) -> None:
     bodies()
     hostnames()
     methods()
+
+
+JSON_ROUTES = [("POST", f"{P}/vm"), ("PUT", f"{P}/vm/vmrun"), ("POST", f"{P}/ondemandvm"),
+               ("POST", f"{P}/config/poolsize"), ("POST", f"{P}/config/pooltemplate"),
+               ("POST", f"{P}/config/clonetarget"), ("POST", f"{P}/poolreset")]
+
+
+@pytest.mark.parametrize("route", JSON_ROUTES, ids=[f"{m} {p}" for m, p in JSON_ROUTES])
+@pytest.mark.parametrize("body", [b'{"\\ud800": 1}', b'{"pool1": "\\ud800"}'],
+                         ids=["key", "value"])
+def test_a_lone_surrogate_is_a_400_with_a_json_reason(route: tuple[str, str], body: bytes,
+                                                      redis_client: redis.Redis) -> None:
+    a = seeded_api(redis_client)
+    seed(a)
+    result = a.client.simulate_request(route[0], route[1], body=body,
+                                       headers={"X-AUTH-TOKEN": TOKEN})
+    assert 400 <= result.status_code < 500, (result.status_code, result.content[:300])
+    assert json.loads(result.content)["ok"] is False

@@ -347,3 +347,44 @@ def test_manager_crash_leaves_one_actor_per_request(redis_client: redis.Redis) -
         wait_until(lambda: status(redis_client, rid) == "ready")
         h.quiesce()
         assert len(provider.created) == 2  # the rebuilt actor cloned nothing again
+
+
+class HeldClones(GatedProvider):
+    """Clones wait in ``create_vm`` until ``go`` is set (so on-demand slots stay taken)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.go = threading.Event()
+
+    def create_vm(self, pool: str, vm: str, **kwargs: Any) -> Any:
+        assert self.go.wait(30), "the test never let the clone go"
+        return super().create_vm(pool, vm, **kwargs)
+
+
+def tasks(client: redis.Redis) -> set[str]:
+    return set(client.zrange(schema.odcreate_task(), 0, -1))
+
+
+def test_odcreate_task_counts_the_clones_not_started_as_vmpooler_writes_it(
+    redis_client: redis.Redis,
+) -> None:
+    """One clone slot, three VMs asked for: ``alias:pool:count:id`` with the clones still to
+    start; a predecessor's members for the request are replaced, other requests' pruned."""
+    config = make_config([pool("a", 0)], ondemand_clone_limit=1)
+    provider = HeldClones(context_for(config), rng=random.Random(1), sleep=lambda _s: None)
+    provider.all_ready = True
+    # written before the manager starts, so its first sweep finds the request's actor alive
+    assert RequestStore(redis_client).create("req-1", [Entry("a", "a", 3)], created=1,
+                                             token=None, user=None)
+    redis_client.zadd(schema.odcreate_task(), {"a:a:1:req-1": 5, "a:a:3:req-1": 5,
+                                               "a:a:4:gone": 5})
+    try:
+        with started(redis_client, config, provider=provider) as h:
+            wait_until(lambda: tasks(redis_client) == {"a:a:2:req-1"})
+            score = redis_client.zscore(schema.odcreate_task(), "a:a:2:req-1")
+            assert score == int(h.clock.now())
+            provider.go.set()
+            wait_until(lambda: status(redis_client, "req-1") == "ready")
+            wait_until(lambda: tasks(redis_client) == set())
+    finally:
+        provider.go.set()

@@ -7,16 +7,22 @@ bytes as JSON whatever the content type says.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import falcon
 
 from vmpooler.web.errors import ApiError
 
-__all__ = ["MAX_BODY", "MAX_DEPTH", "read_json_object", "read_raw"]
+__all__ = ["MAX_BODY", "MAX_DEPTH", "InvalidJsonError", "depth", "parse_json", "read_json_object",
+           "read_raw"]
 
 MAX_BODY = 10240
 MAX_DEPTH = 5
+
+
+class InvalidJsonError(ValueError):
+    """The text is not JSON a client could have meant; ``str()`` says why, for the 400 body."""
 
 
 def read_raw(req: falcon.Request, limit: int = 1 << 20) -> bytes:
@@ -24,19 +30,51 @@ def read_raw(req: falcon.Request, limit: int = 1 << 20) -> bytes:
     return req.bounded_stream.read(limit) if req.content_length != 0 else b""
 
 
-def _depth(value: Any, level: int = 1) -> int:
-    if isinstance(value, dict):
-        return max([level, *(_depth(v, level + 1) for v in value.values())])
-    if isinstance(value, list):
-        return max([level, *(_depth(v, level + 1) for v in value)])
-    return level
+def _nodes(value: Any) -> Iterator[tuple[Any, int]]:
+    """Every value, key and container of ``value`` with its nesting level (1 at the top),
+    without recursion (a body nested a thousand deep must not exhaust the stack)."""
+    stack = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        yield item, level
+        if isinstance(item, dict):
+            stack.extend((k, level + 1) for k in item)
+            stack.extend((v, level + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, level + 1) for v in item)
+
+
+def depth(value: Any) -> int:
+    """How deeply ``value`` nests: 1 for a scalar or an empty container, 2 for ``[1]``."""
+    return max(level for _, level in _nodes(value))
+
+
+def parse_json(text: str) -> Any:
+    """``text`` parsed as JSON; raises :class:`InvalidJsonError` for invalid JSON, nesting too deep
+    for the parser, and strings (values or keys) holding a lone UTF-16 surrogate such as
+    ``"\\ud800"``, which no UTF-8 text (nor Redis, nor a JSON answer) can carry."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise InvalidJsonError("nested too deeply") from None
+    except ValueError as exc:
+        raise InvalidJsonError(str(exc)) from None
+    for item, _ in _nodes(value):
+        if isinstance(item, str) and not item.isascii():
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidJsonError("invalid Unicode: a string holds a lone surrogate "
+                                  "(\\ud800-\\udfff)") from None
+    return value
 
 
 def read_json_object(req: falcon.Request) -> dict[str, Any]:
     """Parse the body as a JSON object under vmpooler's rules.
 
     Empty body → ``{}``. Raises :class:`ApiError` 400 with ``{"ok": false, "error": ...}``
-    for a body over 10240 bytes, invalid JSON, a non-object, or nesting deeper than 5.
+    for a body over 10240 bytes, invalid JSON (or invalid Unicode in it), a non-object, or
+    nesting deeper than 5.
     """
     raw = read_raw(req, MAX_BODY + 1)
     if len(raw) > MAX_BODY:
@@ -45,11 +83,11 @@ def read_json_object(req: falcon.Request) -> dict[str, Any]:
     if not text:
         return {}
     try:
-        value = json.loads(text)
-    except ValueError as exc:
+        value = parse_json(text)
+    except InvalidJsonError as exc:
         raise ApiError(400, {"ok": False, "error": f"Invalid JSON: {exc}"}) from None
     if not isinstance(value, dict):
         raise ApiError(400, {"ok": False, "error": "Request body must be a JSON object"})
-    if _depth(value) > MAX_DEPTH:
+    if depth(value) > MAX_DEPTH:
         raise ApiError(400, {"ok": False, "error": "Request body too complex"})
     return value

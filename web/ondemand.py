@@ -27,7 +27,6 @@ Divergences from vmpooler 3.9.1 (on purpose; listed in docs/compatibility.md):
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
 from collections.abc import Mapping
@@ -37,7 +36,7 @@ import falcon
 
 from vmpooler.actors.request_store import Entry
 from vmpooler.web import checkout
-from vmpooler.web.body import MAX_BODY, read_raw
+from vmpooler.web.body import MAX_BODY, parse_json, read_raw
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import ApiError
 from vmpooler.web.validate import InputError, check_pool_name, ruby_to_i
@@ -67,8 +66,8 @@ def read_payload(req: falcon.Request) -> dict[str, Any]:
     if len(raw) > MAX_BODY:
         raise _bad_request("Request body too large")
     try:
-        value = json.loads(raw.decode("utf-8"))
-    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        value = parse_json(raw.decode("utf-8"))
+    except ValueError:  # InvalidJson, and UnicodeDecodeError for bytes that are not UTF-8
         raise _bad_request(_UNPARSABLE) from None
     if not isinstance(value, dict):
         raise _bad_request("JSON payload must be an object of {\"<pool or alias>\": <count>}")

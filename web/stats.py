@@ -53,19 +53,16 @@ def capacity(ready: int, size: int) -> Json:
     return {"current": ready, "total": size, "percent": percent}
 
 
-def ondemand_requested(waiting: int, processing: int, tasks: Iterable[str]) -> int:
-    """VMs asked for on demand but not yet cloning.
-
-    ``waiting`` and ``processing`` are the sizes of the request queues; each member of
-    ``vmpooler__odcreate__task`` (``"<name>:<pool>:<count>:<id>"``) adds its count (a
-    malformed member or a cancel marker adds 0).
-    """
+def ondemand_requested(tasks: Iterable[str]) -> int:
+    """VMs asked for on demand whose clone has not started: the counts of the members of
+    ``vmpooler__odcreate__task`` (``"<name>:<pool>:<count>:<id>"``; a malformed member or a
+    cancel marker adds 0)."""
     pending_clones = 0
     for member in tasks:
         parts = member.split(":")
         if len(parts) >= 4 and parts[2].isdigit():
             pending_clones += int(parts[2])
-    return waiting + processing + pending_clones
+    return pending_clones
 
 
 def queue(totals: Mapping[str, int], cloning: int, requested: int) -> Json:

@@ -39,7 +39,7 @@ import falcon
 from vmpooler.actors.config import PoolConfig
 from vmpooler.actors.config._data import mask_secrets
 from vmpooler.actors.config_store import ConfigStore, OverrideKind, Overrides, ruby_integer
-from vmpooler.web.body import MAX_BODY, read_raw
+from vmpooler.web.body import MAX_BODY, InvalidJsonError, parse_json, read_raw
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import ApiError, json_body
 from vmpooler.web.tokens import need_token
@@ -56,8 +56,8 @@ def _payload(req: falcon.Request) -> dict[str, Any]:
     if not text:
         raise ApiError(400, {"ok": False, "error": "Request body is empty"})
     try:
-        value = json.loads(text)
-    except ValueError as exc:
+        value = parse_json(text)
+    except InvalidJsonError as exc:
         raise ApiError(400, {"ok": False, "error": f"Invalid JSON: {exc}"}) from None
     if not isinstance(value, dict):
         raise ApiError(400, {"ok": False, "error": "Request body must be a JSON object"})

@@ -10,10 +10,10 @@ Divergences from vmpooler 3.9.1 (bugs fixed, on purpose):
 * ``/status`` is never cached. vmpooler cached each ``view`` for 30 s and so showed stale
   numbers to the very clients that had just changed them; ours reads Redis on every request,
   in one round trip (one script call) for any number of pools.
-* ``queue.requested`` counts the real on-demand backlog: ZCARD of
-  ``vmpooler__provisioning__request`` + ZCARD of ``vmpooler__provisioning__processing`` + the
-  counts of the ``vmpooler__odcreate__task`` members (``name:pool:count:id``). vmpooler
-  SCARDed per-pool keys that do not exist (always 0 with one pool).
+* ``queue.requested`` counts the VMs asked for on demand whose clone has not started: the
+  counts of the ``vmpooler__odcreate__task`` members (``name:pool:count:id``), which the
+  request actors write as vmpooler's manager does. vmpooler SCARDed per-pool keys that do not
+  exist (always 0).
 * ``queue`` numbers are read from their own commands: vmpooler read its pipelined results in
   the wrong order with several pools (2 ready + 1 running in one pool, the other empty, gave
   ``requested: 3, ready: 0, running: 0``); ours gives ``requested: 0, ready: 2, running: 1``.
@@ -209,8 +209,7 @@ def _number(text: str | None) -> int:
 
 def _queue(reading: StatusReading) -> dict[str, int]:
     """The ``queue`` section from per-pool counts, clone counters and on-demand queues."""
-    requested = stats.ondemand_requested(
-        reading.requests_waiting, reading.requests_processing, reading.ondemand_tasks)
+    requested = stats.ondemand_requested(reading.ondemand_tasks)
     return stats.queue(
         {queue: sum(counts.values()) for queue, counts in reading.counts.items()},
         reading.clones_in_flight + reading.ondemand_clones_in_flight, requested)
