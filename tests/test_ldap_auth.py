@@ -3,7 +3,7 @@
 A throwaway directory (mdb, ``dc=example,dc=com``) holds ``alice`` under ``ou=people``,
 ``bob`` under ``ou=staff`` (``cn`` naming) and a service account. Both bind modes of
 ``web.auth`` are checked directly and through ``POST /api/v3/token``.
-Install slapd with ``.ci/install-slapd``.
+Install slapd with ``.ci/install-packages``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from vmpooler.web.auth import check_credentials, check_ldap
 SLAPD = Path("/usr/sbin/slapd")
 if not SLAPD.exists():
     pytest.skip("OpenLDAP slapd is not installed (/usr/sbin/slapd missing): "
-                "run .ci/install-slapd", allow_module_level=True)
+                "run .ci/install-packages", allow_module_level=True)
 
 SUFFIX = "dc=example,dc=com"
 ROOT_DN, ROOT_PW = f"cn=admin,{SUFFIX}", "rootsecret"
