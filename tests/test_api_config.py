@@ -277,8 +277,10 @@ def test_config_lists_pools_with_effective_values(redis_client: redis.Redis) -> 
     pools = {p["name"]: p for p in r.json["pool_configuration"]}
     assert list(pools) == ["pool1", "pool2"]
     assert pools["pool1"] == {"name": "pool1", "size": 5, "template": "templates/pool1",
-                              "alias": ["poolone"], "template_ready": False}
+                              "alias": ["poolone"], "ready_ttl": 60,
+                              "template_ready": False}
     redis_client.hset(schema.config_poolsize(), "pool1", "3")
+    redis_client.hset(schema.config_clone_target(), "pool2", "cluster9")
     redis_client.hset(schema.config_template(), "pool2", "templates/other")
     redis_client.hset(schema.template_prepared(), mapping={"pool1": "templates/pool1",
                                                            "pool2": "templates/pool2"})
@@ -287,6 +289,8 @@ def test_config_lists_pools_with_effective_values(redis_client: redis.Redis) -> 
     assert (pools["pool1"]["size"], pools["pool1"]["template_ready"]) == (3, True)
     assert pools["pool2"]["template"] == "templates/other"
     assert pools["pool2"]["template_ready"] is False
+    assert pools["pool2"]["clone_target"] == "cluster9"
+    assert "clone_target" not in pools["pool1"]
 
 
 def test_full_config_masks_secrets(redis_client: redis.Redis) -> None:

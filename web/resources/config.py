@@ -236,7 +236,9 @@ class PoolReset(_Resource):
 
 
 class PoolConfiguration(_Resource):
-    """``GET /config``: the pools as configured, with the overrides in effect."""
+    """``GET /config``: the pools as configured, with the overrides in effect (size,
+    template, clone target) and ``ready_ttl`` filled in from ``:config:`` when the pool has
+    none, as vmpooler's loader does."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         ov = self.store.overrides()
@@ -246,6 +248,9 @@ class PoolConfiguration(_Resource):
             template = ov.template_of(pool)
             entry["size"] = ov.size_of(pool)
             entry["template"] = template
+            if ov.clone_targets.get(pool.name):
+                entry["clone_target"] = ov.clone_targets[pool.name]
+            entry.setdefault("ready_ttl", pool.ready_ttl)  # vmpooler fills it in at load
             entry["template_ready"] = ov.prepared.get(pool.name) == template
             pools.append(entry)
         json_body(resp, 200, {"pool_configuration": _plain(pools), "status": {"ok": True}})

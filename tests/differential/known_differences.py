@@ -1,0 +1,103 @@
+"""Every difference between vmpooler 3.9.1's API and ours that the differential sequence
+shows, each explained in docs/compatibility.md (``doc`` is a phrase of that page).
+
+A difference found that is not listed here fails ``tests/test_differential.py``, and so does an
+entry here that no longer occurs. ``step`` and ``where`` are globs; keep them narrow.
+"""
+
+from __future__ import annotations
+
+from tests.differential.known import Known
+
+__all__ = ["KNOWN_DIFFERENCES"]
+
+_STREAM = "through the Redis stream `vmpooler__commands`"
+_DELETE_READY = "`DELETE /vm/<host>` moves a VM only out of running or ready"
+_ROLLBACK = "A rollback leaves no field behind (vmpooler left `lifetime` on VMs it put back)."
+_PARSER = "For a body that is not valid JSON, the parser's own words follow `Invalid JSON: `"
+
+KNOWN_DIFFERENCES: tuple[Known, ...] = (
+    # Processes and Redis: every change is also a command to the manager.
+    Known("*", "redis", "vmpooler__commands *", _STREAM),
+    # Routes of ours, and 405 for a method a route lacks.
+    Known("root", "content-type", "", "redirects to the dashboard with an empty body typed "
+          "`application/json` like every answer"),
+    Known("healthcheck", "status", "", "`/healthcheck` always exists instead of only with "
+          "Prometheus"),
+    Known("method-not-allowed", "status", "",
+          'A method a route does not have answers 405 `{"ok": false}` (Sinatra: 404).'),
+    # /status and /summary.
+    Known("status-*", "body", "$.providers.*", "`/status` has one section of ours, `providers`"),
+    Known("status-view-empty", "body", "$.status.*",
+          "Empty pools are reported whatever `view` asks for."),
+    Known("status-queue-after", "body", "$.status.*",
+          "Empty pools are reported whatever `view` asks for."),
+    Known("status-queue-after", "body", "$.queue.*",
+          "the queue numbers are read in the right order (vmpooler mixed them up with several "
+          "pools)"),
+    Known("summary*", "body", "$.*.*.[am][vai][enx]*",
+          "the range-level `average`/`min`/`max` that vmpooler documented but never produced "
+          "are produced"),
+    *(Known(step, "body", "$*", "`/summary` errors are JSON 400 (vmpooler: plain text under "
+            "a JSON content type)")
+      for step in ("summary-bad-format", "summary-reversed", "summary-future")),
+    Known("summary-impossible-date", "status", "", "an impossible date is a 400 (vmpooler: 500)"),
+    # Tokens.
+    Known("token-delete-again", "status", "",
+          "`DELETE /token/<t>` of a missing token is 404 (vmpooler: 401)"),
+    # Checkout.
+    Known("checkout-dotted-name", "status", "",
+          "Pool names may contain dots in the JSON body of `POST /vm`"),
+    Known("*-invalid-json", "body", "$.error", _PARSER),
+    Known("checkout-partial-token", "redis", "vmpooler__vm__vm-p1f lifetime", _ROLLBACK),
+    Known("checkout-token", "redis", "vmpooler__vm__vm-p1f lifetime", _ROLLBACK),
+    Known("checkout-template-plus", "status", "",
+          "`POST /vm/+` (no names) is 404 like an empty body (vmpooler: 200)."),
+    # A VM: reading, changing, returning.
+    Known("vm-get-full", "body", "$.vm-full.ip", "`GET /vm/<host>` reports the `ip` the manager "
+          "stored"),
+    Known("vm-put-lifetime-limit", "status", "",
+          "A lifetime equal to `max_lifetime_upper_limit` is accepted (vmpooler refused it)"),
+    Known("vm-put-tag-equals", "status", "", "Tag values may contain `=` and `,` (Jenkins URLs)"),
+    Known("vm-put-tags-not-object", "status", "",
+          "`tags` that is not an object is a 400 failure too (vmpooler: 500)"),
+    Known("vm-delete-owned", "redis", "vmpooler__*__pool1 *vm-p1f",
+          "also dropping its `active` and `migrating` entries"),
+    Known("vm-delete-running", "redis", "vmpooler__*__pool1 *vm-p1a",
+          "also dropping its `active` and `migrating` entries"),
+    Known("vm-delete-ready", "redis", "vmpooler__ready__pool2 <type>", _DELETE_READY),
+    Known("vm-delete-pending", "status", "",
+          "a VM in pending or in no queue is a 404 (vmpooler answered 200 and added it to "
+          "completed, leaving it in two queues)"),
+    # ... and what the ready VM vmpooler left in ready shows later.
+    Known("status-after", "body", "$.[cps][ato]*", _DELETE_READY),
+    Known("poolstat-after", "body", "$.pools.pool2.ready", _DELETE_READY),
+    Known("dashboard-pool*", "body", "$.pool2.*", _DELETE_READY),
+    # On-demand requests.
+    Known("od-null", "status", "", "A body that is not a JSON object (`null`, an array, a "
+          "number) is a 400"),
+    Known("od-array", "status", "", "A body that is not a JSON object (`null`, an array, a "
+          "number) is a 400"),
+    Known("od-negative-count", "status", "", "A negative or non-numeric count is a 400 naming "
+          "the key"),
+    Known("od-id-with-colon", "status", "", "A supplied `request_id` must be a non-empty string "
+          "of at most 255 characters with no whitespace, control characters, `/` or `:`"),
+    Known("od-delete", "redis", "vmpooler__provisioning__request zset:<request>",
+          "A deleted request also leaves the provisioning queues at once"),
+    Known("od-delete-failed", "body", "$.message", "`DELETE` never changes a final status"),
+    Known("od-delete-failed", "redis", "vmpooler__odrequest__od-failed *",
+          "`DELETE` never changes a final status"),
+    # Configuration endpoints.
+    Known("full-config", "body", "$.full_config.*",
+          "`/full_config` shows the configuration as the file gives it"),
+    Known("poolsize-alias", "status", "",
+          "an alias is not accepted where a pool is required (vmpooler: 500, or a reset nobody "
+          "consumed)"),
+    Known("pool*-invalid-json", "status", "",
+          "An empty, invalid or non-object JSON body is a 400 (vmpooler: 500)"),
+    # Dashboard.
+    Known("dashboard-running*", "body", "$.*.running",
+          'a pool name without `-` is its own major (vmpooler grouped those under `""`)'),
+    Known("dashboard-running-history", "body", "$.pool*.history*",
+          "the running endpoint gave no `history` at all without one"),
+)

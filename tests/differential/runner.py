@@ -1,0 +1,160 @@
+"""Playing the sequence on both sides and listing every difference.
+
+For each step, on each side: its seed, every token's ``last`` set to an old time, a dump of
+Redis, the request, another dump; the answer (status, ``Content-Type``, ``Location``, the body
+flattened to JSON paths) and the Redis changes are normalised by the side's
+:class:`Normaliser` and compared. A status that differs
+is one difference (the bodies of a 500 and a 400 say nothing more); otherwise each JSON path
+and each Redis change that differs is one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from tests.differential import keyspace
+from tests.differential.client import Answer, send
+from tests.differential.normalise import Normaliser, flatten
+from tests.differential.step import Step
+
+__all__ = ["Difference", "Outcome", "Side", "play", "run"]
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One way the two sides differ at one step. ``aspect`` is ``status``, ``content-type``,
+    ``location``, ``body`` (``where`` is a JSON path) or ``redis`` (``where`` is
+    ``<key> <item>``, see :mod:`tests.differential.keyspace`)."""
+
+    step: str
+    aspect: str
+    where: str
+    ruby: str
+    ours: str
+
+    def __str__(self) -> str:
+        return f"{self.step} [{self.aspect}] {self.where}: ruby={self.ruby} ours={self.ours}"
+
+
+@dataclass
+class Side:
+    """One API and its Redis; ``captured`` holds the values captured from its answers."""
+
+    name: str
+    port: int
+    redis: redis.Redis
+    norm: Normaliser
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A step's normalised result on one side."""
+
+    status: int
+    content_type: str
+    location: str
+    body: dict[str, Any] | None
+    changes: dict[tuple[str, str], str]
+    raw: Answer
+
+
+class _StepText:
+    """A side's text normalisation with a step's interchangeable answers folded first."""
+
+    def __init__(self, norm: Normaliser, either: tuple[str, ...]) -> None:
+        self.norm, self.either = norm, either
+
+    def __call__(self, value: str) -> str:
+        for alternative in self.either:
+            value = value.replace(alternative, "<either>")
+        return self.norm.text(value)
+
+
+def _capture(body: Any, path: str) -> str | None:
+    for part in path.split("."):
+        if not isinstance(body, dict) or part not in body:
+            return None
+        body = body[part]
+    return body if isinstance(body, str) else None
+
+
+def _unsee_token_use(client: redis.Redis) -> None:
+    """Set every token's ``last`` to a fixed old time, so that a request using the token
+    changes it even within the second of the previous one (times have 1 s resolution)."""
+    for key in client.scan_iter(match="vmpooler__token__*"):
+        if client.hexists(key, "last"):
+            client.hset(key, "last", "2000-01-01 00:00:00 +0000")
+
+
+def play(step: Step, side: Side) -> Outcome:
+    """Run ``step`` on ``side``: seed, request, capture, normalise."""
+    if step.seed is not None:
+        step.seed(side.redis)
+    _unsee_token_use(side.redis)
+    captured = side.norm.captured
+    before = keyspace.dump(side.redis)
+    answer = send(side.port, step.method, step.resolved_path(captured), body=step.payload(),
+                  token=step.resolved_token(captured), basic=step.basic)
+    after = keyspace.dump(side.redis)
+    parsed = answer.json if answer.is_json else None
+    for name, path in step.capture.items():
+        value = _capture(parsed, path)
+        if value is not None:
+            side.norm.learn(name, value)
+    text = _StepText(side.norm, step.either)
+    body: dict[str, Any] | None = None
+    if step.compare_body:
+        if answer.is_json:
+            body = flatten(side.norm.json(_fold(parsed, text)))
+        else:
+            body = {"$": "<text> " + text(answer.body.decode("utf-8", "replace")[:120])}
+    found = keyspace.changes(before, after, text, side.norm.score)
+    return Outcome(answer.status, answer.content_type, text(answer.location), body,
+                   {(key, item): value for key, item, value in found}, answer)
+
+
+def _fold(value: Any, text: _StepText) -> Any:
+    """``value`` with the step's alternatives folded in every string (keys too)."""
+    if isinstance(value, dict):
+        return {_fold(k, text): _fold(v, text) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_fold(v, text) for v in value]
+    if isinstance(value, str):
+        for alternative in text.either:
+            value = value.replace(alternative, "<either>")
+    return value
+
+
+def compare(step: Step, ruby: Outcome, ours: Outcome) -> list[Difference]:
+    """The differences between the two outcomes of ``step``."""
+    if ruby.status != ours.status:
+        return [Difference(step.id, "status", "", str(ruby.status), str(ours.status))]
+    out: list[Difference] = []
+    if step.compare_body and ruby.content_type != ours.content_type:
+        out.append(Difference(step.id, "content-type", "", ruby.content_type,
+                              ours.content_type))
+    if ruby.location != ours.location:
+        out.append(Difference(step.id, "location", "", ruby.location, ours.location))
+    if ruby.body is not None and ours.body is not None:
+        for path in sorted(ruby.body.keys() | ours.body.keys()):
+            theirs, mine = ruby.body.get(path, "<absent>"), ours.body.get(path, "<absent>")
+            if theirs != mine or type(theirs) is not type(mine):
+                out.append(Difference(step.id, "body", path, repr(theirs), repr(mine)))
+    for key, item in sorted(ruby.changes.keys() | ours.changes.keys()):
+        theirs = ruby.changes.get((key, item), "<unchanged>")
+        mine = ours.changes.get((key, item), "<unchanged>")
+        if theirs != mine:
+            out.append(Difference(step.id, "redis", f"{key} {item}", theirs, mine))
+    return out
+
+
+def run(steps: Iterable[Step], ruby: Side, ours: Side) -> list[Difference]:
+    """Play every step on both sides, in order; all differences found."""
+    out: list[Difference] = []
+    for step in steps:
+        out += compare(step, play(step, ruby), play(step, ours))
+    return out
