@@ -19,9 +19,11 @@ __all__ = [
     "CloneForRequest",
     "CloneSlotFreed",
     "PoolChanged",
+    "PoolPurged",
     "ProviderCallFinished",
     "ProviderFailure",
     "ProviderOp",
+    "PurgeStaleVms",
     "RefillPool",
     "RequestChanged",
     "RequestCloneAnswered",
@@ -32,7 +34,9 @@ __all__ = [
     "RequestVmFailed",
     "RequestVmReady",
     "RestartActor",
+    "RunHealthCheck",
     "RunPoolCycle",
+    "RunPurge",
     "StartDrain",
     "SweepRequests",
     "WantCloneSlot",
@@ -70,6 +74,10 @@ class ProviderOp(enum.Enum):
     """Args ``(name: str,)``. Result: ``bool``."""
     PREPARE_TEMPLATE = "prepare_template"
     """Create the template's delta disks. Result: ``None``."""
+    PURGE_UNCONFIGURED = "purge_unconfigured"
+    """Remove the provider's resources no configured pool uses, except args
+    ``(allowlist: tuple[str, ...],)``; ``pool`` is "" and ``vm`` the provider's name.
+    Result: ``None``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +202,39 @@ class RefillPool:
     """Slot broker → pool actor: a clone slot is free; start clones if still short."""
 
     pool: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunPurge:
+    """Scheduler → housekeeper: start a purge of stale queue entries (``purge_interval``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunHealthCheck:
+    """Scheduler → housekeeper: run the queue health check (``health_check_interval``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeStaleVms:
+    """Housekeeper → pool actor: purge the pool's stale pending, ready and completed VMs
+    (``max_*_age``; with ``dry_run`` only count and log them), then answer ``reply_to``
+    with :class:`PoolPurged` carrying ``round``."""
+
+    round: int
+    dry_run: bool
+    reply_to: pykka.ActorRef[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolPurged:
+    """Pool actor → housekeeper: how many VMs of each queue the purge ``round`` took (or,
+    in a dry run, would have taken)."""
+
+    round: int
+    pool: str
+    pending: int = 0
+    ready: int = 0
+    completed: int = 0
 
 
 @dataclass(frozen=True, slots=True)

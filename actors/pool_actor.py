@@ -30,6 +30,7 @@ from vmpooler.actors.messages import (
     PoolChanged,
     ProviderCallFinished,
     ProviderOp,
+    PurgeStaleVms,
     RefillPool,
     RunPoolCycle,
     StartDrain,
@@ -39,17 +40,20 @@ from vmpooler.actors.pool_checks import PoolChecks
 from vmpooler.actors.pool_ondemand import OnDemandVms
 from vmpooler.actors.pool_outcomes import OutcomeHandlers
 from vmpooler.actors.pool_policy import Backoff, LifetimePolicy
+from vmpooler.actors.pool_purge import StalePurge
 from vmpooler.actors.pool_upkeep import PoolUpkeep
 from vmpooler.actors.provider_store import ProviderStore
 from vmpooler.actors.request_store import RequestStore
 from vmpooler.actors.store import PoolSnapshot, Store
 from vmpooler.actors.supervisor import ActorDirectory, SupervisedActor
+from vmpooler.actors.upkeep_store import UpkeepStore
 
 __all__ = ["PoolActor"]
 
 log = logging.getLogger(__name__)
 
-class PoolActor(OutcomeHandlers, PoolChecks, PoolUpkeep, OnDemandVms, SupervisedActor):
+class PoolActor(OutcomeHandlers, PoolChecks, PoolUpkeep, OnDemandVms, StalePurge,
+                SupervisedActor):
     """Owns the VMs of one pool. Construct with :meth:`pykka.ThreadingActor.start`."""
 
     def __init__(
@@ -70,6 +74,7 @@ class PoolActor(OutcomeHandlers, PoolChecks, PoolUpkeep, OnDemandVms, Supervised
         super().__init__(name=f"pool:{pool.name}", supervisor=supervisor)
         self.requests = requests or RequestStore(store.client)
         self.provider_store = ProviderStore(store.client)
+        self.upkeep = UpkeepStore(store.client)
         self.migrations: dict[str, str] = {}  # vm -> why: "moving", "limit" or "off"
         self.ondemand: dict[str, tuple[str, str]] = {}  # vm -> (request_id, alias)
         self.ondemand_loaded = False
@@ -165,6 +170,8 @@ class PoolActor(OutcomeHandlers, PoolChecks, PoolUpkeep, OnDemandVms, Supervised
             self._guard(self._drain, message.reason or "drain requested")
         elif isinstance(message, CloneForRequest):
             self._guard(self._clone_for_request, message)
+        elif isinstance(message, PurgeStaleVms):
+            self._guard(self._purge_stale, message)
         return None
 
     def _guard(self, fn: Any, *args: Any) -> None:

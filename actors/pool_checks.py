@@ -112,6 +112,7 @@ class PoolChecks:
             log.info("[!] [%s] '%s' is pending but not in the provider's inventory and no clone "
                      "is running for it; removed from 'pending'", self.name, vm)
             self.metrics.increment("vmpooler_errors.markedasfailed", tags={"pool": self.name})
+            self._dead_letter("pending", vm, "VmNotFound", "VM is not in the provider's inventory")
         self._ondemand_lost(vm, "VM is not in the provider's inventory")
         self._forget_caches(vm)
         return True

@@ -8,10 +8,12 @@ checked out, reaped) changes nothing.
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+import redis
+
 from vmpooler.actors import timefmt
+from vmpooler.actors.dlq import DeadLetter
 from vmpooler.actors.messages import (
     CloneResult,
     ProviderCallFinished,
@@ -22,7 +24,6 @@ from vmpooler.actors.messages import (
 )
 from vmpooler.actors.pool_policy import (
     PendingVerdict,
-    dlq_member,
     hostname_mismatch,
     pending_verdict,
 )
@@ -76,18 +77,30 @@ class OutcomeHandlers:
         else:
             self.on_inventory(tuple(msg.result), None)
 
-    def _dead_letter(self: PoolActor, queue: str, vm: str, error_class: str, message: str) -> None:
+    def _dead_letter(self: PoolActor, queue: str, vm: str, error_class: str, message: str,
+                     *, count: bool = True) -> None:
+        """Record a dead letter for ``vm`` (when ``dlq_enabled``), with its request's id,
+        alias and retry count if it was cloned for one; ``count`` the
+        ``vmpooler_dlq.<queue>.count`` metric (not for purges, as vmpooler). A Redis
+        failure is logged, never raised: the transition it records has happened."""
         if not self.settings.dlq_enabled:
             return
-        now = self.clock.now()
-        member = dlq_member(
-            vm=vm, pool=self.name, queue_from=queue, error_class=error_class,
-            error_message=message, epoch=int(now),
-            failed_at_iso=datetime.fromtimestamp(now, UTC).isoformat(),
-        )
-        self.store.dlq_add(queue, member, now, ttl=self.settings.dlq_ttl * 3600,
-                           max_entries=self.settings.dlq_max_entries)
-        self.metrics.increment(f"vmpooler_dlq.{queue}.count", tags={"pool": self.name})
+        request_id, alias = self.ondemand.get(vm, (None, None))
+        try:
+            retries = self.upkeep.retry_count(request_id) if request_id else 0
+            entry = DeadLetter.now(vm=vm, pool=self.name, queue=queue, error_class=error_class,
+                                   error_message=message, epoch=self.clock.now(),
+                                   retry_count=retries, request_id=request_id,
+                                   pool_alias=alias)
+            self.store.dlq_add(queue, entry.member(), entry.epoch,
+                               ttl=self.settings.dlq_ttl * 3600,
+                               max_entries=self.settings.dlq_max_entries)
+        except redis.RedisError as exc:
+            log.error("[!] [dlq] failed to move '%s' to the dead-letter queue: %s", vm, exc)
+            return
+        if count:
+            self.metrics.increment(f"vmpooler_dlq.{queue}.count", tags={"pool": self.name})
+        log.debug("[!] [dlq] moved '%s' from '%s' queue to DLQ: %s", vm, queue, message)
 
     # -- clone --------------------------------------------------------------------------------
     def _cloned(self: PoolActor, msg: ProviderCallFinished) -> None:
@@ -176,9 +189,10 @@ class OutcomeHandlers:
             log.warning("[!] [%s] '%s' has been pending for over %s minutes and will fail "
                         "after %s minutes", self.name, vm, self.notify_min, self.timeout_min)
         elif verdict == PendingVerdict.FAIL:
-            self._dead_letter("pending", vm, "Timeout",
-                              f"pending for more than {self.timeout_min} minutes")
             if self.store.retire(self.name, vm, "pending"):
+                self._dead_letter("pending", vm, "Timeout", msg.failure.message
+                                  if msg.failure is not None
+                                  else "VM timed out during pending phase")
                 self.metrics.increment("vmpooler_errors.markedasfailed", tags={"pool": self.name})
                 reason = msg.failure.message if msg.failure is not None else "not ready"
                 log.error("[>] [%s] '%s' marked as 'failed' after %s minutes (%s)", self.name,
@@ -203,8 +217,9 @@ class OutcomeHandlers:
         if not result.ready:
             if result.reason:
                 self.store.set_vm_fields(vm, {"open_socket_error": result.reason})
-            self._dead_letter("ready", vm, "NotReady", result.reason or "vm_ready returned false")
             if self.store.retire(self.name, vm, "ready"):
+                self._dead_letter("ready", vm, "NotReady",
+                                  result.reason or "VM became unreachable in ready queue")
                 log.info("[>] [%s] '%s' is unreachable, moved to 'completed'", self.name, vm)
                 self._forget_caches(vm)
 

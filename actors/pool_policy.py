@@ -5,14 +5,12 @@ Every function here is deterministic in its arguments, so the rules can be teste
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 __all__ = [
     "Backoff",
     "LifetimePolicy",
     "PendingVerdict",
-    "dlq_member",
     "hostname_mismatch",
     "lifetime_expired",
     "pending_verdict",
@@ -101,14 +99,3 @@ def lifetime_expired(*, now: float, checkout: float | None, lifetime_hours: int)
         return False
     return int((now - checkout) // 3600) >= lifetime_hours
 
-
-def dlq_member(
-    *, vm: str, pool: str, queue_from: str, error_class: str, error_message: str,
-    failed_at_iso: str, epoch: int, retry_count: int = 0,
-) -> str:
-    """A dead-letter entry as vmpooler writes it: ``"<vm>:<epoch>:<json>"``."""
-    body = json.dumps({
-        "vm": vm, "pool": pool, "queue_from": queue_from, "error_class": error_class,
-        "error_message": error_message, "failed_at": failed_at_iso, "retry_count": retry_count,
-    })
-    return f"{vm}:{epoch}:{body}"

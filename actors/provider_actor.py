@@ -217,6 +217,8 @@ class ProviderActor(SupervisedActor):
                                                   _MonitorTick())
 
     def _timeout_for(self, op: ProviderOp) -> float:
+        if op is ProviderOp.PURGE_UNCONFIGURED:  # once per start, may walk a whole vCenter
+            return self.timeouts.cap
         return self.timeouts.for_op(op)
 
     def in_flight(self) -> int:

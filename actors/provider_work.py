@@ -81,6 +81,9 @@ class ProviderWork:
         if op is ProviderOp.PREPARE_TEMPLATE:  # vm is "template:<the template in effect>"
             template = vm.removeprefix("template:") or None
             return lambda: p.create_template_delta_disks(pool, template=template)
+        if op is ProviderOp.PURGE_UNCONFIGURED:
+            allowlist = tuple(args[0]) if args else ()
+            return lambda: p.purge_unconfigured_resources(allowlist)
         raise ValueError(f"unknown provider op {op!r}")
 
     def _dns(self, pool: str) -> DnsPlugin | None:

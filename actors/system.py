@@ -33,6 +33,7 @@ from vmpooler.actors.command_stream import consumer_factory
 from vmpooler.actors.config import Config, PoolConfig
 from vmpooler.actors.embedded_redis import EmbeddedRedis
 from vmpooler.actors.hostnames import HostnameGenerator
+from vmpooler.actors.housekeeping import Housekeeper
 from vmpooler.actors.messages import PoolChanged, RequestChanged, StartDrain
 from vmpooler.actors.metrics import Metrics, create_metrics
 from vmpooler.actors.ondemand import OnDemandManager
@@ -44,9 +45,11 @@ from vmpooler.actors.provider_work import resolves
 from vmpooler.actors.request_actor import RequestActor
 from vmpooler.actors.request_store import DeleteOutcome, Entry, RequestRecord, RequestStore
 from vmpooler.actors.slot_broker import SlotBroker
+from vmpooler.actors.startup_purge import request_startup_purges
 from vmpooler.actors.store import Store, connect
 from vmpooler.actors.supervisor import ActorDirectory, Supervisor
 from vmpooler.actors.task_actor import TaskActor
+from vmpooler.actors.upkeep_store import UpkeepStore
 from vmpooler.providers.base import Provider, ProviderContext
 from vmpooler.providers.dns import DnsPlugin
 from vmpooler.providers.registry import load_dns_class, load_provider_class
@@ -131,6 +134,7 @@ class PoolerSystem:
                 host, port, password=config.redis.password, username=config.redis.username,
                 db=config.redis.db, pool_size=config.redis.connection_pool_size,
                 pool_timeout=config.redis.connection_pool_timeout,
+                reconnect_attempts=config.redis.reconnect_attempts,
             )
         m = config.metrics
         res = _Resources(
@@ -169,6 +173,8 @@ class PoolerSystem:
                                                                       resolver)).get()
         sup.start_child("slots", lambda s: SlotBroker.start(
             directory=self.directory, supervisor=s)).get()
+        sup.start_child("housekeeping", self._housekeeper_factory()).get()
+        request_startup_purges(cfg, self.directory)
         for pool in cfg.pools:
             sup.start_child(f"pool:{pool.name}", self._pool_factory(pool, hostnames)).get()
         sup.start_child("ondemand", self._ondemand_factory()).get()
@@ -183,6 +189,19 @@ class PoolerSystem:
                 notify_request=self.notify_request, clock=self.clock)).get()
         log.info("[*] [manager] started: %d pools, %d providers", len(cfg.pools),
                  len(res.providers))
+
+    def _housekeeper_factory(self) -> Callable[[pykka.ActorRef[Any]], pykka.ActorRef[Any]]:
+        cfg, res = self.config, self._res
+        upkeep = UpkeepStore(res.client)
+
+        def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
+            return Housekeeper.start(
+                settings=cfg.settings, pools=[p.name for p in cfg.pools], upkeep=upkeep,
+                directory=self.directory, clock=self.clock, scheduler=res.scheduler,
+                metrics=res.metrics, supervisor=supervisor,
+            )
+
+        return factory
 
     def _build_provider(self, name: str) -> Provider:
         cfg = self.config
@@ -307,7 +326,8 @@ class PoolerSystem:
         res = self._res
         names = self.directory.names()
         order = (
-            ["commands", "ondemand"] + [n for n in names if n.startswith("request:")]
+            ["commands", "housekeeping", "ondemand"]
+            + [n for n in names if n.startswith("request:")]
             + [n for n in names if n.startswith("pool:")] + ["tasks", "slots"]
             + [n for n in names if n.startswith("provider:")]
         )

@@ -24,6 +24,8 @@ Settings (all optional, under ``:providers: :<name>:``):
   set, a clone for a pool whose ``template`` / ``folder`` / ``datastore`` is not listed
   fails with the permanent ``TemplateNotFoundError`` / ``FolderNotFoundError`` /
   ``DatastoreNotFoundError`` a real hypervisor would raise (ours; vmpooler's has none).
+* ``resources_allowlist`` — pools (and VM names) of the inventory that
+  ``purge_unconfigured_resources`` keeps although no configured pool is theirs.
 * ``is_ready_timeout`` — vmpooler's dummy blocks up to this long for a clone to finish;
   ours never waits: ``vm_ready`` answers False at once while cloning. When set, it caps
   vmpooler's 2 s "booted → accepts connections" pause (slept on the first successful
@@ -38,12 +40,13 @@ name already exists raises instead of adding a duplicate.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import random
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from contextlib import suppress
 from copy import deepcopy
 from datetime import datetime
@@ -63,6 +66,8 @@ from vmpooler.providers.errors import (
 )
 
 __all__ = ["DummyProvider"]
+
+log = logging.getLogger(__name__)
 
 _Vm = dict[str, Any]
 _HOSTS = 10  # simulated cluster size for migrations
@@ -279,6 +284,30 @@ class DummyProvider(Provider):
                 self._persist()
         return MigrationResult(host=target, moved_from=current,
                                seconds=time.monotonic() - started)
+
+    def purge_unconfigured_resources(self, allowlist: Collection[str]) -> None:
+        """Remove every VM filed under a pool this provider does not serve, unless that
+        pool's name or the VM's own name is in ``allowlist`` (or ``resources_allowlist``)
+        — the dummy's folders are its pools. Called once at start-up; no delays, no
+        simulated failures."""
+        extra = self.settings.get("resources_allowlist") or ()
+        allowed = set(allowlist) | ({extra} if isinstance(extra, str) else set(extra))
+        removed: list[str] = []
+        with self._lock:
+            for pool in [p for p in self._pools if p not in self.context.pools]:
+                if pool in allowed:
+                    continue
+                kept = [vm for vm in self._pools[pool] if vm["name"] in allowed]
+                removed.extend(vm["name"] for vm in self._pools[pool] if vm not in kept)
+                if kept:
+                    self._pools[pool] = kept
+                else:
+                    del self._pools[pool]
+            self._names.difference_update(removed)
+            if removed:
+                self._persist()
+        for name in removed:
+            log.info("[-] [%s] purged '%s': it belongs to no configured pool", self.name, name)
 
     # -- extras --------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""The ``vmpooler`` command: ``run``, ``manager`` and ``check-config``.
+"""The ``vmpooler`` command: ``run``, ``api``, ``manager``, ``check-config`` and ``dlq``.
 
 Only this module configures logging and installs signal handlers. SIGTERM and SIGINT stop
 the manager cleanly (every Redis transition is one atomic script, so nothing is left
@@ -20,8 +20,10 @@ import redis
 
 from vmpooler.actors.config import Config, ConfigError, load_config, render_config
 from vmpooler.actors.config.redis_pools import redis_pool_reader
+from vmpooler.actors.config.unacted import unacted_warnings
 from vmpooler.actors.embedded_redis import EmbeddedRedisError
 from vmpooler.actors.system import PoolerSystem
+from vmpooler.web import dlq_command
 from vmpooler.web.logsetup import configure_logging
 
 __all__ = ["main"]
@@ -62,6 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("manager", parents=[common], help="run the pool manager (the actor system)")
     sub.add_parser("check-config", parents=[common],
                    help="print the effective configuration (secrets masked) or its errors")
+    dlq_command.add_parser(sub, [common])
     return parser
 
 
@@ -74,10 +77,15 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"vmpooler: the configuration is invalid:\n{exc}", file=sys.stderr)
         return 1
+    warnings = unacted_warnings(config)
     if command == "check-config":
         print(f"# source: {config.source}")
         print(render_config(config), end="")
+        for warning in warnings:
+            print(f"vmpooler: warning: {warning}", file=sys.stderr)
         return 0
+    if command == "dlq":
+        return dlq_command.run(config, args)
     try:
         configure_logging(args.log_level, config.settings.logfile)
     except (OSError, ValueError) as exc:
@@ -87,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     for note in config.notes:
         log.warning("[!] [config] %s", note)
+    for warning in warnings:
+        log.warning("[!] [config] %s", warning)
     if command in ("run", "api"):
         return _serve(config, args, with_manager=command == "run")
     return _run_manager(config)

@@ -61,7 +61,8 @@ def _client(config: Config, address: tuple[str, int]) -> redis.Redis:
     return connect(address[0], address[1], password=config.redis.password,
                    username=config.redis.username, db=config.redis.db,
                    pool_size=config.redis.connection_pool_size,
-                   pool_timeout=config.redis.connection_pool_timeout)
+                   pool_timeout=config.redis.connection_pool_timeout,
+                   reconnect_attempts=config.redis.reconnect_attempts)
 
 
 def _write_json_error(sock: Any, status_int: int, reason: str, mesg: str) -> None:

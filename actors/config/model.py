@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from vmpooler.actors.config._data import empty_mapping, freeze, mask_secrets
 
 __all__ = [
+    "DEFAULT_HEALTH_THRESHOLDS",
     "Config",
     "DnsConfig",
     "GlobalSettings",
@@ -37,6 +38,20 @@ DEFAULT_RATE_LIMITS: Mapping[str, Mapping[str, int]] = freeze(
         "vm_deletion": {"limit": 50, "period": 60},
     }
 )
+
+
+DEFAULT_HEALTH_THRESHOLDS: Mapping[str, float] = freeze(
+    {
+        "pending_queue_max": 100,
+        "ready_queue_max": 500,
+        "dlq_max_warning": 100,
+        "dlq_max_critical": 1000,
+        "stuck_vm_age_threshold": 7200,  # seconds
+        "stuck_vm_max_warning": 10,
+        "stuck_vm_max_critical": 50,
+    }
+)
+"""vmpooler's queue-health thresholds; ``:config: health_thresholds`` is merged over them."""
 
 
 def setting(
@@ -128,6 +143,19 @@ class GlobalSettings:
     dlq_enabled: bool = setting(False, "bool")
     dlq_ttl: int = setting(168, "int")  # hours
     dlq_max_entries: int = setting(10000, "int")
+    # Auto-purge of stale queue entries (reference §4.11): seconds.
+    purge_enabled: bool = setting(False, "bool")
+    purge_dry_run: bool = setting(False, "bool")
+    purge_interval: float = setting(3600.0, "number", positive=True)
+    max_pending_age: float = setting(7200.0, "number", positive=True)
+    max_ready_age: float = setting(86400.0, "number", positive=True)
+    max_completed_age: float = setting(3600.0, "number", positive=True)
+    max_orphaned_age: float = setting(86400.0, "number", positive=True)
+    # Queue health check (reference §4.11): seconds; thresholds merged over the defaults.
+    health_check_enabled: bool = setting(False, "bool")
+    health_check_interval: float = setting(300.0, "number", positive=True)
+    health_thresholds: Mapping[str, float] = field(
+        default_factory=lambda: DEFAULT_HEALTH_THRESHOLDS)
     raw: Mapping[str, Any] = field(default_factory=empty_mapping)
     """The whole ``:config:`` section as written, after environment overrides."""
 

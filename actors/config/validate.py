@@ -17,6 +17,7 @@ from vmpooler.actors.config._pools import build_dns_configs, build_pools, build_
 from vmpooler.actors.config._values import show
 from vmpooler.actors.config.errors import DOMAIN_REMOVED, Issue
 from vmpooler.actors.config.model import (
+    DEFAULT_HEALTH_THRESHOLDS,
     DEFAULT_RATE_LIMITS,
     Config,
     GlobalSettings,
@@ -42,10 +43,7 @@ KNOWN_SECTIONS = frozenset({
 # Documented `:config:` keys that GlobalSettings does not model (carried in `raw`).
 _OTHER_CONFIG_KEYS = frozenset({
     "extra_config", "create_folders", "manage_host_selection", "host_selection_max_age",
-    "utilization_limit", "vsphere_timeout", "purge_enabled",
-    "purge_dry_run", "purge_interval", "max_pending_age", "max_ready_age", "max_completed_age",
-    "max_orphaned_age", "health_check_enabled", "health_check_interval", "health_thresholds",
-    "purge_unconfigured_folders", "domain",
+    "utilization_limit", "vsphere_timeout", "purge_unconfigured_folders", "domain",
 })
 
 
@@ -145,7 +143,8 @@ def _settings(section: Mapping[str, Any], chk: Checker) -> GlobalSettings:
                  "use purge_unconfigured_resources")
         effective.setdefault("purge_unconfigured_resources",
                              section["purge_unconfigured_folders"])
-    settings = chk.build(GlobalSettings, effective, path, raw=freeze(section))
+    settings = chk.build(GlobalSettings, effective, path, raw=freeze(section),
+                         health_thresholds=_health_thresholds(section, chk))
     low, high = settings.check_loop_delay_min, settings.check_loop_delay_max
     changes: dict[str, float] = {}
     if high < low:
@@ -157,6 +156,20 @@ def _settings(section: Mapping[str, Any], chk: Checker) -> GlobalSettings:
                  "must exceed 1; using 2.0")
         changes["check_loop_delay_decay"] = 2.0
     return _replace(settings, changes)
+
+
+def _health_thresholds(section: Mapping[str, Any], chk: Checker) -> Mapping[str, float]:
+    """``health_thresholds`` merged over vmpooler's defaults; unknown keys are noted."""
+    path = ("config", "health_thresholds")
+    given = chk.mapping(section.get("health_thresholds"), path)
+    merged = dict(DEFAULT_HEALTH_THRESHOLDS)
+    for key in given:
+        if key not in merged:
+            chk.note(f"unknown key config.health_thresholds.{key} (ignored; known: "
+                     f"{', '.join(DEFAULT_HEALTH_THRESHOLDS)})")
+            continue
+        merged[key] = chk.get(given, key, path, "number", merged[key], minimum=0)
+    return freeze(merged)
 
 
 def _replace(settings: GlobalSettings, changes: Mapping[str, Any]) -> GlobalSettings:

@@ -14,11 +14,13 @@ from __future__ import annotations
 from vmpooler.actors.schema.pool_scripts import Scripts
 from vmpooler.actors.schema.request_scripts import RequestScripts
 from vmpooler.actors.schema.status_scripts import StatusScripts
+from vmpooler.actors.schema.upkeep_scripts import UpkeepScripts
 
 __all__ = [
     "RequestScripts",
     "Scripts",
     "StatusScripts",
+    "UpkeepScripts",
     "active",
     "boot_stats",
     "clone_stats",
@@ -29,7 +31,9 @@ __all__ = [
     "config_template",
     "discovered",
     "dlq",
+    "dlq_pattern",
     "empty",
+    "health",
     "lastboot",
     "migrating",
     "migration",
@@ -57,6 +61,8 @@ __all__ = [
     "undo_size_override",
     "undo_template_override",
     "vm",
+    "vm_name",
+    "vm_pattern",
 ]
 
 _P = "vmpooler__"
@@ -256,6 +262,27 @@ def migration() -> str:
 def dlq(queue: str) -> str:
     """Sorted set of dead-letter entries for ``pending``, ``ready`` or ``clone``."""
     return f"{_P}dlq__{queue}"
+
+
+def dlq_pattern() -> str:
+    """SCAN pattern matching every dead-letter queue."""
+    return f"{_P}dlq__*"
+
+
+def vm_pattern() -> str:
+    """SCAN pattern matching every VM hash (``vm(name)`` for any name)."""
+    return f"{_P}vm__*"
+
+
+def vm_name(key: str) -> str:
+    """The VM name of a VM hash key (the inverse of :func:`vm`)."""
+    return key.removeprefix(f"{_P}vm__")
+
+
+def health() -> str:
+    """Hash ``metrics`` (JSON), ``status`` (healthy, degraded, unhealthy), ``last_check``
+    (RFC 3339): the manager's queue health check (reference §4.11); expires after 1 h."""
+    return f"{_P}health"
 
 
 def provider_health(provider: str) -> str:

@@ -1,0 +1,109 @@
+"""Keys the configuration accepts but nothing acts on, as warnings naming file, line and key.
+
+An operator who writes a key believes it does something. :func:`unacted_warnings` lists
+every accepted key that does nothing in this configuration: sections vmpooler has and we do
+not implement (``:tracing:``, ``:graphs:``), ``:config:`` keys only the vSphere provider
+reads when no pool uses one, a provider's purge keys when no pool uses that provider, and
+tuning keys whose feature is switched off. ``vmpooler check-config`` prints them; the
+manager logs them at start.
+
+Locations are found by reading the main file and its ``extra_config`` files again (the
+loaded :class:`~vmpooler.actors.config.Config` keeps no text); a value set by an
+environment variable, or a document read from ``VMPOOLER_CONFIG``, is reported without a
+line. Reading never raises.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from vmpooler.actors.config._yaml import Locator, SourceText
+from vmpooler.actors.config.errors import ConfigProblem, format_key
+from vmpooler.actors.config.model import Config
+
+__all__ = ["unacted_keys", "unacted_warnings"]
+
+VSPHERE_ONLY = ("create_folders", "manage_host_selection", "host_selection_max_age",
+                "utilization_limit", "vsphere_timeout", "max_tries", "retry_factor",
+                "create_linked_clones")
+"""``:config:`` keys that only the vSphere provider reads."""
+
+# (switch, keys that do nothing while it is false)
+_SWITCHED = (
+    ("purge_enabled", ("purge_dry_run", "purge_interval", "max_pending_age", "max_ready_age",
+                       "max_completed_age", "max_orphaned_age")),
+    ("health_check_enabled", ("health_check_interval", "health_thresholds")),
+    ("dlq_enabled", ("dlq_ttl", "dlq_max_entries")),
+)
+_DEFAULT_ON = {"connection_pool_monitor_enabled": ("connection_pool_monitor_interval",)}
+
+
+def unacted_keys(config: Config) -> list[tuple[tuple[str, ...], str]]:
+    """``(key path, why nothing acts on it)`` for every such key, in document order."""
+    out: list[tuple[tuple[str, ...], str]] = []
+    if "tracing" in config.raw:
+        out.append((("tracing",), "OpenTelemetry tracing is not implemented; this section "
+                                  "is accepted and ignored"))
+    if "graphs" in config.raw:
+        out.append((("graphs",), "the dashboard keeps no Graphite history; this section is "
+                                 "accepted and ignored"))
+    section: Mapping[str, Any] = config.settings.raw
+    used = {p.provider for p in config.pools}
+    classes = {config.providers[name].provider_class.lower()
+               for name in used if name in config.providers}
+    if "vsphere" not in classes:
+        out.extend((("config", key), "only the vSphere provider reads this key, and no pool "
+                                     "uses a vSphere provider") for key in VSPHERE_ONLY
+                   if key in section)
+    for switch, keys in _SWITCHED:
+        if not getattr(config.settings, switch):
+            out.extend((("config", key), f"has no effect while {switch} is false")
+                       for key in keys if key in section)
+    for switch, keys in _DEFAULT_ON.items():
+        if not getattr(config.settings, switch):
+            out.extend((("config", key), f"has no effect while {switch} is false")
+                       for key in keys if key in section)
+    for name, provider in config.providers.items():
+        if name in used:
+            continue
+        for key in ("purge_unconfigured_resources", "resources_allowlist", "folder_whitelist"):
+            if key in provider.settings:
+                out.append((("providers", name, key), f"no pool uses provider {name!r}, so "
+                            "it is not started and nothing is purged"))
+    return out
+
+
+def _sources(config: Config, cwd: Path, environ: Mapping[str, str]) -> list[SourceText]:
+    sources = []
+    main = Path(config.source)
+    if main.is_file():
+        files = [main]
+        extra = environ.get("EXTRA_CONFIG") or config.settings.raw.get("extra_config")
+        names = extra.split(",") if isinstance(extra, str) else list(extra or [])
+        files += [cwd / str(name).strip() for name in names if str(name).strip()]
+        for file in files:
+            try:
+                sources.append(SourceText(str(file), file.read_text(encoding="utf-8")))
+            except (OSError, UnicodeDecodeError):
+                continue
+    return sources
+
+
+def unacted_warnings(config: Config, *, cwd: Path | None = None,
+                     environ: Mapping[str, str] | None = None) -> list[ConfigProblem]:
+    """:func:`unacted_keys` located: ``str()`` of each is ``file:line: key: message``."""
+    keys = unacted_keys(config)
+    if not keys:
+        return []
+    environ = os.environ if environ is None else environ
+    sources = _sources(config, Path.cwd() if cwd is None else cwd, environ)
+    locator = Locator(sources, {}) if sources else None
+    warnings = []
+    for path, message in keys:
+        source, line = locator.locate(path) if locator else (config.source, None)
+        warnings.append(ConfigProblem(source, line, format_key(path),
+                                      f"{message} (not acted on)"))
+    return warnings
