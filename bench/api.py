@@ -1,8 +1,10 @@
-"""REST API benchmark: ``vmpooler api`` against a bare Falcon app, side by side.
+"""REST API benchmark: ``vmpooler api`` against a bare Falcon app and the Ruby vmpooler
+3.9.1 API, side by side.
 
     .venv/bin/python bench/api.py [--duration 10] [--warmup 2] [--threads 8]
-                                  [--concurrency 8,32] [--hot 50000] [--json out.json]
+                                  [--concurrency 1,8,32] [--hot 10000] [--json out.json]
                                   [--only status] [--baseline LABEL=COMMAND ...]
+                                  [--ruby DEST | --no-ruby] [--profile DIR]
 
 One run, on this machine, loopback only:
 
@@ -11,16 +13,27 @@ One run, on this machine, loopback only:
   each, the first ("hot") one with ``--hot`` ready VMs (each VM: a member of
   ``vmpooler__ready__<pool>`` and a ``vmpooler__vm__<name>`` hash with ``template``,
   ``pool``, ``clone``, ``ready``, ``check`` ...), plus ``lastboot`` and today's boot and
-  clone statistics. No manager runs; the hot pool is reseeded before every checkout round
-  (a round that empties it is flagged ``HOT POOL DRAINED``: its 503s would inflate req/s);
+  clone statistics. No manager runs. Before every checkout round the hot pool is reseeded
+  with ``--hot`` VMs for the warm-up, then with ``--hot`` plus 1.3 x what the warm-up's rate
+  says the round will take, so it holds at least ``--hot`` ready VMs all through the round
+  whichever server is measured (vmpooler 3.9.1 reads the whole ready set per checkout, so
+  its cost grows with the pool; ours does not). The report shows the ready count at the
+  start and end of each round and flags one that fell below ``--hot`` or emptied
+  (``HOT POOL DRAINED``: its 503s would inflate req/s);
 * starts ``vmpooler api --workers W --threads T`` and ``bench/bare_app.py`` (a bare Falcon
   app under gunicorn with the very same settings: gthread, W workers, T threads) as
-  subprocesses, each on its own free port;
+  subprocesses, each on its own free port; and, unless ``--no-ruby``, the Ruby vmpooler
+  3.9.1 API from ``--ruby DEST`` (default ``/tmp/vmpooler-ruby`` when installed there) on
+  the same config and Redis (``bench/ruby_api.py``);
 * drives each with ``wrk`` (closed loop, keep-alive, one wrk thread; the fallback
   ``--client python`` uses threads and ``http.client`` in this process) for ``--warmup``
   then ``--duration`` seconds per round, at each ``--concurrency``: bare ``POST /x``, bare
-  ``POST /redis`` (one Redis GET), vmpooler ``POST /api/v3/vm/<hot pool>`` (checkout) and
-  vmpooler ``GET /api/v3/status``;
+  ``POST /redis`` (one Redis GET), Ruby's then ours ``POST /api/v3/vm/<hot pool>``
+  (checkout), Ruby's then ours ``GET /api/v3/status?view=capacity,queue,clone,boot,pools,x``
+  with a suffix no other request used appended to the view value, so vmpooler 3.9.1's 30 s
+  cache per view value never answers (the view selects the same sections on both servers;
+  before these rounds a check on each server that a new view value sees a change made to
+  Redis just before, see :func:`ruby_api.status_freshness`);
 * per round: throughput, p50/p90/p99/max latency, non-2xx answers, CPU per request of the
   server's workers (and how it split between them), of redis-server and of the load
   generator, and the CPU other processes on the machine took meanwhile; for checkouts the
@@ -28,7 +41,9 @@ One run, on this machine, loopback only:
   per checkout from ``INFO commandstats`` (``CONFIG RESETSTAT`` before each round) and
   client round trips per checkout from ``INFO stats`` ``total_reads_processed``;
 * before the load, a sequential calibration: ``--calibrate`` checkouts one at a time, with
-  the same Redis counts (exact, nothing else running).
+  the same Redis counts (exact, nothing else running), on ours and on Ruby's;
+* ours against Ruby's per round (req/s ratio, both p50/p99 and CPU per request), against
+  the targets in ``bench/ruby_api.py``; in the JSON as ``vs_ruby``.
 
 gunicorn's gthread workers accept greedily, and wrk's keep-alive connections stay where
 they were accepted: now and then every connection lands on one worker, which then does all
@@ -47,10 +62,11 @@ settings, and measures its ``GET /status`` right before ours at each concurrency
 are compared side by side in one run (rounds ``status@LABEL``; with ``--only``, they come
 with ``status``).
 
-Every process started here (redis-server, all gunicorn masters and their workers, wrk) is
-stopped in a ``finally``. ``--profile DIR`` adds, after the rounds, one checkout and one
-/status round at the highest concurrency with ``py-spy record --gil`` (if installed) on
-each vmpooler worker and prints the hottest functions; those rounds are not in the table.
+Every process started here (redis-server, all gunicorn masters and their workers, the Ruby
+API, wrk) is stopped in a ``finally``. ``--profile DIR`` adds, after the rounds, one
+checkout and one /status round at the highest concurrency with ``py-spy record --gil`` (if
+installed) on each vmpooler worker and prints the hottest functions; those rounds are not
+in the table.
 """
 
 from __future__ import annotations
@@ -80,7 +96,9 @@ from pathlib import Path
 from typing import Any
 
 import redis
+import ruby_api
 import yaml
+from ruby_api import STATUS_VIEW
 
 from vmpooler.actors import schema, timefmt
 from vmpooler.actors.embedded_redis import EmbeddedRedis, free_port
@@ -436,12 +454,18 @@ class Bench:
         self.hot = pool_names(args.pools)[0]
         self.hot_vms: list[str] = []
         self.round_no = 0
+        self.last_extra = 0  # the most VMs a checkout round was seeded with above --hot
         self.load = run_wrk if args.client == "wrk" else run_python
 
     def reseed_hot(self, count: int | None = None) -> None:
         self.round_no += 1
         self.hot_vms = reset_hot(self.probe, self.hot, count or self.args.hot, self.hot_vms,
                                  self.round_no)
+
+    def headroom(self, rps: float, seconds: float) -> int:
+        """VMs to seed above ``--hot`` so a round of ``seconds`` at ``rps`` (the warm-up's
+        rate) leaves at least ``--hot`` ready: 30 % and one second more than it takes."""
+        return int(rps * (seconds + 1) * 1.3) + 100
 
     def round(self, server: Server, label: str, method: str, path: str, conc: int,
               reseed: bool = False, unique: bool = False) -> dict[str, Any]:
@@ -475,11 +499,16 @@ class Bench:
         url = f"http://127.0.0.1:{server.port}{path}"
         args = self.args
         if reseed:
-            self.reseed_hot(min(args.hot, 5000))
+            self.reseed_hot(args.hot)
+        warm_rps = 0.0
         if args.warmup > 0:
-            self.load(url, method, conc, args.warmup, args.wrk_threads, self.work, unique)
+            warm_rps = self.load(url, method, conc, args.warmup, args.wrk_threads, self.work,
+                                 unique)["rps"]
         if reseed:
-            self.reseed_hot()
+            # no warm-up: as if the round ran at 5,000/s
+            extra = self.headroom(warm_rps if args.warmup > 0 else 5000.0, args.duration)
+            self.reseed_hot(args.hot + extra)
+            self.last_extra = max(self.last_extra, extra)
         self.probe.config_resetstat()
         before = command_stats(self.probe)
         reads0 = reads_processed(self.probe)
@@ -516,8 +545,10 @@ class Bench:
         if reseed:
             taken = int(self.probe.scard(schema.running(self.hot)))
             result["checkouts"] = taken
+            result["hot_ready_start"] = len(self.hot_vms)
             result["hot_ready_left"] = int(self.probe.scard(schema.ready(self.hot)))
             result["drained"] = result["hot_ready_left"] == 0
+            result["below_hot"] = result["hot_ready_left"] < args.hot
             if taken:
                 cmds = result["redis_commands"]
                 result["per_checkout"] = {
@@ -569,7 +600,7 @@ class Bench:
             return {"error": "py-spy not installed (pip install py-spy into the venv)"}
         out_dir.mkdir(parents=True, exist_ok=True)
         if reseed:
-            self.reseed_hot()
+            self.reseed_hot(self.args.hot + (self.last_extra or self.headroom(5000.0, 10)))
         seconds = max(3, round(self.args.duration))
         recorders = []
         for pid in server.workers():
@@ -694,11 +725,14 @@ def report(results: dict[str, Any]) -> str:
     lines.append("checkout (POST /api/v3/vm/<hot>) against the bare app, and vmpooler 3.9.1:")
     for c in concs:
         co, x, rg = by.get(("checkout", c)), by.get(("bare_x", c)), by.get(("bare_redis", c))
+        rb = by.get(("checkout@ruby", c))
+        if rb:
+            lines.append(f"  c={c} [Ruby]: {_f(rb['rps'])}/s ({_hot_note(rb)})")
+            lines += _per_checkout_lines(rb)
         if not co:
             continue
         old = VMPOOLER_391_CHECKOUT.get(c)
-        parts = [f"  c={c}: {_f(co['rps'])}/s ({co.get('checkouts', 0)} VMs checked out, "
-                 f"{co['non_2xx']} non-2xx{', HOT POOL DRAINED' if co.get('drained') else ''})"]
+        parts = [f"  c={c}: {_f(co['rps'])}/s ({_hot_note(co)})"]
         if rg:
             parts.append(f"ratio to bare+GET {co['rps'] / rg['rps']:.2f}")
         if x:
@@ -708,21 +742,15 @@ def report(results: dict[str, Any]) -> str:
             parts.append(f"server CPU per request: bare+GET / vmpooler "
                          f"{rg['server_cpu_ms_per_req'] / co['server_cpu_ms_per_req']:.2f}")
         if old:
-            parts.append(f"vs 3.9.1 {old[0]:g}/s p99 {old[1]:g} ms: "
+            parts.append(f"vs 3.9.1 in the issue {old[0]:g}/s p99 {old[1]:g} ms: "
                          f"x{co['rps'] / old[0]:.1f}, p99 {_f(co['p99_ms'])} ms")
         lines.append("; ".join(parts))
-        pc = co.get("per_checkout")
-        if pc:
-            lines.append(f"        Redis per checkout: round trips {pc['round_trips']:.3f} "
-                         f"(target {TARGET_ROUND_TRIPS:g}), EVALSHA {pc['evalsha']:.3f}, "
-                         f"XADD {pc['xadd']:.3f}, all commands incl. those inside the "
-                         f"script {pc['all_commands']:.3f}")
-            lines.append("        commands: " + ", ".join(
-                f"{k} {v}" for k, v in sorted(co["redis_commands"].items(),
-                                              key=lambda kv: -kv[1])))
-    cal = results.get("calibration")
-    if cal:
-        lines.append(f"  sequential calibration: {cal['checkouts']} checkouts, "
+        lines += _per_checkout_lines(co, TARGET_ROUND_TRIPS)
+    for who, cal in (("", results.get("calibration")),
+                     (" [Ruby]", results.get("ruby", {}).get("calibration"))):
+        if not cal:
+            continue
+        lines.append(f"  sequential calibration{who}: {cal['checkouts']} checkouts, "
                      f"{cal['mean_ms']:.2f} ms each; round trips per checkout "
                      f"{cal['round_trips_per_checkout']:.3f}, EVALSHA "
                      f"{cal['evalsha_per_checkout']:.3f}, all commands "
@@ -730,10 +758,12 @@ def report(results: dict[str, Any]) -> str:
         lines.append("        commands: " + ", ".join(
             f"{k} {v}" for k, v in sorted(cal["redis_commands"].items(), key=lambda kv: -kv[1])))
     lines.append("")
-    lines.append(f"GET /api/v3/status ({results['pools']} pools), target >= "
-                 f"{TARGET_STATUS_RPS:g}/s (10 x vmpooler 3.9.1's {VMPOOLER_391_STATUS_RPS:g}/s)"
-                 f" and p99 < {TARGET_STATUS_P99_MS:g} ms:")
-    status_keys = [*(f"status@{label}" for label in results.get("baselines", [])), "status"]
+    lines.append(f"GET /api/v3/status?view={STATUS_VIEW}<new each request> ({results['pools']} "
+                 f"pools), target >= {TARGET_STATUS_RPS:g}/s (10 x vmpooler 3.9.1's "
+                 f"{VMPOOLER_391_STATUS_RPS:g}/s in the issue) and p99 < "
+                 f"{TARGET_STATUS_P99_MS:g} ms:")
+    status_keys = [*(f"status@{label}" for label in results.get("baselines", [])),
+                   "status@ruby", "status"]
     for c in concs:
         for key in status_keys:
             st = by.get((key, c))
@@ -742,7 +772,8 @@ def report(results: dict[str, Any]) -> str:
             n = max(1, st["requests"])
             cmds = sum(st["redis_commands"].values()) / n
             evalsha = st["redis_commands"].get("evalsha", 0) / n
-            who = "" if key == "status" else f" [{key.split('@', 1)[1]}]"
+            who = "" if key == "status" else f" [{key.split('@', 1)[1]}]".replace(
+                "[ruby]", "[Ruby]")
             lines.append(f"  c={c}{who}: {_f(st['rps'])}/s "
                          f"(x{st['rps'] / VMPOOLER_391_STATUS_RPS:.1f} vmpooler 3.9.1), p50 "
                          f"{_f(st['p50_ms'], 2)} ms, p99 {_f(st['p99_ms'], 2)} ms, worker CPU "
@@ -750,8 +781,34 @@ def report(results: dict[str, Any]) -> str:
                          f"request {cmds:.0f} (EVALSHA {evalsha:.2f}; commands run inside a "
                          f"script count too), redis-server socket reads per request "
                          f"{st['redis_reads'] / n:.2f}")
+    lines += ruby_api.comparison_report(results.get("vs_ruby", []),
+                                        {**results.get("ruby", {}),
+                                         "freshness": results.get("status_freshness", {})})
     lines += profile_report(results.get("profiles", []))
     return "\n".join(lines)
+
+
+def _hot_note(r: dict[str, Any]) -> str:
+    """VMs checked out, non-2xx and the hot pool's ready VMs at the start and end of a
+    checkout round (flagged when it drained or fell below ``--hot``)."""
+    flag = (", HOT POOL DRAINED" if r.get("drained")
+            else ", fell below --hot" if r.get("below_hot") else "")
+    return (f"{r.get('checkouts', 0)} VMs checked out, {r['non_2xx']} non-2xx; hot pool "
+            f"{r.get('hot_ready_start', 0)} -> {r.get('hot_ready_left', 0)} ready{flag}")
+
+
+def _per_checkout_lines(r: dict[str, Any], target: float | None = None) -> list[str]:
+    """The Redis counts per checkout of one checkout round, as report lines."""
+    pc = r.get("per_checkout")
+    if not pc:
+        return []
+    aim = f" (target {target:g})" if target is not None else ""
+    return [f"        Redis per checkout: round trips {pc['round_trips']:.3f}{aim}, EVALSHA "
+            f"{pc['evalsha']:.3f}, XADD {pc['xadd']:.3f}, all commands (incl. those inside "
+            f"a script) {pc['all_commands']:.3f}",
+            "        commands: " + ", ".join(
+                f"{k} {v}" for k, v in sorted(r["redis_commands"].items(),
+                                              key=lambda kv: -kv[1]))]
 
 
 def profile_report(profiles: list[dict[str, Any]]) -> list[str]:
@@ -777,13 +834,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pools", type=int, default=100, help="configured pools (default 100)")
     parser.add_argument("--size", type=int, default=10,
                         help="ready VMs in every pool but the hot one (default 10)")
-    parser.add_argument("--hot", type=int, default=50000,
-                        help="ready VMs in the hot pool, reseeded before each checkout round "
-                             "(default 50000)")
+    parser.add_argument("--hot", type=int, default=10000,
+                        help="ready VMs the hot pool keeps at least during each checkout "
+                             "round: reseeded before each with this many plus what the "
+                             "warm-up says the round will take (default 10000)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=8)
-    parser.add_argument("--concurrency", default="8,32",
-                        help="comma-separated connection counts (default 8,32)")
+    parser.add_argument("--concurrency", default="1,8,32",
+                        help="comma-separated connection counts (default 1,8,32)")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per round")
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds before each round")
     parser.add_argument("--calibrate", type=int, default=500,
@@ -808,6 +866,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", metavar="LABEL=COMMAND", action="append", default=[],
                         help="also serve a vmpooler api with COMMAND and measure its /status "
                              "right before ours (repeatable); e.g. an older build")
+    ruby_default = ruby_api.default_dest()
+    parser.add_argument("--ruby", metavar="DEST", type=Path, default=ruby_default,
+                        help="also serve the Ruby vmpooler 3.9.1 installed in DEST (by "
+                             "../shared/tools/vmpooler-ruby/install.sh) and measure its "
+                             "checkout and /status rounds beside ours (default: "
+                             f"{ruby_api.DEFAULT_DEST} when installed there"
+                             f"{'' if ruby_default else ', which it is not now'})")
+    parser.add_argument("--no-ruby", action="store_true", help="do not run the Ruby API")
     parser.add_argument("--json", metavar="FILE", help="write every figure as JSON")
     parser.add_argument("--keep-logs", action="store_true",
                         help="keep the servers' logs (their path is printed)")
@@ -824,6 +890,7 @@ def main(argv: list[str] | None = None) -> int:
         if not sep or not label or not command:
             raise SystemExit(f"--baseline wants LABEL=COMMAND, not {spec!r}")
         baselines.append((label, command))
+    ruby_dest: Path | None = None if args.no_ruby else args.ruby
     names = pool_names(args.pools)
     sizes = {name: (args.hot if i == 0 else args.size) for i, name in enumerate(names)}
 
@@ -843,7 +910,8 @@ def main(argv: list[str] | None = None) -> int:
         results["redis_server_version"] = probe.info("server").get("redis_version")
         seed_all(probe, sizes)
         probe.set("bench__bare__key", "x" * 32)
-        config = write_config(work / "vmpooler.yaml", embedded.port, sizes)
+        config = write_config(work / "vmpooler.yaml", embedded.port, sizes,
+                              logfile=work / "ruby-vmpooler.log")
         api_port, bare_port = free_port(), free_port()
         api = Server("vmpooler api", [
             *shlex.split(args.api_command), "api", "--config", str(config),
@@ -864,39 +932,66 @@ def main(argv: list[str] | None = None) -> int:
                 "--bind", f"127.0.0.1:{port}", "--workers", str(args.workers),
                 "--threads", str(args.threads), "--log-level", "warning"],
                 port, f"{API_PREFIX}/vm", work / f"baseline-{n}.log", args.workers)))
-        for server in (api, bare, *(other for _, other in others)):
+        ruby: Server | None = None
+        if ruby_dest is not None:
+            ruby = ruby_api.make_server(Server, ruby_dest, config, free_port(),
+                                        work / "ruby.out", f"{API_PREFIX}/vm")
+            results["ruby"] = {"dest": str(ruby_dest), **ruby_api.versions(ruby_dest)}
+        for server in (api, bare, *(other for _, other in others),
+                       *((ruby,) if ruby else ())):
             servers.append(server)
             server.start()
         bench = Bench(args, probe, work)
         print(f"[bench] redis-server on {embedded.port}, vmpooler api on {api_port}, bare on "
-              f"{bare_port}; {args.pools} pools, hot pool {bench.hot} with {args.hot} ready; "
+              f"{bare_port}{f', Ruby vmpooler on {ruby.port}' if ruby else ''}; {args.pools} "
+              f"pools, hot pool {bench.hot} with {args.hot} ready; "
               f"{args.workers} workers x {args.threads} threads; client {args.client}",
               file=sys.stderr, flush=True)
         if args.calibrate and "checkout" in only:
             results["calibration"] = bench.calibrate(api, args.calibrate)
+            if ruby:
+                results["ruby"]["calibration"] = bench.calibrate(ruby, args.calibrate)
+        if "status" in only:
+            results["status_freshness"] = {
+                who: ruby_api.status_freshness(probe, server.port, names[1], API_PREFIX)
+                for who, server in (("ours", api), ("Ruby", ruby)) if server}
+        status_path = f"{API_PREFIX}/status?view={ruby_api.STATUS_VIEW}"
+        ruby_plan = [] if ruby is None else [
+            ("checkout@ruby", f"Ruby POST /vm/{bench.hot}", ruby, "POST",
+             f"{API_PREFIX}/vm/{bench.hot}", True),
+            ("status@ruby", "Ruby GET /status (uncached)", ruby, "GET", status_path, False)]
         plan: list[tuple[str, str, Server, str, str, bool]] = [
             ("bare_x", "bare POST /x", bare, "POST", "/x", False),
             ("bare_redis", "bare POST /redis (1 GET)", bare, "POST", "/redis", False),
+            *ruby_plan[:1],
             ("checkout", f"vmpooler POST /vm/{bench.hot}", api, "POST",
              f"{API_PREFIX}/vm/{bench.hot}", True),
+            *ruby_plan[1:],
             *((f"status@{label}", f"[{label}] GET /status", other, "GET",
-               f"{API_PREFIX}/status", False) for label, other in others),
-            ("status", "vmpooler GET /status", api, "GET", f"{API_PREFIX}/status", False),
+               status_path, False) for label, other in others),
+            ("status", "vmpooler GET /status (uncached)", api, "GET", status_path, False),
         ]
         if "status" in only:
             only |= {f"status@{label}" for label, _ in others}
+        if ruby is not None:
+            only |= {f"{key}@ruby" for key in ("checkout", "status") if key in only}
         rounds = []
         for conc in concs:
             for key, label, server, method, path, reseed in plan:
                 if key in only:
-                    r = bench.round(server, label, method, path, conc, reseed=reseed)
+                    # /status: every request's view value is new (see ruby_api.STATUS_VIEW)
+                    r = bench.round(server, label, method, path, conc, reseed=reseed,
+                                    unique=key.startswith("status"))
                     r["key"] = key
                     rounds.append(r)
         results["rounds"] = rounds
+        if ruby is not None:
+            results["vs_ruby"] = ruby_api.comparison(
+                rounds, {"checkout": "checkout@ruby", "status": "status@ruby"})
         if args.profile:
             results["profiles"] = [
                 bench.profile(api, key, method, path, max(concs), Path(args.profile),
-                              reseed=reseed)
+                              reseed=reseed, unique=key.startswith("status"))
                 for key, _, server, method, path, reseed in plan
                 if server is api and key in only]
         results["machine"] = machine()
