@@ -173,8 +173,6 @@ class PoolerSystem:
                                                                       resolver)).get()
         sup.start_child("slots", lambda s: SlotBroker.start(
             directory=self.directory, supervisor=s)).get()
-        sup.start_child("housekeeping", self._housekeeper_factory()).get()
-        request_startup_purges(cfg, self.directory)
         for pool in cfg.pools:
             sup.start_child(f"pool:{pool.name}", self._pool_factory(pool, hostnames)).get()
         sup.start_child("ondemand", self._ondemand_factory()).get()
@@ -183,6 +181,8 @@ class PoolerSystem:
             pool_providers={p.name: p.provider for p in cfg.pools}, clock=self.clock,
             scheduler=res.scheduler, interval=task_interval, supervisor=s,
         )).get()
+        sup.start_child("housekeeping", self._housekeeper_factory()).get()
+        request_startup_purges(cfg, self.directory)
         if consume_commands:
             sup.start_child("commands", consumer_factory(
                 res.client, notify=self.notify, notify_tasks=self.notify_tasks,
