@@ -1,11 +1,12 @@
-"""What makes two correct answers look different, taken out: generated names (tokens,
-snapshot names, request ids), times, durations and port numbers.
+"""What makes two correct answers look different, taken out: random choices, generated
+names (tokens, snapshot names, request ids), times, durations and port numbers.
 
 A :class:`Normaliser` belongs to one side (one API and its Redis). Values the sequence
 captured from that side's answers (``token``, ``request_id``, ...) become ``<name>``
-wherever they appear; timestamps become ``<time>``, today's date ``<today>``, epoch scores
-``<epoch>``, hour counts of a VM (``running``, ``remaining``) and ``uptime`` ``<hours>``, the
-side's own port numbers ``<port>``. Lists of plain values are sorted (set order is Redis's).
+wherever they appear, the possible answers of a random choice ``<either>``; timestamps
+become ``<time>``, today's date ``<today>``, epoch scores ``<epoch>``, hour counts of a VM
+(``running``, ``remaining``) and ``uptime`` ``<hours>``, the side's own port numbers
+``<port>``. Lists of plain values are sorted (set order is Redis's).
 """
 
 from __future__ import annotations
@@ -27,13 +28,22 @@ class Normaliser:
     def __init__(self, ports: tuple[int, ...] = ()) -> None:
         self.captured: dict[str, str] = {}
         self.ports = tuple(str(p) for p in ports)
+        self.alternatives: list[str] = []
 
     def learn(self, name: str, value: str) -> None:
         """From now on ``value`` reads ``<name>``."""
         self.captured[name] = value
 
+    def interchangeable(self, alternatives: tuple[str, ...]) -> None:
+        """From now on each of ``alternatives`` (the possible answers of a random choice)
+        reads ``<either>``."""
+        self.alternatives += [a for a in alternatives if a not in self.alternatives]
+
     def text(self, value: str) -> str:
-        """``value`` with generated names, times, today's date and ports replaced."""
+        """``value`` with random choices, generated names, times, today's date and ports
+        replaced."""
+        for alternative in self.alternatives:
+            value = value.replace(alternative, "<either>")
         for name, raw in sorted(self.captured.items(), key=lambda kv: -len(kv[1])):
             if raw:
                 value = value.replace(raw, f"<{name}>")

@@ -21,7 +21,7 @@ from tests.differential.client import Answer, send
 from tests.differential.normalise import Normaliser, flatten
 from tests.differential.step import Step
 
-__all__ = ["Difference", "Outcome", "Side", "play", "run"]
+__all__ = ["Difference", "Outcome", "Side", "compare_keyspaces", "play", "run"]
 
 
 @dataclass(frozen=True)
@@ -62,18 +62,6 @@ class Outcome:
     raw: Answer
 
 
-class _StepText:
-    """A side's text normalisation with a step's interchangeable answers folded first."""
-
-    def __init__(self, norm: Normaliser, either: tuple[str, ...]) -> None:
-        self.norm, self.either = norm, either
-
-    def __call__(self, value: str) -> str:
-        for alternative in self.either:
-            value = value.replace(alternative, "<either>")
-        return self.norm.text(value)
-
-
 def _capture(body: Any, path: str) -> str | None:
     for part in path.split("."):
         if not isinstance(body, dict) or part not in body:
@@ -105,28 +93,17 @@ def play(step: Step, side: Side) -> Outcome:
         value = _capture(parsed, path)
         if value is not None:
             side.norm.learn(name, value)
-    text = _StepText(side.norm, step.either)
+    side.norm.interchangeable(step.either)
+    text = side.norm.text
     body: dict[str, Any] | None = None
     if step.compare_body:
         if answer.is_json:
-            body = flatten(side.norm.json(_fold(parsed, text)))
+            body = flatten(side.norm.json(parsed))
         else:
             body = {"$": "<text> " + text(answer.body.decode("utf-8", "replace")[:120])}
     found = keyspace.changes(before, after, text, side.norm.score)
     return Outcome(answer.status, answer.content_type, text(answer.location), body,
                    {(key, item): value for key, item, value in found}, answer)
-
-
-def _fold(value: Any, text: _StepText) -> Any:
-    """``value`` with the step's alternatives folded in every string (keys too)."""
-    if isinstance(value, dict):
-        return {_fold(k, text): _fold(v, text) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_fold(v, text) for v in value]
-    if isinstance(value, str):
-        for alternative in text.either:
-            value = value.replace(alternative, "<either>")
-    return value
 
 
 def compare(step: Step, ruby: Outcome, ours: Outcome) -> list[Difference]:
@@ -149,6 +126,24 @@ def compare(step: Step, ruby: Outcome, ours: Outcome) -> list[Difference]:
         mine = ours.changes.get((key, item), "<unchanged>")
         if theirs != mine:
             out.append(Difference(step.id, "redis", f"{key} {item}", theirs, mine))
+    return out
+
+
+def compare_keyspaces(step_id: str, ruby: Side, ours: Side, ruby_before: keyspace.Dump,
+                      ours_before: keyspace.Dump) -> list[Difference]:
+    """The differences between what each side's Redis holds now compared with its
+    ``*_before`` dump (an empty dump compares the whole key space), as step ``step_id``."""
+    found = {}
+    for side, before in ((ruby, ruby_before), (ours, ours_before)):
+        changed = keyspace.changes(before, keyspace.dump(side.redis), side.norm.text,
+                                   side.norm.score)
+        found[side.name] = {(key, item): value for key, item, value in changed}
+    out = []
+    for key, item in sorted(found[ruby.name].keys() | found[ours.name].keys()):
+        theirs = found[ruby.name].get((key, item), "<unchanged>")
+        mine = found[ours.name].get((key, item), "<unchanged>")
+        if theirs != mine:
+            out.append(Difference(step_id, "redis", f"{key} {item}", theirs, mine))
     return out
 
 

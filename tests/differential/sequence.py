@@ -8,12 +8,15 @@ Step ids are stable names: ``known_differences.py`` refers to them.
 
 from __future__ import annotations
 
+import datetime
+
 from tests.differential.seed import PASSWORD, T0, TOKEN, USER, ondemand_request, vm, vms
 from tests.differential.step import Step, delete, get, post, put
 
 __all__ = ["sequence"]
 
 V3 = "/api/v3"
+TODAY = datetime.date.today().isoformat()
 CREDS = (USER, PASSWORD)
 SAME_CREDS = (USER, USER)  # the dummy provider refuses a password equal to the name
 
@@ -32,15 +35,18 @@ def misc() -> list[Step]:
         Step("method-not-allowed", "PATCH", f"{V3}/vm"),
         get("status-all", f"{V3}/status"),
         _status("status-pools", "pools"),
+        _status("status-capacity", "capacity"),
         get("status-bare-view", f"{V3}/status/?view"),
         get("status-view-empty", f"{V3}/status?view="),
         get("poolstat-none", f"{V3}/poolstat"),
+        get("poolstat-slash", f"{V3}/poolstat/?pool=pool1"),
         get("poolstat-pool1", f"{V3}/poolstat?pool=pool1"),
         get("poolstat-alias", f"{V3}/poolstat?pool=poolone"),
         get("poolstat-generic", f"{V3}/poolstat?pool=genericpool"),
         get("poolstat-many", f"{V3}/poolstat?pool=pool2,pool3,nope"),
         get("totalrunning", f"{V3}/totalrunning"),
         get("summary", f"{V3}/summary"),
+        get("summary-today", f"{V3}/summary?from={TODAY}&to={TODAY}"),
         get("summary-bad-format", f"{V3}/summary?from=yesterday"),
         get("summary-impossible-date", f"{V3}/summary?from=2024-13-45"),
         get("summary-reversed", f"{V3}/summary?from=2024-05-02&to=2024-05-01"),
@@ -72,8 +78,8 @@ def tokens() -> list[Step]:
     ]
 
 
-def checkouts(pool2_is_alias: bool) -> list[Step]:
-    steps = [
+def checkouts() -> list[Step]:
+    return [
         post("checkout-empty-object", f"{V3}/vm", {}),
         post("checkout-no-body", f"{V3}/vm"),
         post("checkout-unknown", f"{V3}/vm", {"pool9": 1}),
@@ -88,12 +94,9 @@ def checkouts(pool2_is_alias: bool) -> list[Step]:
         post("checkout-pool1", f"{V3}/vm", {"pool1": 1}, seed=vm("pool1", "vm-p1a")),
         post("checkout-alias", f"{V3}/vm/poolone", seed=vm("pool1", "vm-p1b")),
         post("checkout-generic", f"{V3}/vm", {"genericpool": 1}, seed=vm("pool3", "vm-p3a")),
+        post("checkout-generic-pool1", f"{V3}/vm/genericpool", seed=vm("pool1", "vm-p1i")),
         post("checkout-pool2-own", f"{V3}/vm/pool2", seed=vm("pool2", "vm-p2a")),
-    ]
-    if pool2_is_alias:
-        steps.append(post("checkout-pool2-alias", f"{V3}/vm", {"pool2": 1},
-                          seed=vm("pool1", "vm-p1c")))
-    steps += [
+        post("checkout-pool2-alias", f"{V3}/vm", {"pool2": 1}, seed=vm("pool1", "vm-p1c")),
         post("checkout-multi", f"{V3}/vm", {"pool1": 2, "pool3": 1},
              seed=vms(vm("pool1", "vm-p1d"), vm("pool1", "vm-p1e"), vm("pool3", "vm-p3b"))),
         post("checkout-partial", f"{V3}/vm", {"pool1": 1, "pool3": 1},
@@ -107,7 +110,6 @@ def checkouts(pool2_is_alias: bool) -> list[Step]:
         post("checkout-template-plus", f"{V3}/vm/+"),
         post("checkout-running-only", f"{V3}/vm", {"pool3": 1}),
     ]
-    return steps
 
 
 def vm_reads() -> list[Step]:
@@ -134,6 +136,7 @@ def vm_changes() -> list[Step]:
         put("vm-put-lifetime", p1a, {"lifetime": 4}, token=TOKEN),
         put("vm-put-lifetime-0", p1a, {"lifetime": 0}, token=TOKEN),
         put("vm-put-lifetime-abc", p1a, {"lifetime": "abc"}, token=TOKEN),
+        put("vm-put-lifetime-prefix", p1a, {"lifetime": "5abc"}, token=TOKEN),
         put("vm-put-lifetime-limit", p1a, {"lifetime": 168}, token=TOKEN),
         put("vm-put-lifetime-over", p1a, {"lifetime": 200}, token=TOKEN),
         put("vm-put-tags", p1a, {"tags": {"project": "x", "url": "foo.com/something.html"}}),
@@ -181,6 +184,8 @@ def ondemand() -> list[Step]:
              capture={"request4": "request_id"},
              either=("genericpool:pool1:1", "genericpool:pool3:1")),
         post("od-with-id", od, {"pool3": 1, "request_id": "my-request-1"}, token=TOKEN),
+        post("od-null-id", od, {"pool3": "2", "request_id": None}, token=TOKEN,
+             capture={"request7": "request_id"}),
         post("od-reused-id", od, {"pool3": 1, "request_id": "my-request-1"}, token=TOKEN),
         post("od-too-many", od, {"pool1": 6}, token=TOKEN),
         post("od-unknown", od, {"pool9": 1, "pool1": 1}, token=TOKEN),
@@ -265,10 +270,9 @@ def afterwards() -> list[Step]:
     ]
 
 
-def sequence(*, pool2_is_alias: bool) -> list[Step]:
-    """The whole sequence, in order. ``pool2_is_alias``: the configuration lists ``pool2``
-    among ``pool1``'s aliases (a name that is a pool and an alias)."""
-    steps = [*misc(), *tokens(), *checkouts(pool2_is_alias), *vm_reads(), *vm_changes(),
+def sequence() -> list[Step]:
+    """The whole sequence, in order."""
+    steps = [*misc(), *tokens(), *checkouts(), *vm_reads(), *vm_changes(),
              *ondemand(), *configuration(), *afterwards()]
     ids = [s.id for s in steps]
     assert len(ids) == len(set(ids)), "step ids must be unique"
