@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +23,8 @@ from tests.differential.normalise import Normaliser
 from tests.differential.processes import our_api, redis_server, require_ruby, ruby_api
 from tests.differential.runner import Difference, Side, compare_keyspaces, run
 from tests.differential.sequence import sequence
+from tests.differential.sequence_noauth import sequence_without_auth
+from tests.differential.step import Step
 
 pytestmark = pytest.mark.integration
 
@@ -38,30 +39,40 @@ class Played:
     differences: list[Difference]
 
 
-@pytest.fixture(scope="module")
-def played(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Played]:
-    """Both APIs (ours: one gunicorn worker) over their own Redis, the sequence played once."""
-    install = require_ruby()
-    top = tmp_path_factory.mktemp("differential")
+def _play(top: Path, install: Path, steps: list[Step], prefix: str, **config: bool
+          ) -> list[Difference]:
+    """Both APIs (ours: one gunicorn worker) over their own Redis, seeded alike, configured
+    by ``config`` (see :func:`write_config`); what starting wrote (step ``<prefix>startup``),
+    the steps, and the whole key space at the end (``<prefix>final``) compared."""
     with redis_server(top / "ruby-redis") as ruby_redis, \
             redis_server(top / "our-redis") as our_redis:
         seeded = {}
         for name, server in (("ruby", ruby_redis), ("ours", our_redis)):
             seed.initial(server.client)
             seeded[name] = keyspace.dump(server.client)
-        ruby_config = write_config(top / "ruby", redis_port=ruby_redis.port)
-        our_config = write_config(top / "ours", redis_port=our_redis.port)
+        ruby_config = write_config(top / "ruby", redis_port=ruby_redis.port, **config)
+        our_config = write_config(top / "ours", redis_port=our_redis.port, **config)
         with ruby_api(install, ruby_config) as ruby_proc, our_api(our_config) as our_proc:
             ruby = Side("ruby", ruby_proc.port, ruby_redis.client,
                         Normaliser((ruby_proc.port, ruby_redis.port)))
             ours = Side("ours", our_proc.port, our_redis.client,
                         Normaliser((our_proc.port, our_redis.port)))
-            # What starting wrote, every step, and at the end the whole key space.
-            differences = compare_keyspaces("startup", ruby, ours, seeded["ruby"],
+            differences = compare_keyspaces(f"{prefix}startup", ruby, ours, seeded["ruby"],
                                             seeded["ours"])
-            differences += run(sequence(), ruby, ours)
-            differences += compare_keyspaces("final", ruby, ours, {}, {})
-            yield Played(differences)
+            differences += run(steps, ruby, ours)
+            return differences + compare_keyspaces(f"{prefix}final", ruby, ours, {}, {})
+
+
+@pytest.fixture(scope="module")
+def played(tmp_path_factory: pytest.TempPathFactory) -> Played:
+    """The main sequence with the dummy auth provider and experimental features on, then the
+    short one without auth and with them off."""
+    install = require_ruby()
+    top = tmp_path_factory.mktemp("differential")
+    return Played(
+        _play(top / "auth", install, sequence(), "")
+        + _play(top / "noauth", install, sequence_without_auth(), "noauth-", auth=False,
+                experimental=False))
 
 
 def test_answers_and_redis_writes_agree_except_the_listed_differences(played: Played) -> None:
@@ -79,7 +90,8 @@ def test_answers_and_redis_writes_agree_except_the_listed_differences(played: Pl
 def test_the_sequence_calls_every_documented_operation() -> None:
     """Every method and path of web/openapi.json but our own ``/api/v3/openapi.json``."""
     document = json.loads(OPENAPI.read_text())
-    called = {(s.method, s.path.split("?")[0].rstrip("/") or "/") for s in sequence()}
+    called = {(s.method, s.path.split("?")[0].rstrip("/") or "/")
+              for s in sequence() + sequence_without_auth()}
     missing = []
     for template, operations in document["paths"].items():
         pattern = re.compile("^" + re.sub(r"\\{[^}]+\\}", "[^/]+", re.escape(template)) + "$")

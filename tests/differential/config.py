@@ -7,7 +7,7 @@ and ``genericpool``; clone target ``compute1``), ``pool2`` (clone target ``compu
 its on-demand spec, so that a name served by ``pool1`` and ``pool2`` always draws ``pool1``.
 Each pool has its own domain (``one``/``two``/``three.example.com``), so a hostname tells
 which pool served it. Auth is the dummy provider (any user whose password differs from the
-name), experimental features are on.
+name), experimental features are on; either can be turned off.
 """
 
 from __future__ import annotations
@@ -37,14 +37,12 @@ _TEMPLATE = """\
 :redis:
   server: '127.0.0.1'
   port: {redis_port}
-:auth:
-  provider: 'dummy'
-:tagfilter:
+{auth}:tagfilter:
   url: '(.*)\\/'
 :config:
   site_name: 'vmpooler'
   logfile: 'vmpooler.log'
-  experimental_features: true
+  experimental_features: {experimental}
   vm_lifetime: 12
   vm_lifetime_auth: 2
   max_lifetime_upper_limit: 168
@@ -80,13 +78,16 @@ _TEMPLATE = """\
 
 
 def write_config(directory: Path, *, redis_port: int,
-                 pool1_aliases: tuple[str, ...] = POOL1_ALIASES, extra: str = "") -> Path:
+                 pool1_aliases: tuple[str, ...] = POOL1_ALIASES, auth: bool = True,
+                 experimental: bool = True, extra: str = "") -> Path:
     """Write ``vmpooler.yaml`` into ``directory`` (created) and return its path. The log file
     is ``vmpooler.log``, relative: run each process in ``directory``. ``extra`` is more YAML,
-    indented like the ``:config:`` keys (two spaces), appended to ``:config:``."""
+    indented like the ``:config:`` keys (two spaces), appended to ``:config:``. ``auth=False``
+    leaves out ``:auth:``; ``experimental=False`` turns the configuration endpoints off."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "vmpooler.yaml"
     path.write_text(_TEMPLATE.format(
-        redis_port=redis_port,
+        redis_port=redis_port, auth=":auth:\n  provider: 'dummy'\n" if auth else "",
+        experimental="true" if experimental else "false",
         pool1_aliases=", ".join(f"'{name}'" for name in pool1_aliases), extra=extra))
     return path

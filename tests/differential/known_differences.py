@@ -113,6 +113,15 @@ KNOWN_DIFFERENCES: tuple[Known, ...] = (
           "A lifetime equal to `max_lifetime_upper_limit` is accepted (vmpooler refused it)"),
     Known("final", "redis", "vmpooler__*vm-p1a*project", "Tag values may contain `=` and `,` "
           "(Jenkins URLs)"),
+    # Without auth.
+    Known("noauth-delete-owned", "redis", "vmpooler__active__pool1 vm-n3",
+          "also dropping its `active` and `migrating` entries"),
+    Known("noauth-final", "redis", "vmpooler__active__pool1 vm-n3",
+          "also dropping its `active` and `migrating` entries"),
+    Known("noauth-od-delete", "redis", "vmpooler__provisioning__request zset:<request>",
+          "A deleted request also leaves the provisioning queues at once"),
+    Known("noauth-final", "redis", "vmpooler__provisioning__request zset:<request>",
+          "A deleted request also leaves the provisioning queues at once"),
     # Dashboard.
     Known("dashboard-running*", "body", "$.*.running",
           'a pool name without `-` is its own major (vmpooler grouped those under `""`)'),
