@@ -13,27 +13,37 @@ with nothing to read sends nothing. Nothing is cached: every call reads Redis.
 * ``daily`` sends one non-transactional pipeline (``pipeline(transaction=False)``) of
   HGETALLs, one per kind and day: few commands with large replies.
 
+Identical ``status`` readings asked for at the same time by several threads of one process
+share one round trip (:class:`SharedReads`), and a caller is never given a reading that
+began before it asked: it either starts a read or joins one that has not started yet. So
+every answer reflects Redis as it was at some moment after the call, as if each call had
+read for itself; under concurrent ``/status`` requests Redis and the process do the
+reading once per batch of callers instead of once per caller.
+
 Answers are matched to what was asked for by label (pipeline) or by section, each section's
 length checked against the request (script), never by unchecked position arithmetic, so
 adding a read cannot shift another's answer (vmpooler 3.9.1 read its pipelined queue counts
 in the wrong order).
 
 Methods only read; they may raise ``redis.RedisError`` (the API renders it as a 500). They
-are thread-safe: each call takes its own connection from the client's connection pool.
+are thread-safe: each read takes its own connection from the client's connection pool.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import redis
 
 from vmpooler.actors import schema
 
-__all__ = ["DAILY_KINDS", "QUEUES", "StatusReading", "StatusStore"]
+__all__ = ["DAILY_KINDS", "QUEUES", "SharedReads", "StatusReading", "StatusStore"]
+
+T = TypeVar("T")
 
 QUEUES: Mapping[str, Callable[[str], str]] = MappingProxyType({
     "ready": schema.ready,
@@ -77,6 +87,81 @@ class StatusReading:
     ondemand_tasks: tuple[str, ...] = ()
     daily: Mapping[str, Mapping[str, str]] = field(default_factory=_empty)
     providers: Mapping[str, Mapping[str, str]] = field(default_factory=_empty)
+
+
+class _Flight(Generic[T]):
+    """One read that callers wait on: its result or its exception, once ``done`` is set."""
+
+    __slots__ = ("done", "error", "result")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.result: T | None = None
+        self.error: BaseException | None = None
+
+    def outcome(self) -> T:
+        if self.error is not None:
+            raise self.error
+        return self.result  # type: ignore[return-value]
+
+
+class SharedReads(Generic[T]):
+    """Concurrent calls of :meth:`read` with equal keys share one run of the read, and no
+    call is answered by a run that started before the call.
+
+    Per key at most one run is in progress and at most one waits to start after it. A call
+    with nothing in progress runs the read itself; a call while one is in progress joins
+    the waiting run (creating it, and then running it once the one in progress is over).
+    So a caller waits at most for the end of the run in progress and then one run, and
+    every caller of a run asked before that run began.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: dict[Hashable, _Flight[T]] = {}
+        self._waiting: dict[Hashable, _Flight[T]] = {}
+
+    def read(self, key: Hashable, run: Callable[[], T]) -> T:
+        """``run()``'s result (or its exception) from a run that began after this call."""
+        with self._lock:
+            flight = self._waiting.get(key)
+            if flight is not None:
+                joined, before = True, None
+            else:
+                joined, flight = False, _Flight()
+                before = self._running.get(key)
+                if before is None:
+                    self._running[key] = flight
+                else:
+                    self._waiting[key] = flight
+        if joined:
+            flight.done.wait()
+            return flight.outcome()
+        if before is not None:
+            before.done.wait()
+            with self._lock:  # no run of this key in progress now: this one starts
+                del self._waiting[key]
+                self._running[key] = flight
+        try:
+            flight.result = run()
+        except BaseException as exc:
+            flight.error = exc
+        finally:
+            with self._lock:
+                del self._running[key]
+            flight.done.set()
+        return flight.outcome()
+
+
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """What a ``status`` reading sends, worked out once per distinct request."""
+
+    keys: list[str]
+    args: list[Any]
+    lookups: int
+    totals: int
+    wholes: int
 
 
 class _Batch:
@@ -141,9 +226,25 @@ class StatusStore:
     without ``hiredis``, give the same readings.
     """
 
+    _LAYOUTS_KEPT = 64  # distinct status requests whose layout is remembered
+
     def __init__(self, client: redis.Redis) -> None:
         self._client = client
         self._read_status = client.register_script(schema.StatusScripts.READ_STATUS)
+        self._layouts: dict[Hashable, _Layout] = {}
+        self._shared: SharedReads[StatusReading] = SharedReads()
+
+    @staticmethod
+    def _layout(sets: Sequence[str], lookups: Sequence[str], fields: Sequence[str],
+                totals: bool, wholes: Sequence[str]) -> _Layout:
+        if not lookups:
+            fields = ()
+        total_keys = (
+            [schema.tasks_clone(), schema.tasks_ondemandclone(), schema.provisioning_request(),
+             schema.provisioning_processing(), schema.odcreate_task()] if totals else [])
+        return _Layout(keys=[*sets, *lookups, *total_keys, *wholes],
+                       args=[len(sets), len(lookups), len(total_keys), len(wholes), *fields],
+                       lookups=len(lookups), totals=len(total_keys), wholes=len(wholes))
 
     def _read(self, sets: Sequence[str], lookups: Sequence[str], fields: Sequence[str],
               totals: bool, wholes: Sequence[str]) -> _Raw:
@@ -152,23 +253,19 @@ class StatusStore:
         SCARD of each of ``sets``; the ``fields`` present in each hash of ``lookups``; the
         clone counters and on-demand queues when ``totals``; HGETALL of each of ``wholes``.
         """
-        if not lookups:
-            fields = ()
-        total_keys = (
-            [schema.tasks_clone(), schema.tasks_ondemandclone(), schema.provisioning_request(),
-             schema.provisioning_processing(), schema.odcreate_task()] if totals else [])
-        keys = [*sets, *lookups, *total_keys, *wholes]
-        if not keys:
+        return self._run(self._layout(sets, lookups, fields, totals, wholes), len(sets))
+
+    def _run(self, layout: _Layout, sets: int) -> _Raw:
+        if not layout.keys:
             return _Raw([], [], [], [])
-        args = [len(sets), len(lookups), len(total_keys), len(wholes), *fields]
-        answer = self._read_status(keys=keys, args=args)
+        answer = self._read_status(keys=layout.keys, args=layout.args)
         _expect("the answer", answer, 4)
         counts, found, tot, whole = answer
-        _expect("counts", counts, len(sets))
-        _expect("lookups", found, len(lookups))
-        _expect("totals", tot, len(total_keys))
-        _expect("wholes", whole, len(wholes))
-        return _Raw(counts=[int(n) for n in counts], lookups=[_pairs(f) for f in found],
+        _expect("counts", counts, sets)
+        _expect("lookups", found, layout.lookups)
+        _expect("totals", tot, layout.totals)
+        _expect("wholes", whole, layout.wholes)
+        return _Raw(counts=list(map(int, counts)), lookups=[_pairs(f) for f in found],
                     totals=list(tot), wholes=[_pairs(w) for w in whole])
 
     def status(
@@ -189,23 +286,39 @@ class StatusStore:
         clone counters and the on-demand queues; ``daily`` names kinds of
         :data:`DAILY_KINDS` to read for ``date`` (``YYYY-MM-DD``); ``providers`` names the
         providers whose published state to read.
+
+        Concurrent calls with equal arguments may share one reading (see
+        :class:`SharedReads`): it is read-only, and was read after each of them was made.
         """
-        queues, daily, providers = list(queues), list(daily), list(providers)
-        labels = [(queue, pool) for queue in queues for pool in pools]
-        lookups = []
-        if pools:
-            lookups.append(schema.config_poolsize())
-            if last_boot:
-                lookups.append(schema.lastboot())
-        raw = self._read(
-            sets=[QUEUES[queue](pool) for queue, pool in labels], lookups=lookups,
-            fields=list(pools), totals=queue_totals,
-            wholes=[*(DAILY_KINDS[kind](date) for kind in daily),
-                    *(schema.provider_health(name) for name in providers)])
-        counted = dict(zip(labels, raw.counts, strict=True))
+        request = (tuple(pools), tuple(queues), bool(last_boot), bool(queue_totals),
+                   tuple(daily), date, tuple(providers))
+        return self._shared.read(request, lambda: self._status(*request))
+
+    def _status(self, pools: tuple[str, ...], queues: tuple[str, ...], last_boot: bool,
+                queue_totals: bool, daily: tuple[str, ...], date: str,
+                providers: tuple[str, ...]) -> StatusReading:
+        request = (pools, queues, last_boot, queue_totals, daily, date, providers)
+        layout = self._layouts.get(request)
+        if layout is None:
+            lookups = []
+            if pools:
+                lookups.append(schema.config_poolsize())
+                if last_boot:
+                    lookups.append(schema.lastboot())
+            layout = self._layout(
+                sets=[QUEUES[queue](pool) for queue in queues for pool in pools],
+                lookups=lookups, fields=list(pools), totals=queue_totals,
+                wholes=[*(DAILY_KINDS[kind](date) for kind in daily),
+                        *(schema.provider_health(name) for name in providers)])
+            if len(self._layouts) >= self._LAYOUTS_KEPT:
+                self._layouts.clear()
+            self._layouts[request] = layout
+        raw = self._run(layout, len(queues) * len(pools))
+        n = len(pools)
         counts = {
-            queue: MappingProxyType({pool: counted[(queue, pool)] for pool in pools})
-            for queue in queues
+            queue: MappingProxyType(dict(zip(pools, raw.counts[i * n:(i + 1) * n],
+                                             strict=True)))
+            for i, queue in enumerate(queues)
         }
         overrides = raw.lookups[0] if pools else {}
         boots = raw.lookups[1] if pools and last_boot else {}

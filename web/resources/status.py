@@ -1,9 +1,13 @@
 """``GET /status``, ``/poolstat``, ``/totalrunning``, ``/summary`` and ``/summary/{route}[/{key}]``.
 
 Shapes, key order and messages follow vmpooler 3.9.1 (reference §1.3). Each request costs
-one Redis round trip (:class:`~vmpooler.actors.status_store.StatusStore`: one EVALSHA of a
-read-only script for ``/status``, ``/poolstat`` and ``/totalrunning``, one pipeline for
-``/summary``), whatever the number of pools or days; nothing is cached.
+at most one Redis round trip (:class:`~vmpooler.actors.status_store.StatusStore`: one
+EVALSHA of a read-only script for ``/status``, ``/poolstat`` and ``/totalrunning``, one
+pipeline for ``/summary``), whatever the number of pools or days; nothing is cached.
+Concurrent ``/status`` and ``/poolstat`` requests of one process asking for the same
+reading may share one round trip that began after each of them arrived
+(:class:`~vmpooler.actors.status_store.SharedReads`), and ``/status`` requests that shared
+a reading share the sections built from it (each gets its own ``uptime``).
 
 Divergences from vmpooler 3.9.1 (bugs fixed, on purpose):
 
@@ -48,7 +52,7 @@ from urllib.parse import unquote_plus
 import falcon
 
 from vmpooler.actors import timefmt
-from vmpooler.actors.config import PoolConfig
+from vmpooler.actors.config import Config, PoolConfig
 from vmpooler.actors.status_store import StatusReading, StatusStore
 from vmpooler.web import stats
 from vmpooler.web.context import ApiContext
@@ -105,15 +109,33 @@ class _Resource:
     def __init__(self, ctx: ApiContext, store: StatusStore) -> None:
         self._ctx = ctx
         self._store = store
+        self._aliases: tuple[Config, list[Any]] | None = None
+
+    def _alias_list(self) -> list[Any]:
+        """:func:`_alias` of each of ``ctx.config.pools``, in order; worked out once per
+        configuration (a ``Config`` is immutable; a reload replaces it)."""
+        config = self._ctx.config
+        cached = self._aliases
+        if cached is None or cached[0] is not config:
+            cached = self._aliases = (config, [_alias(pool) for pool in config.pools])
+        return cached[1]
 
 
 class Status(_Resource):
-    """``GET /status?view=a,b``: service overview, one Redis round trip."""
+    """``GET /status?view=a,b``: service overview, one Redis round trip (which concurrent
+    requests may share, see :class:`~vmpooler.actors.status_store.SharedReads`)."""
+
+    def __init__(self, ctx: ApiContext, store: StatusStore) -> None:
+        super().__init__(ctx, store)
+        # the sections last built: (reading, config, wanted, sections, status without uptime)
+        self._built: tuple[StatusReading, Config, frozenset[str], dict[str, Any],
+                           dict[str, Any]] | None = None
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         view = _query(req).get("view")
-        wanted = set(SECTIONS) if view is None else set(view.split(",")) & set(SECTIONS)
-        pools = self._ctx.config.pools
+        wanted = frozenset(SECTIONS if view is None else set(view.split(",")) & set(SECTIONS))
+        config = self._ctx.config
+        pools = config.pools
         names = [pool.name for pool in pools]
         queues = ["ready"]
         if wanted & {"pools", "queue"}:
@@ -125,6 +147,22 @@ class Status(_Resource):
             names, queues=queues, last_boot="pools" in wanted, queue_totals="queue" in wanted,
             daily=[kind for kind in ("clone", "boot") if kind in wanted], date=today,
             providers=self._providers_used() if "providers" in wanted else ())
+        # Requests that shared one reading get the same sections: build them once.
+        built = self._built
+        if (built is None or built[0] is not reading or built[1] is not config
+                or built[2] != wanted):
+            built = self._built = (reading, config, wanted,
+                                   *self._sections(pools, names, wanted, reading))
+        status = dict(built[4])
+        status["uptime"] = stats.round1(self._ctx.clock.now() - self._ctx.started_at)
+        json_body(resp, 200, {**built[3], "status": status})
+
+    def _sections(self, pools: tuple[PoolConfig, ...], names: list[str],
+                  wanted: frozenset[str], reading: StatusReading,
+                  ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The body's sections from ``reading`` but ``status``, in body order, and the
+        ``status`` section without its ``uptime``. Callers must not change them: they are
+        shared by the requests that shared ``reading``."""
         sizes = {pool.name: _size(pool, reading.size_overrides) for pool in pools}
         ready = reading.counts["ready"]
         result: dict[str, Any] = {}
@@ -135,31 +173,33 @@ class Status(_Resource):
         if "clone" in wanted:
             result["clone"] = stats.task_metrics(reading.daily["clone"])
         if "pools" in wanted:
-            result["pools"] = self._pools(pools, sizes, reading)
+            result["pools"] = self._pools(pools, sizes, reading, self._alias_list())
         if "providers" in wanted:
             result["providers"] = {name: provider_section(reading.providers.get(name))
                                    for name in self._providers_used()}
         if "queue" in wanted:
             result["queue"] = _queue(reading)
-        result["status"] = self._status(names, sizes, ready)
-        json_body(resp, 200, result)
+        return result, self._status(names, sizes, ready)
 
     @staticmethod
     def _pools(pools: tuple[PoolConfig, ...], sizes: dict[str, int],
-               reading: StatusReading) -> dict[str, Any]:
+               reading: StatusReading, aliases: list[Any]) -> dict[str, Any]:
+        """The ``pools`` section; ``aliases[i]`` is :func:`_alias` of ``pools[i]``."""
         body: dict[str, Any] = {}
-        for pool in pools:
+        ready, running = reading.counts["ready"], reading.counts["running"]
+        pending, last_boot = reading.counts["pending"], reading.last_boot
+        for pool, aka in zip(pools, aliases, strict=True):
+            name = pool.name
             entry: dict[str, Any] = {
-                "ready": reading.counts["ready"][pool.name],
-                "running": reading.counts["running"][pool.name],
-                "pending": reading.counts["pending"][pool.name],
-                "max": sizes[pool.name],
-                "lastBoot": reading.last_boot[pool.name],
+                "ready": ready[name],
+                "running": running[name],
+                "pending": pending[name],
+                "max": sizes[name],
+                "lastBoot": last_boot[name],
             }
-            aka = _alias(pool)
             if aka is not None:
                 entry["alias"] = aka
-            body[pool.name] = entry
+            body[name] = entry
         return body
 
     def _providers_used(self) -> list[str]:
@@ -167,11 +207,11 @@ class Status(_Resource):
 
     def _status(self, names: list[str], sizes: dict[str, int],
                 ready: Mapping[str, int]) -> dict[str, Any]:
+        """The ``status`` section but its ``uptime``."""
         status: dict[str, Any] = {"ok": True, "message": _OK_MESSAGE}
         empty = [name for name in names if ready[name] == 0 and sizes[name] != 0]
         if empty:
             status.update(ok=False, message=f"Found {len(empty)} empty pools.", empty=empty)
-        status["uptime"] = stats.round1(self._ctx.clock.now() - self._ctx.started_at)
         return status
 
 
