@@ -26,8 +26,6 @@ from typing import Any
 import pykka
 import redis
 
-from vmpooler.actors.adaptive_timeout import CallTimeouts
-from vmpooler.actors.breaker import CircuitBreaker
 from vmpooler.actors.clock import Clock, RealClock, Scheduler, ThreadScheduler
 from vmpooler.actors.command_stream import consumer_factory
 from vmpooler.actors.config import Config, PoolConfig
@@ -38,9 +36,7 @@ from vmpooler.actors.messages import PoolChanged, RequestChanged, StartDrain
 from vmpooler.actors.metrics import Metrics, create_metrics
 from vmpooler.actors.ondemand import OnDemandManager
 from vmpooler.actors.pool_actor import PoolActor
-from vmpooler.actors.provider_actor import ProviderActor, ProviderRuntime
-from vmpooler.actors.provider_health import ProviderHealth
-from vmpooler.actors.provider_store import ProviderStore
+from vmpooler.actors.provider_setup import provider_actor_factory
 from vmpooler.actors.provider_work import resolves
 from vmpooler.actors.request_actor import RequestActor
 from vmpooler.actors.request_store import DeleteOutcome, Entry, RequestRecord, RequestStore
@@ -228,57 +224,11 @@ class PoolerSystem:
         self, name: str, provider: Provider, dns: Mapping[str, DnsPlugin | None],
         resolver: Callable[[str], bool],
     ) -> Callable[[pykka.ActorRef[Any]], pykka.ActorRef[Any]]:
-        s, res = self.config.settings, self._res
-        pc = self.config.providers.get(name)
-        overrides = dict(pc.settings) if pc is not None else {}
-
-        def setting(key: str, default: Any) -> Any:
-            return overrides.get(key, default)
-
-        # Shared by every incarnation of this provider's actor (see ProviderRuntime).
-        runtime = ProviderRuntime(name, clone_workers=s.task_limit,
-                                  call_workers=provider.max_concurrent_calls)
-        cap = float(setting("provider_call_timeout", s.provider_call_timeout))
-        timeouts = CallTimeouts(
-            cap=cap, enabled=bool(setting("adaptive_timeout_enabled", s.adaptive_timeout_enabled)),
-            minimum=float(setting("connection_pool_timeout_min", s.connection_pool_timeout_min)),
-            maximum=float(setting("connection_pool_timeout_max", s.connection_pool_timeout_max)),
-            initial=float(setting("connection_pool_timeout_initial",
-                                  s.connection_pool_timeout_initial)),
-            probe=provider.probe_timeout,
-        )
-        interval = float(setting("connection_pool_monitor_interval",
-                                 s.connection_pool_monitor_interval))
-        gauges = bool(setting("connection_pool_monitor_enabled",
-                              s.connection_pool_monitor_enabled))
-        provider_store = ProviderStore(res.client)
-
-        def publish(health: ProviderHealth) -> None:
-            provider_store.publish_health(health, ttl=3 * interval)
-
-        def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
-            breaker = CircuitBreaker(
-                name, clock=self.clock.monotonic, metrics=res.metrics,
-                enabled=bool(setting("circuit_breaker_enabled", s.circuit_breaker_enabled)),
-                failure_threshold=int(setting("circuit_breaker_failure_threshold",
-                                              s.circuit_breaker_failure_threshold)),
-                timeout=float(setting("circuit_breaker_timeout", s.circuit_breaker_timeout)),
-                half_open_attempts=int(setting("circuit_breaker_half_open_attempts",
-                                               s.circuit_breaker_half_open_attempts)),
-            )
-            return ProviderActor.start(
-                name=name, provider=provider,
-                dns_plugins={k: v for k, v in dns.items() if v is not None},
-                clock=self.clock, scheduler=res.scheduler, metrics=res.metrics,
-                breaker=breaker, clone_workers=s.task_limit,
-                call_timeout=cap,
-                resolve_reply_to=lambda pool: self.directory.get(f"pool:{pool}"),
-                resolver=resolver, supervisor=supervisor, runtime=runtime,
-                timeouts=timeouts, publish_health=publish, monitor_interval=interval,
-                monitor_gauges=gauges,
-            )
-
-        return factory
+        res = self._res
+        return provider_actor_factory(
+            name, provider, dns, resolver, config=self.config, clock=self.clock,
+            scheduler=res.scheduler, metrics=res.metrics, client=res.client,
+            directory=self.directory)
 
     def _pool_factory(
         self, pool: PoolConfig, hostnames: HostnameGenerator

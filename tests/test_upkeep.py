@@ -185,9 +185,9 @@ def test_purge_runs_every_interval_and_not_when_disabled(redis_client: redis.Red
 
 def test_health_check_writes_vmpooler_health(redis_client: redis.Redis) -> None:
     thresholds = {"pending_queue_max": 1, "stuck_vm_age_threshold": 3600}
+    redis_client.zadd(schema.dlq("clone"), {"x:1:{}": 1})
     with seeded(redis_client, health_check_enabled=True, health_check_interval=300,
                 dlq_enabled=True, health_thresholds=thresholds_of(thresholds)) as (h, _gate):
-        redis_client.zadd(schema.dlq("clone"), {"x:1:{}": 1})
         wait_until(lambda: redis_client.exists(schema.health()), 10, "vmpooler__health")
         settle(h)
         first = redis_client.hgetall(schema.health())
