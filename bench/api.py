@@ -58,9 +58,9 @@ pipeline larger than 16 KiB, like /status's, arrives in several reads).
 
 ``--baseline LABEL=COMMAND`` (repeatable) serves a further ``vmpooler api`` with COMMAND
 (another build, e.g. a script that runs an older checkout's code) on the same Redis and
-settings, and measures its ``GET /status`` right before ours at each concurrency, so builds
-are compared side by side in one run (rounds ``status@LABEL``; with ``--only``, they come
-with ``status``).
+settings, and measures its checkout and ``GET /status`` right before ours at each
+concurrency, so builds are compared side by side in one run (rounds ``checkout@LABEL`` and
+``status@LABEL``; with ``--only``, they come with ``checkout`` and ``status``).
 
 Every process started here (redis-server, all gunicorn masters and their workers, the Ruby
 API, wrk) is stopped in a ``finally``. ``--profile DIR`` adds, after the rounds, one
@@ -725,10 +725,13 @@ def report(results: dict[str, Any]) -> str:
     lines.append("checkout (POST /api/v3/vm/<hot>) against the bare app, and vmpooler 3.9.1:")
     for c in concs:
         co, x, rg = by.get(("checkout", c)), by.get(("bare_x", c)), by.get(("bare_redis", c))
-        rb = by.get(("checkout@ruby", c))
-        if rb:
-            lines.append(f"  c={c} [Ruby]: {_f(rb['rps'])}/s ({_hot_note(rb)})")
-            lines += _per_checkout_lines(rb)
+        for label in ("Ruby", *results.get("baselines", [])):
+            rb = by.get((f"checkout@{label.replace('Ruby', 'ruby')}", c))
+            if rb:
+                lines.append(f"  c={c} [{label}]: {_f(rb['rps'])}/s, p50 {_f(rb['p50_ms'], 2)} "
+                             f"ms, p99 {_f(rb['p99_ms'], 2)} ms, worker CPU "
+                             f"{rb['server_cpu_ms_per_req']:.3f} ms/req ({_hot_note(rb)})")
+                lines += _per_checkout_lines(rb)
         if not co:
             continue
         old = VMPOOLER_391_CHECKOUT.get(c)
@@ -864,8 +867,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the vmpooler command to serve with (default: this venv's); "
                              "e.g. another checkout's venv, to compare builds")
     parser.add_argument("--baseline", metavar="LABEL=COMMAND", action="append", default=[],
-                        help="also serve a vmpooler api with COMMAND and measure its /status "
-                             "right before ours (repeatable); e.g. an older build")
+                        help="also serve a vmpooler api with COMMAND and measure its checkout "
+                             "and /status right before ours (repeatable); e.g. an older build")
     ruby_default = ruby_api.default_dest()
     parser.add_argument("--ruby", metavar="DEST", type=Path, default=ruby_default,
                         help="also serve the Ruby vmpooler 3.9.1 installed in DEST (by "
@@ -964,6 +967,8 @@ def main(argv: list[str] | None = None) -> int:
             ("bare_x", "bare POST /x", bare, "POST", "/x", False),
             ("bare_redis", "bare POST /redis (1 GET)", bare, "POST", "/redis", False),
             *ruby_plan[:1],
+            *((f"checkout@{label}", f"[{label}] POST /vm/{bench.hot}", other, "POST",
+               f"{API_PREFIX}/vm/{bench.hot}", True) for label, other in others),
             ("checkout", f"vmpooler POST /vm/{bench.hot}", api, "POST",
              f"{API_PREFIX}/vm/{bench.hot}", True),
             *ruby_plan[1:],
@@ -971,8 +976,9 @@ def main(argv: list[str] | None = None) -> int:
                status_path, False) for label, other in others),
             ("status", "vmpooler GET /status (uncached)", api, "GET", status_path, False),
         ]
-        if "status" in only:
-            only |= {f"status@{label}" for label, _ in others}
+        for key in ("checkout", "status"):
+            if key in only:
+                only |= {f"{key}@{label}" for label, _ in others}
         if ruby is not None:
             only |= {f"{key}@ruby" for key in ("checkout", "status") if key in only}
         rounds = []

@@ -33,6 +33,8 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import falcon
@@ -126,23 +128,66 @@ def candidate_pools(ctx: ApiContext, name: str) -> list[str]:
     that are not pools are dropped.
     """
     config = ctx.config
+    index = _index(config)
     backends = [name]
-    aliases = config.aliases
+    aliases = index.aliases
     if aliases:
         backends += [p for p in aliases.get(name, ()) if p not in backends]
         first = weighted_draw(config, ctx.rng, backends) or ctx.rng.choice(backends)
         backends.remove(first)
         backends.insert(0, first)
-    pools = set(config.pool_names)
+    pools = index.pools
     return [b for b in backends if b in pools]
 
 
 def pool_domain(config: Config, pool: str) -> str | None:
     """The domain of a configured pool; None without one or when it is not configured."""
-    try:
-        return config.pool(pool).domain
-    except KeyError:
-        return None
+    return _index(config).domains.get(pool)
+
+
+@dataclass(frozen=True, slots=True)
+class _Index:
+    """What a checkout looks up in a :class:`Config`, worked out once per ``Config`` (it is
+    immutable; a reload makes a new one): pool names, the names a client may request (pools
+    and aliases), alias -> pools, pool -> domain (of the first pool of that name)."""
+
+    config: Config
+    pools: frozenset[str]
+    requestable: frozenset[str]
+    aliases: Mapping[str, tuple[str, ...]]
+    domains: Mapping[str, str | None]
+
+
+_last_index: list[_Index] = []  # the index of the Config seen last (one entry)
+
+
+def _index(config: Config) -> _Index:
+    cached = _last_index[0] if _last_index else None
+    if cached is not None and cached.config is config:
+        return cached
+    aliases = config.aliases
+    domains: dict[str, str | None] = {}
+    for pool in config.pools:
+        domains.setdefault(pool.name, pool.domain)
+    index = _Index(config=config, pools=frozenset(config.pool_names),
+                   requestable=frozenset(config.pool_names) | frozenset(aliases),
+                   aliases=aliases, domains=domains)
+    _last_index[:] = [index]
+    return index
+
+
+_last_now: list[tuple[datetime, str]] = []  # (second, its text) of the checkout seen last
+
+
+def _now_text(seconds: float) -> str:
+    """``timefmt.format_epoch(seconds)``, rendered once per second of time."""
+    moment = datetime.fromtimestamp(seconds, tz=UTC).replace(microsecond=0)
+    cached = _last_now[0] if _last_now else None
+    if cached is not None and cached[0] == moment:
+        return cached[1]
+    text = timefmt.format_epoch(seconds)
+    _last_now[:] = [(moment, text)]
+    return text
 
 
 def fqdn(config: Config, pool: str, vm: str) -> str:
@@ -154,7 +199,8 @@ def fqdn(config: Config, pool: str, vm: str) -> str:
 def allocate(req: falcon.Request, ctx: ApiContext, store: CheckoutStore,
              payload: Mapping[str, int]) -> dict[str, Any]:
     """Check out ``payload`` all or nothing; the 200 body, or 404/401/503 raised."""
-    unknown = [name for name in payload if name not in _requestable(ctx.config)]
+    requestable = _requestable(ctx.config)
+    unknown = [name for name in payload if name not in requestable]
     if not payload:
         ctx.metrics.increment("checkout.invalid", tags={"pool": "unknown"})
         raise ApiError(404)
@@ -169,7 +215,7 @@ def allocate(req: falcon.Request, ctx: ApiContext, store: CheckoutStore,
     requested = [name for name, count in payload.items() for _ in range(count)]
     outcome = store.checkout(
         [candidate_pools(ctx, name) for name in requested],
-        now=timefmt.format_epoch(ctx.clock.now()), token=token,
+        now=_now_text(ctx.clock.now()), token=token,
         lifetime=lifetime if token is not None and lifetime and lifetime > 0 else None)
     if outcome.bad_token:
         raise unauthorized()
@@ -197,9 +243,9 @@ def allocate(req: falcon.Request, ctx: ApiContext, store: CheckoutStore,
     return body
 
 
-def _requestable(config: Config) -> set[str]:
+def _requestable(config: Config) -> frozenset[str]:
     """vmpooler's ``pool_names``: configured pools plus aliases."""
-    return set(config.pool_names) | set(config.aliases)
+    return _index(config).requestable
 
 
 # -- usage statistics (reference §4.10) ---------------------------------------------------------

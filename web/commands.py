@@ -115,6 +115,7 @@ class StreamCommands:
         self._waiting: dict[tuple[str, str], str] = {}
         self._thread: threading.Thread | None = None
         self._sending = False
+        self._idle = False  # the sender thread waits for a first command (needs a notify)
         self.coalesce_interval = 0.01  # seconds; bounds the delay a command may get
 
     def pool_changed(self, pool: str, reason: str) -> None:
@@ -138,13 +139,19 @@ class StreamCommands:
                 self._thread = threading.Thread(target=self._run, name="vmpooler-commands",
                                                 daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            elif self._idle:
+                # only an idle sender needs waking: a busy one, or one letting a burst
+                # gather, takes what is waiting when it is done (notify_all: a flush()
+                # may be waiting on the same condition)
+                self._cond.notify_all()
 
     def _run(self) -> None:
         while True:
             with self._cond:
                 while not self._waiting:
+                    self._idle = True
                     self._cond.wait()
+                self._idle = False
                 batch, self._waiting = self._waiting, {}
                 self._sending = True
             for (kind, pool), reason in batch.items():
