@@ -6,7 +6,9 @@ from __future__ import annotations
 import base64
 import http.client
 import json
-from dataclasses import dataclass
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["Answer", "send"]
@@ -14,12 +16,16 @@ __all__ = ["Answer", "send"]
 
 @dataclass(frozen=True)
 class Answer:
-    """An HTTP answer. ``json`` is the parsed body, or None when it is not JSON."""
+    """An HTTP answer. ``json`` is the parsed body, or None when it is not JSON; ``headers``
+    holds every response header by lower-case name, ``received_at`` the epoch time (client
+    clock) at which the answer's headers arrived."""
 
     status: int
     content_type: str
     location: str
     body: bytes
+    headers: Mapping[str, str] = field(default_factory=dict)
+    received_at: float = 0.0
 
     @property
     def json(self) -> Any:
@@ -54,7 +60,10 @@ def send(port: int, method: str, path: str, *, body: bytes | None = None,
     try:
         connection.request(method, path, body=body, headers=headers)
         response = connection.getresponse()
+        received_at = time.time()
+        headers = {name.lower(): value for name, value in response.getheaders()}
         return Answer(response.status, response.getheader("Content-Type", ""),
-                      response.getheader("Location", ""), response.read())
+                      response.getheader("Location", ""), response.read(), headers,
+                      received_at)
     finally:
         connection.close()

@@ -79,15 +79,17 @@ _TEMPLATE = """\
 
 def write_config(directory: Path, *, redis_port: int,
                  pool1_aliases: tuple[str, ...] = POOL1_ALIASES, auth: bool = True,
-                 experimental: bool = True, extra: str = "") -> Path:
+                 experimental: bool = True, extra: str = "", top_level: str = "") -> Path:
     """Write ``vmpooler.yaml`` into ``directory`` (created) and return its path. The log file
     is ``vmpooler.log``, relative: run each process in ``directory``. ``extra`` is more YAML,
-    indented like the ``:config:`` keys (two spaces), appended to ``:config:``. ``auth=False``
-    leaves out ``:auth:``; ``experimental=False`` turns the configuration endpoints off."""
+    indented like the ``:config:`` keys (two spaces), appended to ``:config:``; ``top_level`` is
+    more top-level YAML (sections such as ``:rate_limits:``, unindented), appended to the
+    file. ``auth=False`` leaves out ``:auth:``; ``experimental=False`` turns the
+    configuration endpoints off."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "vmpooler.yaml"
     path.write_text(_TEMPLATE.format(
         redis_port=redis_port, auth=":auth:\n  provider: 'dummy'\n" if auth else "",
         experimental="true" if experimental else "false",
-        pool1_aliases=", ".join(f"'{name}'" for name in pool1_aliases), extra=extra))
+        pool1_aliases=", ".join(f"'{name}'" for name in pool1_aliases), extra=extra) + top_level)
     return path

@@ -15,6 +15,11 @@ _STREAM = "through the Redis stream `vmpooler__commands`"
 _DELETE_READY = "`DELETE /vm/<host>` moves a VM only out of running or ready"
 _ROLLBACK = "A rollback leaves no field behind (vmpooler left `lifetime` on VMs it put back)."
 _PARSER = "For a body that is not valid JSON, the parser's own words follow `Invalid JSON: `"
+_DROP_ACTIVE = "also dropping its `active` and `migrating` entries"
+_OD_QUEUES = "A deleted request also leaves the provisioning queues at once"
+_WINDOW = "a counter's expiry is set when it is created and not renewed by later requests"
+_NO_EXPIRY = "A counter found without an expiry gets one of `period` seconds"
+_MISREAD = "vmpooler silently stopped limiting that class"
 
 KNOWN_DIFFERENCES: tuple[Known, ...] = (
     # Processes and Redis: every change is also a command to the manager.
@@ -127,4 +132,29 @@ KNOWN_DIFFERENCES: tuple[Known, ...] = (
           'a pool name without `-` is its own major (vmpooler grouped those under `""`)'),
     Known("dashboard-running-history", "body", "$.pool*.history*",
           "the running endpoint gave no `history` at all without one"),
+    # The rate limiter: what returning VMs and deleting requests do, as above ...
+    Known("ratelimit-delete-[12i]*", "redis", "vmpooler__[am]*__pool1 *", _DROP_ACTIVE),
+    Known("ratelimit-window-accepted", "redis", "vmpooler__[am]*__pool1 *", _DROP_ACTIVE),
+    Known("ratelimit-final", "redis", "vmpooler__[am]*__pool1 *vm-rl[1-5]", _DROP_ACTIVE),
+    Known("ratelimit-final", "redis", "vmpooler__migrating__pool1 <type>", _DROP_ACTIVE),
+    Known("ratelimit-ondemand-delete-token", "redis", "vmpooler__provisioning__request *",
+          _OD_QUEUES),
+    Known("ratelimit-final", "redis", "vmpooler__provisioning__request *", _OD_QUEUES),
+    # ... its fixed window ...
+    *(Known("ratelimit-window-over", aspect, where, _WINDOW)
+      for aspect, where in (("body", "$.retry_after"), ("header", "retry-after"),
+                            ("header", "x-ratelimit-reset"))),
+    # ... a counter without expiry ...
+    *(Known("ratelimit-window-no-expiry", aspect, where, _NO_EXPIRY)
+      for aspect, where in (("body", "$.retry_after"), ("header", "retry-after"),
+                            ("header", "x-ratelimit-reset"),
+                            ("redis", "vmpooler__ratelimit__global_per_ip__ip:127.0.0.1 *"))),
+    Known("ratelimit-final", "redis",
+          "vmpooler__ratelimit__global_per_ip__ip:127.0.0.1 <expires>", _NO_EXPIRY),
+    # ... and classes vmpooler misread (plain keys, no period), which it does not limit.
+    Known("ratelimit-keys-*", "redis", "vmpooler__ratelimit__*", _MISREAD),
+    Known("ratelimit-keys-global-2", "status", "", _MISREAD),
+    Known("ratelimit-keys-create-over", "status", "", _MISREAD),
+    Known("ratelimit-keys-final", "redis", "vmpooler__*vm-rk2*", _MISREAD),
+    Known("ratelimit-keys-final", "redis", "vmpooler__ready__pool1 <type>", _MISREAD),
 )

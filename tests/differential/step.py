@@ -24,7 +24,9 @@ class Step:
     """A request. ``body`` is sent as JSON, ``raw`` as is (``raw`` wins); ``capture`` maps a
     name to the dotted path of a value in the JSON answer (``token``, ``{vm}.snapshot``);
     ``either`` lists answers of a random choice that count as the same (each reads
-    ``<either>``); ``compare_body=False`` compares the status alone (HTML pages)."""
+    ``<either>``); ``compare_body=False`` compares the status alone (HTML pages); ``headers``
+    names response headers to compare too (case-insensitive; an absent one reads
+    ``<absent>``, times are compared as :mod:`tests.differential.runner` describes)."""
 
     id: str
     method: str
@@ -37,6 +39,7 @@ class Step:
     capture: Mapping[str, str] = field(default_factory=dict)
     either: tuple[str, ...] = ()
     compare_body: bool = True
+    headers: tuple[str, ...] = ()
 
     def payload(self) -> bytes | None:
         """The body to send."""
