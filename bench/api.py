@@ -470,14 +470,18 @@ class Bench:
     def round(self, server: Server, label: str, method: str, path: str, conc: int,
               reseed: bool = False, unique: bool = False) -> dict[str, Any]:
         """One measured round, repeated (up to ``--attempts``) while its connections sat on
-        one worker only or other processes took CPU; the best attempt is kept. ``unique``:
+        one worker only (when there are at least as many connections as workers) or other
+        processes took CPU; the best attempt is kept. ``unique``:
         every request's URL ends differently (see :func:`run_wrk`)."""
         best: dict[str, Any] | None = None
         for attempt in range(1, max(1, self.args.attempts) + 1):
             result = self._attempt(server, label, method, path, conc, reseed, unique)
             result["attempt"] = attempt
-            ok = result["accepted"] = (result["worker_balance"] >= self.args.min_balance
-                  and result["foreign_cpu_pct"] <= self.args.max_foreign)
+            # fewer connections than workers: some workers are idle by construction
+            balanced = (conc < server.expected_workers
+                        or result["worker_balance"] >= self.args.min_balance)
+            ok = result["accepted"] = (balanced
+                                       and result["foreign_cpu_pct"] <= self.args.max_foreign)
             print(f"[bench] {label:<31} c={conc:<3} {result['rps']:8.1f}/s  "
                   f"p50 {result['p50_ms']:7.2f} ms  p99 {result['p99_ms']:7.2f} ms  "
                   f"non-2xx {result['non_2xx']}  workers {result['worker_split']}  "
@@ -881,6 +885,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-logs", action="store_true",
                         help="keep the servers' logs (their path is printed)")
     args = parser.parse_args(argv)
+    # stopping the benchmark (Ctrl-C, or SIGTERM; SIGINT even when started in the
+    # background, where it is ignored) still runs the finally that stops every process
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.client is None:
         args.client = "wrk" if shutil.which("wrk") else "python"
     if args.client == "wrk" and not shutil.which("wrk"):
