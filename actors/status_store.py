@@ -40,6 +40,7 @@ from typing import Any, Generic, TypeVar
 import redis
 
 from vmpooler.actors import schema
+from vmpooler.actors.durations import DurationTotals, duration_totals
 
 __all__ = ["DAILY_KINDS", "QUEUES", "SharedReads", "StatusReading", "StatusStore"]
 
@@ -73,8 +74,9 @@ class StatusReading:
     ``vmpooler__config__poolsize`` value of each pool that has one; ``last_boot[pool]`` is
     the ``vmpooler__lastboot`` field or ``""``. ``ondemand_tasks`` are the members of
     ``vmpooler__odcreate__task`` (``"<name>:<pool>:<count>:<id>"``). ``daily[kind]`` is
-    the raw statistics hash of the requested date. ``providers[name]`` is the hash a
-    provider actor publishes (``vmpooler__provider__<name>``), absent when none is fresh.
+    the raw statistics hash of the requested date; ``durations[kind]`` the totals of such a
+    hash of durations, summed in Redis. ``providers[name]`` is the hash a provider actor
+    publishes (``vmpooler__provider__<name>``), absent when none is fresh.
     """
 
     counts: Mapping[str, Mapping[str, int]] = field(default_factory=_empty)
@@ -86,6 +88,7 @@ class StatusReading:
     requests_processing: int = 0
     ondemand_tasks: tuple[str, ...] = ()
     daily: Mapping[str, Mapping[str, str]] = field(default_factory=_empty)
+    durations: Mapping[str, DurationTotals] = field(default_factory=_empty)
     providers: Mapping[str, Mapping[str, str]] = field(default_factory=_empty)
 
 
@@ -162,6 +165,7 @@ class _Layout:
     lookups: int
     totals: int
     wholes: int
+    sums: int
 
 
 class _Batch:
@@ -196,6 +200,21 @@ def _int(value: str | None) -> int:
         return 0
 
 
+def _totals(entry: Sequence[Any]) -> DurationTotals:
+    """A ``sums`` entry of the script's answer: ``[0, count, sum, min, max]`` summed in
+    Redis, or ``[1, value, ...]``, the values to read here."""
+    if not entry or int(entry[0]) not in (0, 1):
+        raise redis.ResponseError(f"status script: malformed sums entry {entry[:3]!r}")
+    if int(entry[0]) == 1:
+        return duration_totals(entry[1:])
+    if len(entry) != 5:
+        raise redis.ResponseError(f"status script: sums entry of {len(entry)} items")
+    count = int(entry[1])
+    if not count:
+        return DurationTotals()
+    return DurationTotals(count, float(entry[2]), float(entry[3]), float(entry[4]))
+
+
 def _pairs(flat: Sequence[Any]) -> dict[str, Any]:
     """``[field, value, field, value, ...]`` as a dict."""
     if len(flat) % 2:
@@ -211,6 +230,7 @@ class _Raw:
     lookups: list[dict[str, str]]
     totals: list[Any]
     wholes: list[dict[str, str]]
+    sums: list[DurationTotals]
 
 
 def _expect(name: str, got: Sequence[Any], wanted: int) -> None:
@@ -236,37 +256,42 @@ class StatusStore:
 
     @staticmethod
     def _layout(sets: Sequence[str], lookups: Sequence[str], fields: Sequence[str],
-                totals: bool, wholes: Sequence[str]) -> _Layout:
+                totals: bool, wholes: Sequence[str], sums: Sequence[str] = ()) -> _Layout:
         if not lookups:
             fields = ()
         total_keys = (
             [schema.tasks_clone(), schema.tasks_ondemandclone(), schema.provisioning_request(),
              schema.provisioning_processing(), schema.odcreate_task()] if totals else [])
-        return _Layout(keys=[*sets, *lookups, *total_keys, *wholes],
-                       args=[len(sets), len(lookups), len(total_keys), len(wholes), *fields],
-                       lookups=len(lookups), totals=len(total_keys), wholes=len(wholes))
+        return _Layout(keys=[*sets, *lookups, *total_keys, *sums, *wholes],
+                       args=[len(sets), len(lookups), len(total_keys), len(wholes), len(sums),
+                             *fields],
+                       lookups=len(lookups), totals=len(total_keys), wholes=len(wholes),
+                       sums=len(sums))
 
     def _read(self, sets: Sequence[str], lookups: Sequence[str], fields: Sequence[str],
-              totals: bool, wholes: Sequence[str]) -> _Raw:
+              totals: bool, wholes: Sequence[str], sums: Sequence[str] = ()) -> _Raw:
         """One EVALSHA of ``READ_STATUS`` (none when there is nothing to read).
 
         SCARD of each of ``sets``; the ``fields`` present in each hash of ``lookups``; the
-        clone counters and on-demand queues when ``totals``; HGETALL of each of ``wholes``.
+        clone counters and on-demand queues when ``totals``; HGETALL of each of ``wholes``;
+        the :class:`DurationTotals` of each hash of durations in ``sums``.
         """
-        return self._run(self._layout(sets, lookups, fields, totals, wholes), len(sets))
+        return self._run(self._layout(sets, lookups, fields, totals, wholes, sums), len(sets))
 
     def _run(self, layout: _Layout, sets: int) -> _Raw:
         if not layout.keys:
-            return _Raw([], [], [], [])
+            return _Raw([], [], [], [], [])
         answer = self._read_status(keys=layout.keys, args=layout.args)
-        _expect("the answer", answer, 4)
-        counts, found, tot, whole = answer
+        _expect("the answer", answer, 5)
+        counts, found, tot, whole, summed = answer
         _expect("counts", counts, sets)
         _expect("lookups", found, layout.lookups)
         _expect("totals", tot, layout.totals)
         _expect("wholes", whole, layout.wholes)
+        _expect("sums", summed, layout.sums)
         return _Raw(counts=list(map(int, counts)), lookups=[_pairs(f) for f in found],
-                    totals=list(tot), wholes=[_pairs(w) for w in whole])
+                    totals=list(tot), wholes=[_pairs(w) for w in whole],
+                    sums=[_totals(entry) for entry in summed])
 
     def status(
         self,
@@ -276,6 +301,7 @@ class StatusStore:
         last_boot: bool = False,
         queue_totals: bool = False,
         daily: Collection[str] = (),
+        durations: Collection[str] = (),
         date: str = "",
         providers: Sequence[str] = (),
     ) -> StatusReading:
@@ -284,20 +310,21 @@ class StatusStore:
         ``queues`` names the sets of :data:`QUEUES` to count for every pool; size overrides
         are always read. ``last_boot`` adds ``vmpooler__lastboot``; ``queue_totals`` adds the
         clone counters and the on-demand queues; ``daily`` names kinds of
-        :data:`DAILY_KINDS` to read for ``date`` (``YYYY-MM-DD``); ``providers`` names the
-        providers whose published state to read.
+        :data:`DAILY_KINDS` to read whole for ``date`` (``YYYY-MM-DD``), ``durations`` the
+        kinds (``clone``, ``boot``) whose totals to read, summed in Redis; ``providers``
+        names the providers whose published state to read.
 
         Concurrent calls with equal arguments may share one reading (see
         :class:`SharedReads`): it is read-only, and was read after each of them was made.
         """
         request = (tuple(pools), tuple(queues), bool(last_boot), bool(queue_totals),
-                   tuple(daily), date, tuple(providers))
+                   tuple(daily), tuple(durations), date, tuple(providers))
         return self._shared.read(request, lambda: self._status(*request))
 
     def _status(self, pools: tuple[str, ...], queues: tuple[str, ...], last_boot: bool,
-                queue_totals: bool, daily: tuple[str, ...], date: str,
-                providers: tuple[str, ...]) -> StatusReading:
-        request = (pools, queues, last_boot, queue_totals, daily, date, providers)
+                queue_totals: bool, daily: tuple[str, ...], durations: tuple[str, ...],
+                date: str, providers: tuple[str, ...]) -> StatusReading:
+        request = (pools, queues, last_boot, queue_totals, daily, durations, date, providers)
         layout = self._layouts.get(request)
         if layout is None:
             lookups = []
@@ -309,7 +336,8 @@ class StatusStore:
                 sets=[QUEUES[queue](pool) for queue in queues for pool in pools],
                 lookups=lookups, fields=list(pools), totals=queue_totals,
                 wholes=[*(DAILY_KINDS[kind](date) for kind in daily),
-                        *(schema.provider_health(name) for name in providers)])
+                        *(schema.provider_health(name) for name in providers)],
+                sums=[DAILY_KINDS[kind](date) for kind in durations])
             if len(self._layouts) >= self._LAYOUTS_KEPT:
                 self._layouts.clear()
             self._layouts[request] = layout
@@ -333,6 +361,7 @@ class StatusStore:
             requests_processing=int(processing),
             ondemand_tasks=tuple(tasks),
             daily=MappingProxyType(dict(zip(daily, raw.wholes[:len(daily)], strict=True))),
+            durations=MappingProxyType(dict(zip(durations, raw.sums, strict=True))),
             providers=MappingProxyType({
                 name: whole for name, whole in zip(providers, raw.wholes[len(daily):],
                                                    strict=True) if whole}),

@@ -20,6 +20,7 @@ from redis.utils import HIREDIS_AVAILABLE
 
 from tests.api_harness import api, api_config, api_pool
 from vmpooler.actors import schema, timefmt
+from vmpooler.actors.durations import DurationTotals, duration_totals
 from vmpooler.actors.status_store import DAILY_KINDS, QUEUES, StatusReading, StatusStore
 from vmpooler.web.resources import status as status_resource
 
@@ -33,7 +34,7 @@ class PipelineStatusStore(StatusStore):
 
     def status(self, pools: Sequence[str], *, queues: Collection[str] = ("ready",),
                last_boot: bool = False, queue_totals: bool = False,
-               daily: Collection[str] = (), date: str = "",
+               daily: Collection[str] = (), durations: Collection[str] = (), date: str = "",
                providers: Sequence[str] = ()) -> StatusReading:
         pipe = self._client.pipeline(transaction=False)
         for queue in queues:
@@ -51,6 +52,8 @@ class PipelineStatusStore(StatusStore):
             pipe.zrange(schema.odcreate_task(), 0, -1)
         for kind in daily:
             pipe.hgetall(DAILY_KINDS[kind](date))
+        for kind in durations:
+            pipe.hvals(DAILY_KINDS[kind](date))
         for name in providers:
             pipe.hgetall(schema.provider_health(name))
         got = iter(pipe.execute() if len(pipe) else [])
@@ -69,6 +72,7 @@ class PipelineStatusStore(StatusStore):
                           requests_waiting=next(got), requests_processing=next(got),
                           ondemand_tasks=tuple(next(got)))
         days = {kind: dict(next(got)) for kind in daily}
+        sums = {kind: duration_totals(next(got)) for kind in durations}
         published = {name: dict(next(got)) for name in providers}
         assert next(got, None) is None
         return StatusReading(
@@ -76,7 +80,7 @@ class PipelineStatusStore(StatusStore):
             size_overrides=MappingProxyType(overrides),
             last_boot=MappingProxyType(
                 {pool: value or "" for pool, value in zip(pools, boots, strict=True)}),
-            daily=MappingProxyType(days),
+            daily=MappingProxyType(days), durations=MappingProxyType(sums),
             providers=MappingProxyType({k: v for k, v in published.items() if v}), **totals)
 
     def total_running(self, pools: Sequence[str]) -> int:
@@ -149,7 +153,8 @@ def test_script_reading_equals_the_pipeline_reading(
     for pools in (NAMES, NAMES[::-1], NAMES[:1], []):
         for daily in ((), ("clone", "boot", "tag")):
             options: dict[str, Any] = dict(queues=queues, last_boot=last_boot,
-                                           queue_totals=queue_totals, daily=daily, date=TODAY)
+                                           queue_totals=queue_totals, daily=daily,
+                                           durations=daily[:2], date=TODAY)
             got = StatusStore(client).status(pools, **options)
             expected = PipelineStatusStore(client).status(pools, **options)
             assert plain(got) == plain(expected), (pools, daily)
@@ -175,11 +180,44 @@ def test_script_reading_by_hand(redis_client: redis.Redis) -> None:
         "requests_waiting": 2, "requests_processing": 0,
         "ondemand_tasks": ("garbage", "a:pool-a:2:req-c"),
         "daily": {"clone": {"pool-a:vm1": "2.5", "colon:pool:vm2": "3"}, "tag": {}},
+        "durations": {},
         "providers": {"vsphere": {"circuit_breaker": "open", "failures": "5"}},
     }
     assert StatusStore(redis_client).total_running(NAMES) == 2 + 3 + 4 + 0 + 0 + 2
     assert StatusStore(redis_client).ready_counts(NAMES[:2]) == (
         {"pool-a": 0, "pool b": 1}, {"pool-a": "7"})
+
+
+# Durations as vmpooler writes them, and what else a hash may hold: the script sums plain
+# decimals itself and hands anything else back for duration_totals() to read.
+DURATIONS = {
+    "plain": ["12.5", "3", "0.25", "7.", ".5", "-0", "-1.5", "12.5", "0", "1" * 30],
+    "equal extremes": ["1.0", "1", "-0", "0", "1.00"],
+    "exponent": ["1e3", "2.5"], "spaces": [" 1.5", "2"], "hex": ["0x10", "1"],
+    "plus sign": ["+2", "1"], "words": ["fast", "1.5"], "nan": ["nan", "2"], "inf": ["inf"],
+    "overflow": ["1" * 400, "2"], "sum overflows": ["1" + "0" * 308] * 2,
+    "underscore": ["1_000", "2"], "empty text": ["", "3"], "unicode digits": ["٣", "1"],
+    "empty": [],
+}
+
+
+@pytest.mark.parametrize("case", list(DURATIONS))
+def test_durations_summed_in_redis_equal_the_ones_read_here(client: redis.Redis,
+                                                            case: str) -> None:
+    """Equal :class:`DurationTotals`, bit for bit, whichever path the values take."""
+    values = DURATIONS[case]
+    if values:
+        client.hset(schema.clone_stats(TODAY),
+                    mapping={f"pool:vm{i}": value for i, value in enumerate(values)})
+    got = StatusStore(client).status([], durations=("clone",), date=TODAY).durations["clone"]
+    expected = duration_totals(client.hvals(schema.clone_stats(TODAY)))
+    assert got == expected
+    assert [repr(x) for x in (got.total, got.low, got.high)] == [
+        repr(x) for x in (expected.total, expected.low, expected.high)]
+    if case == "plain":
+        assert got.count == 10 and got.high == float("1" * 30) and got.low == -1.5
+    if case == "empty":
+        assert got == DurationTotals()
 
 
 def test_many_pools_in_one_script_call(redis_client: redis.Redis) -> None:

@@ -9,13 +9,15 @@ never produced (see :func:`task_summary`).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
+from vmpooler.actors.durations import DurationTotals, all_seconds, seconds
+
 __all__ = [
     "capacity",
+    "duration_metrics",
     "ondemand_requested",
     "queue",
     "round1",
@@ -36,30 +38,6 @@ def round1(value: float) -> float:
     """
     exact = Decimal(repr(float(value)))
     return float(exact.quantize(Decimal("0.1"), rounding=ROUND_HALF_UP))
-
-
-def seconds(text: str) -> float:
-    """A duration as stored, as a float; unreadable or non-finite values count as 0.0."""
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        return 0.0
-    return value if math.isfinite(value) else 0.0
-
-
-def _all_seconds(texts: Iterable[str]) -> list[float]:
-    """``[seconds(t) for t in texts]``, converting in one pass at C speed when every value
-    is a finite number (the usual case) and value by value otherwise."""
-    texts = list(texts)
-    try:
-        values = list(map(float, texts))
-    except (TypeError, ValueError):
-        return [seconds(text) for text in texts]
-    # a NaN or an infinity makes the sum non-finite; so may finite values near the float
-    # limit, which the slow path then handles exactly as seconds() does
-    if math.isfinite(sum(values)):
-        return values
-    return [seconds(text) for text in texts]
 
 
 def capacity(ready: int, size: int) -> Json:
@@ -103,10 +81,22 @@ def _pool_of(field: str) -> str:
 def _durations(values: Sequence[float]) -> Json:
     """``{average, min, max, total}`` of ``values``; all 0 (ints) when there are none."""
     if not values:
+        return _durations_of(DurationTotals())
+    return _durations_of(DurationTotals(len(values), float(sum(values)), min(values),
+                                        max(values)))
+
+
+def _durations_of(totals: DurationTotals) -> Json:
+    if not totals.count:
         return {"average": 0, "min": 0, "max": 0, "total": 0}
-    total = float(sum(values))
-    return {"average": round1(total / len(values)), "min": min(values), "max": max(values),
-            "total": total}
+    return {"average": round1(totals.total / totals.count), "min": totals.low,
+            "max": totals.high, "total": totals.total}
+
+
+def duration_metrics(totals: DurationTotals, *, only: str | None = None) -> Json:
+    """One day's clone or boot metrics from its totals, as :func:`task_metrics` gives them
+    without ``by_pool``: ``{duration: {average, min, max, total}, count: {total}}``."""
+    return _only({"duration": _durations_of(totals), "count": {"total": totals.count}}, only)
 
 
 def _by_pool(raw: Mapping[str, str]) -> dict[str, list[float]]:
@@ -131,7 +121,7 @@ def task_metrics(raw: Mapping[str, str], *, by_pool: bool = False,
     ``{total, average, min, max}`` and ``count.pool.<pool>`` = ``{total}`` are added.
     ``only`` keeps just that sub-key (an unknown one leaves ``{}``).
     """
-    values = _all_seconds(raw.values())
+    values = all_seconds(raw.values())
     task: Json = {"duration": _durations(values), "count": {"total": len(values)}}
     if by_pool and values:
         task["duration"]["pool"] = {}

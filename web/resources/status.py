@@ -145,7 +145,7 @@ class Status(_Resource):
         today = timefmt.date_bucket(self._ctx.clock.now())
         reading = self._store.status(
             names, queues=queues, last_boot="pools" in wanted, queue_totals="queue" in wanted,
-            daily=[kind for kind in ("clone", "boot") if kind in wanted], date=today,
+            durations=[kind for kind in ("clone", "boot") if kind in wanted], date=today,
             providers=self._providers_used() if "providers" in wanted else ())
         # Requests that shared one reading get the same sections: build them once.
         built = self._built
@@ -167,11 +167,11 @@ class Status(_Resource):
         ready = reading.counts["ready"]
         result: dict[str, Any] = {}
         if "boot" in wanted:
-            result["boot"] = stats.task_metrics(reading.daily["boot"])
+            result["boot"] = stats.duration_metrics(reading.durations["boot"])
         if "capacity" in wanted:
             result["capacity"] = stats.capacity(sum(ready.values()), sum(sizes.values()))
         if "clone" in wanted:
-            result["clone"] = stats.task_metrics(reading.daily["clone"])
+            result["clone"] = stats.duration_metrics(reading.durations["clone"])
         if "pools" in wanted:
             result["pools"] = self._pools(pools, sizes, reading, self._alias_list())
         if "providers" in wanted:
