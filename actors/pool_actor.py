@@ -327,6 +327,9 @@ class PoolActor(OutcomeHandlers, PoolChecks, PoolUpkeep, OnDemandVms, StalePurge
         self._flag_empty(snap, len(ready))
         self.metrics.gauge("ready", len(ready), tags={"pool": name})
         self.metrics.gauge("running", len(snap.running), tags={"pool": name})
+        # ours: what dashboards draw the queues against
+        self.metrics.gauge("pending", len(pending), tags={"pool": name})
+        self.metrics.gauge("size", self.size, tags={"pool": name})
         return activity
 
     def _migrate(self, vm: str) -> None:
