@@ -87,8 +87,10 @@ class OnDemandManager(SupervisedActor):
         self.metrics = metrics
         self.requests: dict[str, pykka.ActorRef[Any]] = {}
         self.crashes: dict[str, int] = {}
-        self.wants: FairQueue[str, tuple[str, str]] = FairQueue()
-        self.granted: dict[int, tuple[str, str, str, float]] = {}  # grant -> id, alias, pool, at
+        # request -> (alias, pool, monotonic time the request asked for it)
+        self.wants: FairQueue[str, tuple[str, str, float]] = FairQueue()
+        # grant -> id, alias, pool, granted at, wanted at (monotonic)
+        self.granted: dict[int, tuple[str, str, str, float, float]] = {}
         self.grants = 0
         self.blocked = False  # the last grant found no free slot: wait for one to be freed
 
@@ -116,7 +118,9 @@ class OnDemandManager(SupervisedActor):
             self._changed(message)
         elif isinstance(message, WantRequestVms):
             if message.wants:
-                self.wants.extend(message.request_id, message.wants)
+                at = self.clock.monotonic()
+                self.wants.extend(message.request_id,
+                                  [(alias, pool, at) for alias, pool in message.wants])
             else:
                 self.wants.drop(message.request_id)
             self._grant()
@@ -189,8 +193,11 @@ class OnDemandManager(SupervisedActor):
             try:
                 claim = self.store.claim(request_id, now=self.clock.now())
                 if claim.found and claim.status is None:
-                    self.store.fail(request_id, list(claim.entries),
-                                    reason=f"Internal error: {message.error}", ttl=self.data_ttl)
+                    failed, _ = self.store.fail(request_id, list(claim.entries),
+                                                reason=f"Internal error: {message.error}",
+                                                ttl=self.data_ttl)
+                    if failed:
+                        self.metrics.increment("ondemand.outcome", tags={"result": "failed"})
             except redis.RedisError as exc:
                 log.error("[!] request '%s' could not be failed: %s", request_id, exc)
             return
@@ -214,37 +221,44 @@ class OnDemandManager(SupervisedActor):
             popped = self.wants.pop()
             if popped is None:
                 break
-            request_id, (alias, pool) = popped
+            request_id, (alias, pool, wanted_at) = popped
             ref = self.directory.get(f"pool:{pool}")
             if ref is None:  # the pool actor is restarting: try again at the next sweep
-                self.wants.push_front(request_id, (alias, pool))
+                self.wants.push_front(request_id, (alias, pool, wanted_at))
                 self.blocked = True
                 return
             self.grants += 1
-            self.granted[self.grants] = (request_id, alias, pool, self.clock.monotonic())
+            self.granted[self.grants] = (request_id, alias, pool, self.clock.monotonic(),
+                                         wanted_at)
             try:
                 ref.tell(CloneForRequest(request_id, alias, pool, grant=self.grants))
             except pykka.ActorDeadError:
                 del self.granted[self.grants]
-                self.wants.push_front(request_id, (alias, pool))
+                self.wants.push_front(request_id, (alias, pool, wanted_at))
                 self.blocked = True
                 return
             free -= 1
 
     def _answered(self, message: RequestCloneAnswered) -> None:
-        if self.granted.pop(message.grant, None) is None:
+        grant = self.granted.pop(message.grant, None)
+        if grant is None:
             return  # already given up on and granted again
+        wanted_at = grant[4]
         if message.vm is None:
             if message.request_id in self.requests:
-                self.wants.push_front(message.request_id, (message.alias, message.pool))
+                self.wants.push_front(message.request_id,
+                                      (message.alias, message.pool, wanted_at))
             self.blocked = True  # no slot (or no name): wait for a freed slot or the sweep
             return
+        # the pool actor reserved the slot: the wait ends here, however often it was regranted
+        self.metrics.timing("clone.queue_wait", max(0.0, self.clock.monotonic() - wanted_at),
+                            tags={"pool": message.pool, "kind": "ondemand"})
         self._grant()
 
     def _regrant_lost(self) -> None:
         now = self.clock.monotonic()
-        for grant, (request_id, alias, pool, at) in list(self.granted.items()):
+        for grant, (request_id, alias, pool, at, wanted_at) in list(self.granted.items()):
             if now - at > GRANT_LOST_AFTER:
                 del self.granted[grant]
                 if request_id in self.requests:
-                    self.wants.push_front(request_id, (alias, pool))
+                    self.wants.push_front(request_id, (alias, pool, wanted_at))

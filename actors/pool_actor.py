@@ -48,9 +48,15 @@ from vmpooler.actors.store import PoolSnapshot, Store
 from vmpooler.actors.supervisor import ActorDirectory, SupervisedActor
 from vmpooler.actors.upkeep_store import UpkeepStore
 
-__all__ = ["PoolActor"]
+__all__ = ["LOST_REASONS", "PoolActor"]
 
 log = logging.getLogger(__name__)
+
+LOST_REASONS = frozenset({
+    "ready_ttl", "check_failed", "pending_timeout", "clone_failed", "purged", "drained",
+    "excess", "vanished", "abandoned",
+})
+"""The ``reason`` tag values of ``vm.lost`` (docs/architecture.md, "Service-level metrics")."""
 
 class PoolActor(OutcomeHandlers, PoolChecks, PoolUpkeep, OnDemandVms, StalePurge,
                 SupervisedActor):
@@ -117,6 +123,7 @@ class PoolActor(OutcomeHandlers, PoolChecks, PoolUpkeep, OnDemandVms, StalePurge
         self.cycle_again = False
         self.preparing = False
         self.waiting_for_slot = False
+        self.slot_wait_since: float | None = None  # monotonic: first NO_SLOT of a shortage
         self.clone_failures = 0
         self.clone_retry_at = 0.0
         self.busy_since: dict[str, float] = {}
@@ -367,6 +374,13 @@ class PoolActor(OutcomeHandlers, PoolChecks, PoolUpkeep, OnDemandVms, StalePurge
 
     def _fqdn(self, vm: str) -> str | None:
         return f"{vm}.{self.pool.domain}" if self.pool.domain else None
+
+    def _lost(self, reason: str, count: int = 1) -> None:
+        """Count ``count`` VMs of this pool that left for good without ever being checked
+        out (``vm.lost``, tags ``pool`` and ``reason``, one of :data:`LOST_REASONS`)."""
+        if count > 0:
+            self.metrics.increment("vm.lost", tags={"pool": self.name, "reason": reason},
+                                   value=count)
 
     def _forget_caches(self, vm: str) -> None:
         self.clone_started.pop(vm, None)

@@ -78,6 +78,7 @@ class PoolChecks:
             if vm not in inventory:
                 if self.store.retire(self.name, vm, "ready"):
                     ready.discard(vm)
+                    self._lost("vanished")
                     log.info("[>] [%s] '%s' not in inventory, moved to 'completed'", self.name, vm)
                 continue
             if self.next_check.get(vm, 0.0) > mono:
@@ -88,6 +89,7 @@ class PoolChecks:
             if since is None or (now - since) / 60.0 > self.pool.ready_ttl:
                 if self.store.retire(self.name, vm, "ready"):
                     ready.discard(vm)
+                    self._lost("ready_ttl")
                     log.info("[>] [%s] '%s' reached its ready TTL of %s min, moved to "
                              "'completed'", self.name, vm, self.pool.ready_ttl)
                 continue
@@ -109,6 +111,7 @@ class PoolChecks:
         if self.store.clone_failed(self.name, vm, error="VM is not in the provider's inventory",
                                    error_class="VmNotFound", ttl=self.data_ttl,
                                    release_slot=False):
+            self._lost("vanished")
             log.info("[!] [%s] '%s' is pending but not in the provider's inventory and no clone "
                      "is running for it; removed from 'pending'", self.name, vm)
             self.metrics.increment("vmpooler_errors.markedasfailed", tags={"pool": self.name})

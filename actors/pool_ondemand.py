@@ -58,6 +58,7 @@ class OnDemandVms:
                             RequestVmReady(request_id, alias, self.name, vm)):
             return
         if self.requests.settle_orphan(request_id, self.name, vm):
+            self._lost("abandoned")
             self.ondemand.pop(vm, None)
             self._forget_caches(vm)
             log.info("[>] [%s] '%s' is ready but its request '%s' is finished, moved to "

@@ -117,6 +117,8 @@ class OutcomeHandlers:
                 self.owed_slots += 1
                 raise
             self.clone_failures = 0
+            self.metrics.increment("clone.outcome", tags={
+                "pool": self.name, "provider": self.pool.provider, "result": "success"})
             self.metrics.gauge("vmpooler_clone", result.seconds, tags={"pool": self.name})
             log.info("[+] [%s] '%s' cloned in %.2f seconds", self.name, vm, result.seconds)
             self._send(ProviderOp.CHECK_PENDING, vm)
@@ -133,14 +135,18 @@ class OutcomeHandlers:
             self.metrics.increment("vmpooler_errors.staledns", tags={"pool": self.name})
         if not failure.circuit_open:  # refused before reaching the provider: nothing died
             self._dead_letter("clone", vm, failure.error_class, failure.message)
+            self.metrics.increment("clone.outcome", tags={
+                "pool": self.name, "provider": self.pool.provider, "result": "failure"})
         try:
-            self.store.clone_failed(self.name, vm, error=failure.message,
+            was_pending = self.store.clone_failed(self.name, vm, error=failure.message,
                                     error_class=failure.error_class, ttl=self.data_ttl,
                                     release_slot=True, ondemand=ondemand)
         except Exception:
             if not ondemand:
                 self.owed_slots += 1
             raise
+        if was_pending and not failure.circuit_open:
+            self._lost("clone_failed")
         self._forget_caches(vm)
         _log_failure(failure, "[!] [%s] '%s' clone failed: %s: %s", self.name, vm,
                      failure.error_class, failure.message)
@@ -190,6 +196,7 @@ class OutcomeHandlers:
                         "after %s minutes", self.name, vm, self.notify_min, self.timeout_min)
         elif verdict == PendingVerdict.FAIL:
             if self.store.retire(self.name, vm, "pending"):
+                self._lost("pending_timeout")
                 self._dead_letter("pending", vm, "Timeout", msg.failure.message
                                   if msg.failure is not None
                                   else "VM timed out during pending phase")
@@ -210,6 +217,7 @@ class OutcomeHandlers:
         result: ReadyCheckResult = msg.result
         if hostname_mismatch(vm, result.hostname):
             if self.store.retire(self.name, vm, "ready"):
+                self._lost("check_failed")
                 log.info("[>] [%s] '%s' has mismatched hostname '%s', moved to 'completed'",
                          self.name, vm, result.hostname)
                 self._forget_caches(vm)
@@ -218,6 +226,7 @@ class OutcomeHandlers:
             if result.reason:
                 self.store.set_vm_fields(vm, {"open_socket_error": result.reason})
             if self.store.retire(self.name, vm, "ready"):
+                self._lost("check_failed")
                 self._dead_letter("ready", vm, "NotReady",
                                   result.reason or "VM became unreachable in ready queue")
                 log.info("[>] [%s] '%s' is unreachable, moved to 'completed'", self.name, vm)

@@ -73,6 +73,7 @@ class StalePurge:
         else:
             if not self.store.retire(name, vm, queue):
                 return False
+            self._lost("purged")
             log.info("[!] [purge] [%s] moved stale %s VM '%s' to 'completed' (age: %.0fs)", name,
                      queue, vm, age)
             if queue == "pending":

@@ -58,6 +58,7 @@ class PoolUpkeep:
 
     def _drain(self: PoolActor, reason: str) -> int:
         moved = self.store.drain(self.name)
+        self._lost("drained", moved)
         log.info("[*] [%s] %s: %d ready and pending VMs moved to 'completed'", self.name, reason,
                  moved)
         self.actor_ref.tell(PoolChanged(self.name, "drained"))
@@ -87,6 +88,8 @@ class PoolUpkeep:
             if not self._start_clone():
                 break
             started += 1
+        else:
+            self.slot_wait_since = None  # no clone is waiting for a slot any more
         return started > 0
 
     def _want_slot(self: PoolActor) -> None:
@@ -115,6 +118,8 @@ class PoolUpkeep:
             )
             if code == CloneReservation.NO_SLOT:
                 if request is None:
+                    if self.slot_wait_since is None:
+                        self.slot_wait_since = self.clock.monotonic()
                     self._want_slot()
                 return None
             if code == CloneReservation.NAME_TAKEN:
@@ -123,6 +128,12 @@ class PoolUpkeep:
                 continue
             self.clone_started[vm] = now
             self.reserved_at[vm] = self.clock.monotonic()
+            if request is None:  # a request's wait is timed by the on-demand manager
+                waited = self.slot_wait_since
+                self.metrics.timing(
+                    "clone.queue_wait",
+                    0.0 if waited is None else max(0.0, self.reserved_at[vm] - waited),
+                    tags={"pool": self.name, "kind": "pool"})
             if request is not None:
                 self.ondemand[vm] = request
             if not self._send(ProviderOp.CLONE, vm, self.template, self.clone_target):
@@ -144,10 +155,11 @@ class PoolUpkeep:
         for vm in sorted(ready - self.busy.keys())[:surplus]:
             if self.store.retire(self.name, vm, "ready"):
                 ready.discard(vm)
+                self._lost("excess")
                 log.info("[>] [%s] '%s' is surplus to the pool size, moved to 'completed'",
                          self.name, vm)
         if pending:
-            self.store.drain(self.name, include_ready=False)
+            self._lost("excess", self.store.drain(self.name, include_ready=False))
 
     def refill(self: PoolActor, *, freed: int = 0) -> None:
         """Start clones if the pool is short. ``freed`` clone slots were just released by
@@ -163,6 +175,8 @@ class PoolUpkeep:
                 if not self._start_clone():
                     break
                 started += 1
+            else:
+                self.slot_wait_since = None  # no clone is waiting for a slot any more
         if freed > started and not self.waiting_for_slot:
             broker = self.directory.get("slots")
             if broker is not None:

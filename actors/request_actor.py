@@ -58,9 +58,13 @@ from vmpooler.actors.metrics import Metrics
 from vmpooler.actors.request_store import AttachOutcome, Entry, RequestStore
 from vmpooler.actors.supervisor import SupervisedActor
 
-__all__ = ["RequestActor", "request_actor_name"]
+__all__ = ["OUTCOMES", "RequestActor", "request_actor_name"]
 
 log = logging.getLogger(__name__)
+
+OUTCOMES = frozenset({"ready", "failed", "deleted"})
+"""The ``result`` tag values of ``ondemand.outcome``: the terminal state this actor saw the
+request reach (once per request; a request found already finished at start is not counted)."""
 
 
 def request_actor_name(request_id: str) -> str:
@@ -102,6 +106,7 @@ class RequestActor(SupervisedActor):
         self.tasks_written: dict[tuple[str, str], int] = {}
         self.task_score = 0.0
         self.retries = 0
+        self.created: float | None = None  # epoch of the request's creation (from Redis)
         self.has_token = False
         self.in_grace = False
         self.finished = False
@@ -115,6 +120,7 @@ class RequestActor(SupervisedActor):
             self._finish(claim.status or "", quiet=True)
             return
         self.entries = {e.key: e for e in claim.entries}
+        self.created = claim.created
         self.retries = claim.retry_count
         self.has_token = claim.has_token
         unknown = sorted({e.pool for e in claim.entries} - self.pools)
@@ -186,6 +192,7 @@ class RequestActor(SupervisedActor):
             if self._complete():
                 self._fulfil()
         elif outcome is AttachOutcome.REFUSED:
+            self._lost(msg.pool)
             log.info("[>] [%s] '%s' not needed by request '%s', moved to 'completed'",
                      msg.pool, msg.vm, self.request_id)
             status = self.store.status(self.request_id)
@@ -245,6 +252,9 @@ class RequestActor(SupervisedActor):
         ready, status = self.store.fulfil(self.request_id, list(self.entries.values()))
         if ready:
             self.metrics.increment("vmpooler_ondemand.ready")
+            if self.created is not None:
+                self.metrics.timing("ondemand.time_to_ready",
+                                    max(0.0, self.clock.now() - self.created))
             log.info("[*] request '%s' is ready", self.request_id)
             self._finish("ready")
             return True
@@ -293,17 +303,24 @@ class RequestActor(SupervisedActor):
         with contextlib.suppress(pykka.ActorDeadError):  # it is being restarted
             self.manager.tell(message)
 
+    def _lost(self, pool: str) -> None:
+        """Count a VM of this request retired before it was delivered (``vm.lost``)."""
+        self.metrics.increment("vm.lost", tags={"pool": pool, "reason": "abandoned"})
+
     def _finish(self, status: str, *, quiet: bool = False) -> None:
         self.finished = True
         if self.timer is not None:
             self.timer.cancel()
         for vm, (_alias, pool) in self.in_flight.items():
             if self.store.retire_pending(pool, vm):
+                self._lost(pool)
                 log.info("[>] [%s] '%s' of finished request '%s' moved to 'completed'", pool,
                          vm, self.request_id)
         self.in_flight.clear()
         self._sync_tasks()
         if not quiet:
             log.debug("request '%s' finished: %s", self.request_id, status or "gone")
+            if status in OUTCOMES:
+                self.metrics.increment("ondemand.outcome", tags={"result": status})
         self._tell_manager(RequestFinished(self.request_id, status))
         self.actor_ref.stop(block=False)

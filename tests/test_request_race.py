@@ -277,9 +277,13 @@ class PoolSide(OnDemandVms):
         self.requests = store
         self.ondemand: dict[str, tuple[str, str]] = {}
         self.forgotten: list[str] = []
+        self.lost: list[str] = []
 
     def _forget_caches(self, vm: str) -> None:
         self.forgotten.append(vm)
+
+    def _lost(self, reason: str, count: int = 1) -> None:
+        self.lost += [reason] * count
 
 
 def test_ready_vm_after_the_request_finished_is_settled_to_completed(rig: Rig) -> None:
@@ -303,6 +307,7 @@ def test_ready_vm_after_the_request_finished_is_settled_to_completed(rig: Rig) -
     assert queues["completed"] == {"vm-0", "vm-late"}
     assert queues["pending"] == queues["running"] == queues["ready"] == set()
     assert side.ondemand == {} and side.forgotten == ["vm-late"]
+    assert side.lost == ["abandoned"]
     assert rig.status() == "failed"
     assert rig.delivered() == set()
 

@@ -18,8 +18,10 @@ Divergences from vmpooler 3.9.1 (on purpose):
   partially allocated state is ever visible, and a rollback leaves no field behind
   (vmpooler left ``lifetime`` on VMs it put back);
 * ``checkout.success`` counts only VMs actually handed out, and ``checkout.empty`` is sent
-  once, for the first name that could not be served (vmpooler also counted VMs it rolled
-  back, and every failing name);
+  for the first name that could not be served only (vmpooler also counted VMs it rolled
+  back, and every failing name), tagged with each pool that name could be served from
+  (for an alias: every pool it maps to, all of which were found empty; vmpooler tagged the
+  alias itself), so both are per pool and give its warm-hit ratio;
 * a ready VM whose hash vanished is moved to completed for the manager to reap instead of
   being handed out;
 * POST ``/vm/+`` (no names at all) answers 404 like an empty JSON body (vmpooler: 200
@@ -213,15 +215,18 @@ def allocate(req: falcon.Request, ctx: ApiContext, store: CheckoutStore,
         raise unauthorized()
     lifetime = ctx.config.settings.vm_lifetime_auth
     requested = [name for name, count in payload.items() for _ in range(count)]
+    units = [candidate_pools(ctx, name) for name in requested]
     outcome = store.checkout(
-        [candidate_pools(ctx, name) for name in requested],
+        units,
         now=_now_text(ctx.clock.now()), token=token,
         lifetime=lifetime if token is not None and lifetime and lifetime > 0 else None)
     if outcome.bad_token:
         raise unauthorized()
     if not outcome.ok:
-        failed = requested[outcome.failed_unit or 0]
-        ctx.metrics.increment("checkout.empty", tags={"pool": failed})
+        failed = outcome.failed_unit or 0
+        # every candidate pool of the refused unit was tried and found empty: a miss for each
+        for pool in units[failed] or [requested[failed]]:
+            ctx.metrics.increment("checkout.empty", tags={"pool": pool})
         raise ApiError(503)
     body: dict[str, Any] = {"ok": True}
     for name, taken in zip(requested, outcome.taken, strict=True):
