@@ -37,6 +37,7 @@ __all__ = [
     "RunHealthCheck",
     "RunPoolCycle",
     "RunPurge",
+    "SendHeartbeat",
     "StartDrain",
     "SweepRequests",
     "WantCloneSlot",
@@ -212,6 +213,11 @@ class RunPurge:
 @dataclass(frozen=True, slots=True)
 class RunHealthCheck:
     """Scheduler → housekeeper: run the queue health check (``health_check_interval``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SendHeartbeat:
+    """Scheduler → heartbeat actor: write this manager's beat (``manager_heartbeat_interval``)."""
 
 
 @dataclass(frozen=True, slots=True)

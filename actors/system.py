@@ -8,7 +8,8 @@
 
 ``start`` connects to Redis (or starts the embedded redis-server when none is configured),
 publishes the pools, zeroes the clone counters, and starts one provider actor per provider,
-one pool actor per pool and the task actor, all under one supervisor. ``stop`` stops them
+one pool actor per pool, the task actor, the housekeeper and the heartbeat, all under one
+supervisor. ``stop`` stops them
 in reverse order and releases every resource; it is idempotent. Every other method is
 thread-safe and never blocks on an actor.
 """
@@ -30,6 +31,8 @@ from vmpooler.actors.clock import Clock, RealClock, Scheduler, ThreadScheduler
 from vmpooler.actors.command_stream import consumer_factory
 from vmpooler.actors.config import Config, PoolConfig
 from vmpooler.actors.embedded_redis import EmbeddedRedis
+from vmpooler.actors.heartbeat import Heartbeat
+from vmpooler.actors.heartbeat_store import HeartbeatStore, manager_id, prune_age
 from vmpooler.actors.hostnames import HostnameGenerator
 from vmpooler.actors.housekeeping import Housekeeper
 from vmpooler.actors.messages import PoolChanged, RequestChanged, StartDrain
@@ -91,6 +94,8 @@ class PoolerSystem:
         self._res = res
         self._supervisor: pykka.ActorRef[Any] | None = None
         self._stopped = False
+        self.manager_id = manager_id(clock.now())
+        """This manager's member of ``vmpooler__manager__heartbeat``."""
 
     # -- lifecycle ------------------------------------------------------------------------------
     @classmethod
@@ -178,6 +183,7 @@ class PoolerSystem:
             scheduler=res.scheduler, interval=task_interval, supervisor=s,
         )).get()
         sup.start_child("housekeeping", self._housekeeper_factory()).get()
+        sup.start_child("heartbeat", self._heartbeat_factory()).get()
         request_startup_purges(cfg, self.directory)
         if consume_commands:
             sup.start_child("commands", consumer_factory(
@@ -195,6 +201,19 @@ class PoolerSystem:
                 settings=cfg.settings, pools=[p.name for p in cfg.pools], upkeep=upkeep,
                 directory=self.directory, clock=self.clock, scheduler=res.scheduler,
                 metrics=res.metrics, supervisor=supervisor,
+            )
+
+        return factory
+
+    def _heartbeat_factory(self) -> Callable[[pykka.ActorRef[Any]], pykka.ActorRef[Any]]:
+        settings, res = self.config.settings, self._res
+        interval = settings.manager_heartbeat_interval
+
+        def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
+            return Heartbeat.start(
+                manager=self.manager_id, store=HeartbeatStore(res.client), interval=interval,
+                prune_after=prune_age(interval, settings.manager_heartbeat_max_age),
+                clock=self.clock, scheduler=res.scheduler, supervisor=supervisor,
             )
 
         return factory
@@ -276,7 +295,7 @@ class PoolerSystem:
         res = self._res
         names = self.directory.names()
         order = (
-            ["commands", "housekeeping", "ondemand"]
+            ["heartbeat", "commands", "housekeeping", "ondemand"]
             + [n for n in names if n.startswith("request:")]
             + [n for n in names if n.startswith("pool:")] + ["tasks", "slots"]
             + [n for n in names if n.startswith("provider:")]

@@ -13,7 +13,7 @@ from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import ApiError, install_error_handlers
 from vmpooler.web.middleware import build_middleware
 from vmpooler.web.resources import config as config_resources
-from vmpooler.web.resources import dashboard, misc, ondemand, openapi, status, token, vm
+from vmpooler.web.resources import dashboard, misc, ondemand, openapi, readiness, status, token, vm
 
 __all__ = ["API_PREFIX", "create_app"]
 
@@ -33,7 +33,8 @@ def create_app(ctx: ApiContext) -> falcon.App:
     app.req_options.strip_url_path_trailing_slash = True
     app.req_options.auto_parse_form_urlencoded = False
     install_error_handlers(app)
-    for module in (misc, dashboard, vm, ondemand, status, token, config_resources, openapi):
+    for module in (misc, readiness, dashboard, vm, ondemand, status, token, config_resources,
+                   openapi):
         module.register(app, ctx, API_PREFIX)
     app.add_sink(_NotFound(), r"/")
     return app

@@ -9,7 +9,8 @@ calls ``process_request`` in list order and ``process_response`` in reverse, and
 3. :class:`RateLimiter` if ``rate_limiting_enabled`` is set (reference §1.6).
 
 As in vmpooler's Rack stack (§1.1), ``/healthcheck`` is neither rate limited nor logged, and
-a rejected (429) request is still logged. ``/api/v3/openapi.json`` (ours) is not limited.
+a rejected (429) request is still logged. ``/api/v3/openapi.json`` (ours) is not limited;
+``/api/v3/readiness`` (ours, a probe) is neither limited nor logged.
 
 Divergences from vmpooler 3.9.1:
 
@@ -53,9 +54,11 @@ log = logging.getLogger(__name__)
 request_log = logging.getLogger("vmpooler.web.requests")
 
 #: Paths the rate limiter never counts (compared after trailing-slash stripping).
-EXEMPT_PATHS: frozenset[str] = frozenset({"/healthcheck", "/api/v3/openapi.json"})
-#: Paths the request logger never logs (vmpooler mounted these outside its logger).
-UNLOGGED_PATHS: frozenset[str] = frozenset({"/healthcheck"})
+EXEMPT_PATHS: frozenset[str] = frozenset({"/healthcheck", "/api/v3/openapi.json",
+                                          "/api/v3/readiness"})
+#: Paths the request logger never logs (vmpooler mounted ``/healthcheck`` outside its
+#: logger; the readiness probe is polled as often).
+UNLOGGED_PATHS: frozenset[str] = frozenset({"/healthcheck", "/api/v3/readiness"})
 
 _START = "vmpooler_request_started"
 

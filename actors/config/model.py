@@ -156,6 +156,10 @@ class GlobalSettings:
     health_check_interval: float = setting(300.0, "number", positive=True)
     health_thresholds: Mapping[str, float] = field(
         default_factory=lambda: DEFAULT_HEALTH_THRESHOLDS)
+    # Manager heartbeat and API readiness (ours): seconds. The max age defaults to three
+    # intervals (actors/heartbeat_store.py).
+    manager_heartbeat_interval: float = setting(5.0, "number", positive=True)
+    manager_heartbeat_max_age: float | None = setting(None, "number?", positive=True)
     raw: Mapping[str, Any] = field(default_factory=empty_mapping)
     """The whole ``:config:`` section as written, after environment overrides."""
 

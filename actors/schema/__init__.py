@@ -35,6 +35,7 @@ __all__ = [
     "empty",
     "health",
     "lastboot",
+    "manager_heartbeat",
     "migrating",
     "migration",
     "odcreate_task",
@@ -283,6 +284,14 @@ def health() -> str:
     """Hash ``metrics`` (JSON), ``status`` (healthy, degraded, unhealthy), ``last_check``
     (RFC 3339): the manager's queue health check (reference §4.11); expires after 1 h."""
     return f"{_P}health"
+
+
+def manager_heartbeat() -> str:
+    """Sorted set of live managers (ours): member = manager id (``host:pid:started``),
+    score = epoch seconds of its last beat. Each manager beats its own member, prunes
+    members older than the prune age and re-arms the key's expiry, so the key vanishes
+    once no manager beats (:mod:`vmpooler.actors.heartbeat_store`)."""
+    return f"{_P}manager__heartbeat"
 
 
 def provider_health(provider: str) -> str:

@@ -1,0 +1,106 @@
+"""``GET /api/v3/readiness``: can this API serve, and is a manager working behind it?
+
+Ours (vmpooler has only the static ``/healthcheck``, kept as it is in ``misc``). Ready means
+both:
+
+* Redis answers ``PING`` within :data:`PROBE_TIMEOUT` seconds, without retries, on a small
+  connection pool of its own (the API's pool retries for seconds, which a probe must not);
+* at least one manager's heartbeat (:mod:`vmpooler.actors.heartbeat_store`) is younger
+  than the stale age: ``manager_heartbeat_max_age``, by default three
+  ``manager_heartbeat_interval`` s.
+
+200 ``{"ok": true, "redis": {...}, "managers": {...}}`` or 503 with ``"ok": false`` and
+``"errors"``, a list of sentences saying what is wrong (``redis unreachable: ...``, ``no
+manager heartbeat``, ``the newest manager heartbeat is 47 s old (max 15 s)``). With the
+queue health check on (``health_check_enabled``, reference §4.11) ``"health"`` reports
+``status`` and ``last_check`` of ``vmpooler__health`` (null before the first check); the
+queue health is information only and never makes the answer 503. One round trip to Redis.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import falcon
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from vmpooler.actors import schema
+from vmpooler.actors.heartbeat_store import stale_age
+from vmpooler.web.context import ApiContext
+from vmpooler.web.errors import json_body
+
+__all__ = ["PROBE_TIMEOUT", "Readiness", "probe_client", "register"]
+
+PROBE_TIMEOUT = 1.0
+"""Seconds the probe waits to connect, for a free connection, and for Redis's answer."""
+
+
+def probe_client(client: redis.Redis, timeout: float = PROBE_TIMEOUT) -> redis.Redis:
+    """A client to the same server as ``client`` with short timeouts and no retries."""
+    pool = client.connection_pool
+    kwargs = {**pool.connection_kwargs, "socket_timeout": timeout,
+              "socket_connect_timeout": timeout, "health_check_interval": 0,
+              "retry": Retry(NoBackoff(), 0)}
+    return redis.Redis(connection_pool=redis.BlockingConnectionPool(
+        connection_class=pool.connection_class, max_connections=4, timeout=timeout, **kwargs))
+
+
+class Readiness:
+    """See the module docstring. Thread-safe; reads only."""
+
+    def __init__(self, ctx: ApiContext, probe: redis.Redis | None = None) -> None:
+        settings = ctx.config.settings
+        self.ctx = ctx
+        self.probe = probe or probe_client(ctx.redis)
+        self.max_age = stale_age(settings.manager_heartbeat_interval,
+                                 settings.manager_heartbeat_max_age)
+        self.health_check = settings.health_check_enabled
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        body = self.check()
+        json_body(resp, 200 if body["ok"] else 503, body)
+
+    def check(self) -> dict[str, Any]:
+        """The answer's body; ``body["ok"]`` says ready."""
+        pipe = self.probe.pipeline(transaction=False)
+        pipe.ping()
+        pipe.zrevrange(schema.manager_heartbeat(), 0, -1, withscores=True)
+        pipe.hmget(schema.health(), "status", "last_check")
+        try:
+            _, beats, (status, last_check) = pipe.execute()
+        except redis.RedisError as exc:
+            error = f"redis unreachable: {exc}"
+            return {"ok": False, "errors": [error], "redis": {"ok": False, "error": str(exc)}}
+        now = self.ctx.clock.now()
+        members = [{"id": str(member), "age": _age(now, score)} for member, score in beats]
+        live = sum(1 for m in members if m["age"] <= self.max_age)
+        errors: list[str] = []
+        if not members:
+            errors.append("no manager heartbeat")
+        elif not live:
+            errors.append(f"the newest manager heartbeat is {members[0]['age']:.0f} s old "
+                          f"(max {self.max_age:g} s)")
+        body: dict[str, Any] = {
+            "ok": not errors,
+            "redis": {"ok": True},
+            "managers": {"ok": bool(live), "live": live, "max_age": self.max_age,
+                         "newest_age": members[0]["age"] if members else None,
+                         "members": members},
+        }
+        if errors:
+            body["errors"] = errors
+        if self.health_check:
+            body["health"] = {"status": status, "last_check": last_check}
+        return body
+
+
+def _age(now: float, stamp: float) -> float:
+    """Seconds since ``stamp``, to the tenth; never negative (a writer's clock ahead)."""
+    return round(max(0.0, now - float(stamp)), 1)
+
+
+def register(app: falcon.App, ctx: ApiContext, prefix: str) -> None:
+    """Add ``{prefix}/readiness``."""
+    app.add_route(f"{prefix}/readiness", Readiness(ctx))
