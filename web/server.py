@@ -6,6 +6,10 @@ commands to a separately running manager through the Redis stream.
 ``run``: everything for one machine. The gunicorn master starts the embedded redis-server
 (when no Redis server is configured) so it outlives worker restarts; the single worker
 process runs the actor system next to the API, and the API tells the actors directly.
+
+Metrics: each worker builds its own backend from the configuration after the fork (a
+socket is never shared between processes) and closes it when the worker exits; under
+``run`` the worker's actor system and its API send through that same backend.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from gunicorn.app.base import BaseApplication
 
 from vmpooler.actors.config import Config
 from vmpooler.actors.embedded_redis import EmbeddedRedis
+from vmpooler.actors.metrics import Metrics, create_metrics
 from vmpooler.actors.store import connect
 from vmpooler.actors.system import PoolerSystem
 from vmpooler.web.app import create_app
@@ -81,6 +86,7 @@ class _State:
     embedded: EmbeddedRedis | None = None
     address: tuple[str, int] | None = None
     system: PoolerSystem | None = None
+    metrics: Metrics | None = None
     contexts: list[ApiContext] = field(default_factory=list)
 
 
@@ -135,8 +141,11 @@ class ApiServer(BaseApplication):  # type: ignore[misc]
                 f"no Redis: set :redis: server, or start `vmpooler manager` first so the "
                 f"embedded redis-server in {self.config.redis.data_dir} is running")
         client = _client(self.config, address)
+        m = self.config.metrics
+        self.state.metrics = create_metrics(m.backend, m.host, m.port, m.prefix, m.tags)
         ctx = ApiContext(config=self.config, redis=client,
-                         commands=StreamCommands(client, background=True))
+                         commands=StreamCommands(client, background=True),
+                         metrics=self.state.metrics)
         ctx.started_at = ctx.clock.now()
         self.state.contexts.append(ctx)
         return create_app(ctx)
@@ -149,10 +158,13 @@ class ApiServer(BaseApplication):  # type: ignore[misc]
             return
         ctx = self.state.contexts[-1]
         self.state.system = PoolerSystem.start(self.config, redis_client=ctx.redis,
-                                               consume_commands=False)
+                                               metrics=ctx.metrics, consume_commands=False)
         ctx.commands = DirectCommands(self.state.system)
 
     def _worker_exit(self, _arbiter: Any, _worker: Any) -> None:
         if self.state.system is not None:
             self.state.system.stop()
             self.state.system = None
+        if self.state.metrics is not None:
+            self.state.metrics.close()
+            self.state.metrics = None
