@@ -343,10 +343,12 @@ class RecordingMetrics(_Backend):
 def create_metrics(
     backend: str, host: str | None, port: int | None, prefix: str, tags: Sequence[str]
 ) -> Metrics:
-    """Build a backend: ``none`` | ``datadog`` | ``statsd`` | ``graphite`` (case-insensitive).
+    """Build a backend: ``none`` | ``datadog`` | ``statsd`` | ``graphite`` | ``prometheus``
+    (case-insensitive).
 
     Defaults: host ``localhost``, port 8125 (datadog, statsd) or 2003 (graphite).  ``tags``
-    (``key:value`` strings) only reach Datadog; the others have no place for them.
+    (``key:value`` strings) reach Datadog as constant tags and Prometheus as constant labels
+    (``vmpooler_instance``); statsd and graphite have no place for them.
     Any other backend name raises ``ValueError``.
     """
     kind = backend.strip().lower()
@@ -359,4 +361,9 @@ def create_metrics(
         return StatsdMetrics(address, port or 8125, prefix=prefix)
     if kind == "graphite":
         return GraphiteMetrics(address, port or 2003, prefix=prefix)
-    raise ValueError(f"unknown metrics backend {backend!r} (none, datadog, statsd, graphite)")
+    if kind == "prometheus":  # prefix: the name prefix; tags: constant labels
+        from vmpooler.actors.metrics_prometheus import PrometheusMetrics
+
+        return PrometheusMetrics(prefix, constant_labels=tags)
+    raise ValueError(
+        f"unknown metrics backend {backend!r} (none, datadog, statsd, graphite, prometheus)")

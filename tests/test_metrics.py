@@ -282,7 +282,7 @@ def test_create_metrics() -> None:
         assert isinstance(metrics, Metrics)
         metrics.close()
     with pytest.raises(ValueError, match="prometheus"):
-        create_metrics("prometheus", None, None, "vmpooler", ())
+        create_metrics("influxdb", None, None, "vmpooler", ())
 
 
 def test_create_metrics_statsd_defaults_reach_socket(udp: socket.socket) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import falcon
 
+from vmpooler.web import prometheus
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import ApiError, install_error_handlers
 from vmpooler.web.middleware import build_middleware
@@ -29,12 +30,14 @@ class _NotFound:
 
 def create_app(ctx: ApiContext) -> falcon.App:
     """A WSGI application serving vmpooler's API v3 over ``ctx``."""
-    app = falcon.App(media_type="application/json", middleware=build_middleware(ctx))
+    app = falcon.App(media_type="application/json",
+                     middleware=[*prometheus.middleware(ctx), *build_middleware(ctx)])
     app.req_options.strip_url_path_trailing_slash = True
     app.req_options.auto_parse_form_urlencoded = False
     install_error_handlers(app)
     for module in (misc, readiness, dashboard, vm, ondemand, status, token, config_resources,
                    openapi):
         module.register(app, ctx, API_PREFIX)
+    prometheus.register(app, ctx)
     app.add_sink(_NotFound(), r"/")
     return app

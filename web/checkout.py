@@ -201,6 +201,7 @@ def fqdn(config: Config, pool: str, vm: str) -> str:
 def allocate(req: falcon.Request, ctx: ApiContext, store: CheckoutStore,
              payload: Mapping[str, int]) -> dict[str, Any]:
     """Check out ``payload`` all or nothing; the 200 body, or 404/401/503 raised."""
+    started = ctx.clock.monotonic()
     requestable = _requestable(ctx.config)
     unknown = [name for name in payload if name not in requestable]
     if not payload:
@@ -245,6 +246,8 @@ def allocate(req: falcon.Request, ctx: ApiContext, store: CheckoutStore,
             record_usage(ctx, "allocate", vm, dict(zip(usage_fields, values, strict=True)))
     for pool in dict.fromkeys(t.pool for t in outcome.taken):
         ctx.commands.pool_changed(pool, "checkout")
+    ctx.metrics.timing("checkout.duration", max(0.0, ctx.clock.monotonic() - started),
+                       tags={"pool": outcome.taken[0].pool})  # ours: one per 200, first pool
     return body
 
 

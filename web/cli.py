@@ -22,6 +22,7 @@ from vmpooler.actors.config import Config, ConfigError, load_config, render_conf
 from vmpooler.actors.config.redis_pools import redis_pool_reader
 from vmpooler.actors.config.unacted import unacted_warnings
 from vmpooler.actors.embedded_redis import EmbeddedRedisError
+from vmpooler.actors.metrics_prometheus import prepare_multiprocess
 from vmpooler.actors.system import PoolerSystem
 from vmpooler.web import dlq_command
 from vmpooler.web.logsetup import configure_logging
@@ -97,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         log.warning("[!] [config] %s", note)
     for warning in warnings:
         log.warning("[!] [config] %s", warning)
+    prometheus = config.metrics.prometheus
+    if prometheus is not None:  # before any backend exists and before gunicorn forks
+        prepare_multiprocess(prometheus.multiprocess_dir)
     if command in ("run", "api"):
         return _serve(config, args, with_manager=command == "run")
     return _run_manager(config)

@@ -28,6 +28,7 @@ from gunicorn.app.base import BaseApplication
 from vmpooler.actors.config import Config
 from vmpooler.actors.embedded_redis import EmbeddedRedis
 from vmpooler.actors.metrics import Metrics, create_metrics
+from vmpooler.actors.metrics_prometheus import mark_process_dead, multiprocess_dir
 from vmpooler.actors.store import connect
 from vmpooler.actors.system import PoolerSystem
 from vmpooler.web.app import create_app
@@ -116,6 +117,7 @@ class ApiServer(BaseApplication):  # type: ignore[misc]
             "on_starting": self._on_starting,
             "post_worker_init": self._post_worker_init,
             "worker_exit": self._worker_exit,
+            "child_exit": self._child_exit,
             "on_exit": self._on_exit,
         }
         for key, value in settings.items():
@@ -128,6 +130,11 @@ class ApiServer(BaseApplication):  # type: ignore[misc]
             self.state.address = ("127.0.0.1", self.state.embedded.port)
         else:
             self.state.address = redis_address(self.config)
+
+    def _child_exit(self, _arbiter: Any, worker: Any) -> None:
+        directory = multiprocess_dir()
+        if directory is not None:  # a dead worker's live Prometheus gauges go with it
+            mark_process_dead(worker.pid, directory)
 
     def _on_exit(self, _arbiter: Any) -> None:
         if self.state.embedded is not None:

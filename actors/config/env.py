@@ -2,7 +2,8 @@
 
 Every variable vmpooler 3.9.1 reads is honoured with the same meaning, plus our own
 ``DATADOG_HOST``/``DATADOG_PORT`` (or Datadog's standard ``DD_AGENT_HOST``/
-``DD_DOGSTATSD_PORT``; the ``DATADOG_*`` spelling wins), ``VMPOOLER_REDIS_DATA_DIR`` and
+``DD_DOGSTATSD_PORT``; the ``DATADOG_*`` spelling wins), ``VMPOOLER_REDIS_DATA_DIR``,
+``PROMETHEUS_MULTIPROC_DIR`` (over ``:prometheus:`` ``multiprocess_dir``) and
 ``VMPOOLER_PROVIDER_<NAME>_SERVER`` / ``_USERNAME`` / ``_PASSWORD`` (a provider's
 credentials, see :func:`provider_env_name`).
 
@@ -63,6 +64,8 @@ def _declared() -> tuple[_Var, ...]:
         _Var("DATADOG_HOST", ("datadog", "host"), "str"),
         _Var("DD_DOGSTATSD_PORT", ("datadog", "port"), "int", creates=False),
         _Var("DATADOG_PORT", ("datadog", "port"), "int", creates=False),
+        _Var("PROMETHEUS_MULTIPROC_DIR", ("prometheus", "multiprocess_dir"), "str",
+             creates=False),
         _Var("VMPOOLER_TRACING_ENABLED", ("tracing", "enabled"), "bool"),
         _Var("VMPOOLER_TRACING_JAEGER_HOST", ("tracing", "jaeger_host"), "str"),
         _Var("AUTH_PROVIDER", ("auth", "provider"), "str"),

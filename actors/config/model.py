@@ -24,6 +24,7 @@ __all__ = [
     "GlobalSettings",
     "MetricsSettings",
     "PoolConfig",
+    "PrometheusSettings",
     "ProviderConfig",
     "RedisSettings",
 ]
@@ -254,10 +255,27 @@ class DnsConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class MetricsSettings:
-    """The one active metrics backend: ``none``, ``datadog``, ``statsd`` or ``graphite``.
+class PrometheusSettings:
+    """``:prometheus:`` beyond the name prefix and the instance label.
 
-    Precedence when several sections are present: ``:datadog:``, ``:statsd:``, ``:graphite:``.
+    ``endpoint`` is the API's scrape path (``prometheus_endpoint``); ``multiprocess_dir``
+    the directory every process of this vmpooler writes its samples to
+    (``multiprocess_dir``, else ``$PROMETHEUS_MULTIPROC_DIR``, else
+    ``<redis data_dir>/prometheus``).
+    """
+
+    endpoint: str = "/prometheus"
+    multiprocess_dir: str = "./var/redis/prometheus"
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSettings:
+    """The one active metrics backend: ``none``, ``datadog``, ``statsd``, ``graphite`` or
+    ``prometheus``.
+
+    Precedence when several sections are present: ``:datadog:``, ``:statsd:``, ``:graphite:``,
+    ``:prometheus:``. For Prometheus, ``prefix`` is ``prometheus_prefix`` (the metric name
+    prefix) and ``tags`` is ``("vmpooler_instance:<prefix>",)``, the constant label.
     """
 
     backend: str = "none"
@@ -265,6 +283,7 @@ class MetricsSettings:
     port: int | None = None
     prefix: str = "vmpooler"
     tags: tuple[str, ...] = ()
+    prometheus: PrometheusSettings | None = None
 
 
 @dataclass(frozen=True, slots=True)

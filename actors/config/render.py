@@ -60,7 +60,12 @@ def effective_document(config: Config) -> dict[str, Any]:
         for name, provider in config.providers.items()
     }
     metrics = config.metrics
-    if metrics.backend != "none":
+    if metrics.backend == "prometheus" and metrics.prometheus is not None:
+        instance = dict(tag.split(":", 1) for tag in metrics.tags).get("vmpooler_instance")
+        doc["prometheus"] = {"prefix": instance, "prometheus_prefix": metrics.prefix,
+                             "prometheus_endpoint": metrics.prometheus.endpoint,
+                             "multiprocess_dir": metrics.prometheus.multiprocess_dir}
+    elif metrics.backend != "none":
         section = {"server" if metrics.backend != "datadog" else "host": metrics.host,
                    "port": metrics.port, "prefix": metrics.prefix}
         if metrics.backend == "datadog":

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import fields
+from pathlib import PurePath
 from typing import Any
 
 from vmpooler.actors.config._check import Checker
@@ -22,6 +23,7 @@ from vmpooler.actors.config.model import (
     Config,
     GlobalSettings,
     MetricsSettings,
+    PrometheusSettings,
     RedisSettings,
 )
 
@@ -92,7 +94,7 @@ def validate_document(
         dns_configs=freeze(dns_configs),
         auth=_auth(doc, chk, debug),
         tagfilter=_tagfilter(chk.mapping(doc.get("tagfilter"), ("tagfilter",)), chk),
-        metrics=_metrics(doc, chk),
+        metrics=_metrics(doc, chk, redis.data_dir),
         raw=freeze(doc),
         rate_limits=_rate_limits(chk.mapping(doc.get("rate_limits"), ("rate_limits",)), chk),
         debug=debug,
@@ -224,11 +226,9 @@ def _tagfilter(section: Mapping[str, Any], chk: Checker) -> Mapping[str, str]:
     return freeze(filters)
 
 
-def _metrics(doc: Mapping[str, Any], chk: Checker) -> MetricsSettings:
-    if "prometheus" in doc:
-        chk.note(":prometheus: is not supported and is ignored; use :datadog: or :statsd:")
-    chosen = [name for name in ("datadog", "statsd", "graphite")
-              if name in doc and (name == "datadog" or doc[name] is not None)]
+def _metrics(doc: Mapping[str, Any], chk: Checker, data_dir: str) -> MetricsSettings:
+    chosen = [name for name in ("datadog", "statsd", "graphite", "prometheus")
+              if name in doc and (name in ("datadog", "prometheus") or doc[name] is not None)]
     for name in chosen[1:]:
         chk.note(f":{name}: is ignored because :{chosen[0]}: takes precedence")
     if not chosen:
@@ -236,6 +236,8 @@ def _metrics(doc: Mapping[str, Any], chk: Checker) -> MetricsSettings:
     backend = chosen[0]
     path = (backend,)
     section = chk.mapping(doc[backend], path)
+    if backend == "prometheus":
+        return _prometheus(section, chk, data_dir)
     port_limits = {"minimum": 1, "maximum": 65535}
     if backend == "datadog":
         prefix = chk.get(section, "prefix", path, "str") or chk.get(
@@ -273,3 +275,24 @@ def _rate_limits(section: Mapping[str, Any], chk: Checker) -> Mapping[str, Mappi
         limits[name]["period"] = chk.get(entry, "period", path, "int", limits[name]["period"],
                                          minimum=1)
     return freeze(limits)
+
+
+def _prometheus(section: Mapping[str, Any], chk: Checker, data_dir: str) -> MetricsSettings:
+    """``:prometheus:``: ``prefix`` (the ``vmpooler_instance`` label), ``prometheus_prefix``
+    (the metric name prefix), ``prometheus_endpoint``, and ours, ``multiprocess_dir``."""
+    path = ("prometheus",)
+    instance = chk.get(section, "prefix", path, "str", "vmpooler")
+    namespace = chk.get(section, "prometheus_prefix", path, "str", "vmpooler")
+    if isinstance(namespace, str) and not re.fullmatch(r"[a-zA-Z_:][a-zA-Z0-9_:]*", namespace):
+        chk.fail((*path, "prometheus_prefix"),
+                 f"{namespace!r} is not a Prometheus metric name prefix ([a-zA-Z_:][a-zA-Z0-9_:]*)")
+    endpoint = chk.get(section, "prometheus_endpoint", path, "str", "/prometheus")
+    if isinstance(endpoint, str) and not endpoint.startswith("/"):
+        chk.fail((*path, "prometheus_endpoint"),
+                 f"expected a path starting with /, got {endpoint!r}")
+    directory = chk.get(section, "multiprocess_dir", path, "str",
+                        str(PurePath(data_dir) / "prometheus"))
+    return MetricsSettings(
+        backend="prometheus", prefix=namespace, tags=(f"vmpooler_instance:{instance}",),
+        prometheus=PrometheusSettings(endpoint=endpoint, multiprocess_dir=directory),
+    )
