@@ -143,6 +143,7 @@ def seed(a: Api) -> None:
     _vm(client, "pool2", "vmfree", "running", checkout=stamp)
     _vm(client, "pool1", "vmgone", "completed", checkout=stamp, destroy=stamp)
     client.hset(schema.lastboot(), "pool1", stamp)
+    client.zadd(schema.manager_heartbeat(), {"manager:1:0": now - 2})  # a live manager
     client.hset(schema.config_poolsize(), "pool1", "3")
     client.hset(schema.config_template(), "pool2", "templates/other")
     client.hset(schema.config_clone_target(), "pool2", "cluster2")

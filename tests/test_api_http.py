@@ -617,6 +617,12 @@ def od_error(message: str) -> Check:
     return check
 
 
+def ready_with_one_manager(a: Answer, w: World) -> None:
+    """The seeded heartbeat (written just now) counts as a live manager."""
+    assert a.json["ok"] is True and a.json["managers"]["live"] == 1
+    assert [m["id"] for m in a.json["managers"]["members"]] == ["m:1:0"]
+
+
 WRITES = [
     ("poolsize", "POST", "/config/poolsize", {"pool1": 3}),
     ("poolsize-reset", "DELETE", "/config/poolsize/pool1", None),
@@ -630,6 +636,12 @@ CASES = [
     # -- misc ------------------------------------------------------------------------------
     Case("root-redirects", "GET", "/", 302, expect=redirect),
     Case("healthcheck", "GET", "/healthcheck", 200, expect={"ok": True}),
+    Case("readiness", "GET", f"{V}/readiness", 200, expect=ready_with_one_manager,
+         before=lambda w: w.redis.zadd(schema.manager_heartbeat(), {"m:1:0": w.now})),
+    Case("readiness-no-manager", "GET", f"{V}/readiness/", 503, expect={
+        "ok": False, "errors": ["no manager heartbeat"], "redis": {"ok": True},
+        "managers": {"ok": False, "live": 0, "max_age": 15.0, "newest_age": None,
+                     "members": []}}),
     Case("unknown-route", "GET", "/nowhere", 404, expect={"ok": False}),
     Case("unknown-api-route", "GET", f"{V}/nowhere/at/all", 404, expect={"ok": False}),
     Case("openapi", "GET", f"{V}/openapi.json", 200, expect=openapi_document),

@@ -89,9 +89,9 @@ OD = f"{P}/ondemandvm/{{requestid}}"
 CASES: dict[str, Case] = {
     "root": c("GET", "/", "/", 302),
     "healthcheck": c("GET", "/healthcheck", "/healthcheck", 200),
-    "readiness": c("GET", f"{P}/readiness", f"{P}/readiness", 200, before=lambda a: a.redis.zadd(
-        schema.manager_heartbeat(), {"host:1:0": a.clock.now() - 1})),
-    "readiness-no-manager": c("GET", f"{P}/readiness/", f"{P}/readiness", 503),
+    "readiness": c("GET", f"{P}/readiness", f"{P}/readiness", 200),
+    "readiness-no-manager": c("GET", f"{P}/readiness/", f"{P}/readiness", 503,
+                              before=lambda a: a.redis.delete(schema.manager_heartbeat())),
     "openapi": c("GET", f"{P}/openapi.json", f"{P}/openapi.json", 200),
     # status
     "status": c("GET", f"{P}/status", f"{P}/status", 200),
