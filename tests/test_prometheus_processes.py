@@ -1,0 +1,131 @@
+"""``vmpooler api`` (2 gunicorn workers) and ``vmpooler manager`` writing to one Prometheus
+multiprocess directory; the API's ``/prometheus`` scrape, parsed by ``prometheus_client``,
+reports both."""
+
+from __future__ import annotations
+
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.harness import wait_until
+from tests.test_api_processes import call
+from tests.test_manager_process import full, spawn, write_config
+from vmpooler.actors.embedded_redis import EmbeddedRedis, free_port
+
+pytestmark = pytest.mark.integration
+
+Stack = tuple[str, list[subprocess.Popen[str]], Path]
+"""The API's root URL, the processes (manager first), the multiprocess directory."""
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def scrape(root: str) -> Samples:
+    with urllib.request.urlopen(f"{root}/prometheus", timeout=10) as answer:
+        text = answer.read().decode()
+    found: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return found
+
+
+def get(samples: Samples, name: str, **labels: str) -> float | None:
+    return samples.get((name, frozenset({"vmpooler_instance": "east", **labels}.items())))
+
+
+def total(samples: Samples, name: str, **labels: str) -> float:
+    """Sum over every series of ``name`` whose labels include ``labels``."""
+    return sum(v for (n, ls), v in samples.items()
+               if n == name and set(labels.items()) <= set(ls))
+
+
+@pytest.fixture
+def stack(tmp_path: Path, redis_server: EmbeddedRedis,
+          redis_client: redis.Redis) -> Iterator[Stack]:
+    started: list[subprocess.Popen[str]] = []
+    config = write_config(tmp_path / "f.yaml", redis_port=redis_server.port,
+                          pools={"alpha": 3, "beta": 2}, dummy={})
+    document = yaml.safe_load(config.read_text())
+    document[":prometheus"] = {"prefix": "east",
+                               "multiprocess_dir": str(tmp_path / "prometheus")}
+    config.write_text(yaml.safe_dump(document))
+    port = free_port()
+    spawn(started, "manager", "--config", str(config), log=tmp_path / "manager.log")
+    spawn(started, "api", "--config", str(config), "--bind", f"127.0.0.1:{port}",
+          "--workers", "2", log=tmp_path / "api.log")
+    root = f"http://127.0.0.1:{port}"
+
+    def answering() -> bool:
+        try:
+            return call("GET", f"{root}/api/v3/vm")[0] == 200
+        except OSError:
+            return False
+
+    wait_until(answering, 30, "the API to answer")
+    yield root, started, tmp_path / "prometheus"
+    for process in started:
+        process.terminate()
+    for process in started:
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    assert "Traceback" not in (tmp_path / "api.log").read_text()
+    assert "Traceback" not in (tmp_path / "manager.log").read_text()
+
+
+def test_one_scrape_reports_every_worker_and_the_manager(
+    stack: Stack, redis_client: redis.Redis,
+) -> None:
+    root, started, directory = stack
+    base = f"{root}/api/v3"
+    manager_pid = started[0].pid
+
+    def both_workers_counted() -> bool:
+        assert call("GET", f"{base}/vm")[0] == 200
+        pids = {int(f.stem.split("_")[-1]) for f in directory.glob("counter_*.db")}
+        return len(pids - {manager_pid}) >= 2
+
+    wait_until(both_workers_counted, 30, "requests served by both API workers")
+    wait_until(lambda: full(redis_client, {"alpha": 3, "beta": 2}), 30, "the pools to fill")
+    hosts = []
+    for _ in range(3):
+        status, body = call("POST", f"{base}/vm/alpha")
+        assert status == 200, body
+        hosts.append(body["alpha"]["hostname"].split(".")[0])
+    assert call("POST", f"{base}/vm/nosuchpool")[0] == 404
+    for vm in hosts:
+        assert call("DELETE", f"{base}/vm/{vm}")[0] == 200
+    wait_until(lambda: full(redis_client, {"alpha": 3}), 30, "alpha to refill")
+
+    def reported() -> bool:
+        samples = scrape(root)
+        return (get(samples, "vmpooler_ready", poolname="alpha") == 3
+                and get(samples, "vmpooler_running", poolname="alpha") == 0
+                and get(samples, "vmpooler_ready", poolname="beta") == 2
+                and (get(samples, "vmpooler_clone_count", poolname="alpha") or 0) >= 6)
+
+    wait_until(reported, 30, "the manager's gauges after the refill")
+    samples = scrape(root)
+    assert get(samples, "vmpooler_checkout_success_total", poolname="alpha") == 3
+    assert get(samples, "vmpooler_checkout_invalid_total", poolname="nosuchpool") == 1
+    assert get(samples, "vmpooler_delete_success_total") == 3
+    # vmpooler counts POST /vm/:template as get.vm.template
+    assert get(samples, "vmpooler_http_requests_vm_total", method="get", subpath="vm",
+               operation="template") == 4
+    assert get(samples, "vmpooler_http_requests_total", code="200", method="delete",
+               path="/api/v3/vm") == 3
+    assert get(samples, "vmpooler_http_request_duration_seconds_count", method="post",
+               path="/api/v3/vm") == 4
+    assert get(samples, "vmpooler_checkout_duration_count", poolname="alpha") == 3
+    assert get(samples, "vmpooler_time_to_ready_state_count", poolname="beta") == 2
+    assert total(samples, "vmpooler_clone_outcome_total", poolname="alpha",
+                 result="success") >= 6
+    assert get(samples, "vmpooler_clone_count", poolname="beta") == 2
