@@ -33,6 +33,8 @@ from typing import Protocol, runtime_checkable
 
 from datadog.dogstatsd import DogStatsd
 
+from vmpooler.actors.metric_catalog import plain_unit
+
 __all__ = [
     "DatadogMetrics",
     "GraphiteMetrics",
@@ -227,7 +229,9 @@ class GraphiteMetrics(_Backend):
     """Graphite plaintext protocol over one persistent TCP connection.
 
     Each call writes ``<prefix>.<name>[.<tag values>] <value> <epoch>\\n``; counters write
-    the increment, timings write seconds (as vmpooler did).  The connection is opened on
+    the increment.  Graphite has no units, so a timing is written in the unit vmpooler wrote
+    for that metric (:func:`vmpooler.actors.metric_catalog.plain_unit`): seconds, except
+    ``connection_waited`` in whole milliseconds.  The connection is opened on
     first use and reopened lazily after an error, but not more often than every
     ``retry_interval`` seconds; samples are dropped meanwhile.  Connect and send block for
     at most ``timeout`` seconds.
@@ -262,6 +266,8 @@ class GraphiteMetrics(_Backend):
             self._sock = None
 
     def _emit(self, kind: str, name: str, value: float, tags: Mapping[str, str] | None) -> None:
+        if kind == "timing" and plain_unit(name) == "ms":
+            value = int(value * 1000)
         line = f"{dotted_name(self._prefix, name, tags)} {_number(value)} {int(self._clock())}\n"
         with self._lock:
             if self._closed:
