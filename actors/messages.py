@@ -24,6 +24,7 @@ __all__ = [
     "ProviderFailure",
     "ProviderOp",
     "PurgeStaleVms",
+    "RecordHistory",
     "RefillPool",
     "RequestChanged",
     "RequestCloneAnswered",
@@ -213,6 +214,11 @@ class RunPurge:
 @dataclass(frozen=True, slots=True)
 class RunHealthCheck:
     """Scheduler → housekeeper: run the queue health check (``health_check_interval``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordHistory:
+    """Scheduler → history recorder: record every pool's point for the current interval."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -33,6 +34,8 @@ from vmpooler.actors.config import Config, PoolConfig
 from vmpooler.actors.embedded_redis import EmbeddedRedis
 from vmpooler.actors.heartbeat import Heartbeat
 from vmpooler.actors.heartbeat_store import HeartbeatStore, manager_id, prune_age
+from vmpooler.actors.history import DEFAULT_INTERVAL, HistoryRecorder
+from vmpooler.actors.history_store import HistoryStore
 from vmpooler.actors.hostnames import HostnameGenerator
 from vmpooler.actors.housekeeping import Housekeeper
 from vmpooler.actors.messages import PoolChanged, RequestChanged, StartDrain
@@ -184,6 +187,7 @@ class PoolerSystem:
         )).get()
         sup.start_child("housekeeping", self._housekeeper_factory()).get()
         sup.start_child("heartbeat", self._heartbeat_factory()).get()
+        sup.start_child("history", self._history_factory()).get()
         request_startup_purges(cfg, self.directory)
         if consume_commands:
             sup.start_child("commands", consumer_factory(
@@ -213,6 +217,19 @@ class PoolerSystem:
             return Heartbeat.start(
                 manager=self.manager_id, store=HeartbeatStore(res.client), interval=interval,
                 prune_after=prune_age(interval, settings.manager_heartbeat_max_age),
+                clock=self.clock, scheduler=res.scheduler, supervisor=supervisor,
+            )
+
+        return factory
+
+    def _history_factory(self) -> Callable[[pykka.ActorRef[Any]], pykka.ActorRef[Any]]:
+        pools, res = [p.name for p in self.config.pools], self._res
+        # Seconds between two history points; the environment knob exists for tests and demos.
+        interval = float(os.environ.get("VMPOOLER_HISTORY_INTERVAL") or DEFAULT_INTERVAL)
+
+        def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
+            return HistoryRecorder.start(
+                pools=pools, store=HistoryStore(res.client), interval=interval,
                 clock=self.clock, scheduler=res.scheduler, supervisor=supervisor,
             )
 
@@ -295,7 +312,7 @@ class PoolerSystem:
         res = self._res
         names = self.directory.names()
         order = (
-            ["heartbeat", "commands", "housekeeping", "ondemand"]
+            ["heartbeat", "history", "commands", "housekeeping", "ondemand"]
             + [n for n in names if n.startswith("request:")]
             + [n for n in names if n.startswith("pool:")] + ["tasks", "slots"]
             + [n for n in names if n.startswith("provider:")]

@@ -290,15 +290,18 @@ def test_running_does_not_write_major_into_the_configuration(majors: Api) -> Non
 # -- Redis ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("path", [POOL, RUNNING])
 def test_each_json_endpoint_is_one_evalsha(redis_client: redis.Redis, path: str) -> None:
+    """One EVALSHA; with ``history`` one pipeline more (the history sets)."""
     pools: list[PoolConfig] = [api_pool(f"p{n}-x", 2) for n in range(50)]
     counting = CountingRedis(redis_client)
     a = api(counting, api_config(pools))
     a.client.simulate_get(path)  # loads the script if this server does not have it yet
     redis_client.config_resetstat()
     counting.direct = 0
-    assert a.client.simulate_get(path, query_string="history").status_code == 200
+    assert a.client.simulate_get(path).status_code == 200
     assert counting.direct == 1 and counting.pipelines == []
     assert redis_client.info("commandstats")["cmdstat_evalsha"]["calls"] == 1
+    assert a.client.simulate_get(path, query_string="history").status_code == 200
+    assert counting.direct == 2 and len(counting.pipelines) == 1
 
 
 def test_page_and_assets_do_not_touch_redis(redis_client: redis.Redis) -> None:

@@ -34,6 +34,9 @@ __all__ = [
     "dlq_pattern",
     "empty",
     "health",
+    "history",
+    "history_checkouts",
+    "history_clones",
     "lastboot",
     "manager_heartbeat",
     "migrating",
@@ -284,6 +287,24 @@ def health() -> str:
     """Hash ``metrics`` (JSON), ``status`` (healthy, degraded, unhealthy), ``last_check``
     (RFC 3339): the manager's queue health check (reference §4.11); expires after 1 h."""
     return f"{_P}health"
+
+
+def history(pool: str) -> str:
+    """Sorted set of one pool's recorded history (ours): one member per point,
+    ``"<t>:<ready>:<running>:<pending>:<checkouts>:<clones>"`` scored by ``t``, the epoch start
+    of the point's interval; the last two are the cumulative counters read at that time
+    (:mod:`vmpooler.actors.history_store`). Trimmed to 24 h and a fixed number of points."""
+    return f"{_P}history__pool__{pool}"
+
+
+def history_checkouts() -> str:
+    """Hash pool -> checkouts ever served from it (ours; ``HINCRBY`` in the checkout script)."""
+    return f"{_P}history__checkouts"
+
+
+def history_clones() -> str:
+    """Hash pool -> clones ever finished for it (ours; ``HINCRBY`` when a clone succeeds)."""
+    return f"{_P}history__clones"
 
 
 def manager_heartbeat() -> str:

@@ -57,7 +57,8 @@ return 1
 
     # KEYS[1] counter, KEYS[2] vm hash, KEYS[3] clone stats hash of the day
     # ARGV[1] "<pool>:<vm>", ARGV[2] clone seconds, ARGV[3] ip
-    # Releases the clone slot (never below 0) and records the clone. Returns 1.
+    # Releases the clone slot (never below 0) and records the clone; counts it in the pool's
+    # field of ``vmpooler__history__clones`` (schema.history_clones). Returns 1.
     CLONE_SUCCEEDED = """
 local n = tonumber(redis.call('GET', KEYS[1]) or '0')
 if n > 0 then redis.call('DECR', KEYS[1]) else redis.call('SET', KEYS[1], 0) end
@@ -65,6 +66,7 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
   redis.call('HSET', KEYS[2], 'clone_time', ARGV[2], 'ip', ARGV[3])
 end
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
+redis.call('HINCRBY', 'vmpooler__history__clones', string.match(ARGV[1], '^(.*):') or ARGV[1], 1)
 return 1
 """
 
@@ -199,6 +201,8 @@ return 0
     # whose hash is gone is moved to completed and never handed out. All or nothing: if a unit
     # finds no VM, every VM taken in this call goes back to ready and nothing else is written
     # (apart from vanished VMs moved to completed and the token's ``last``).
+    # Each VM handed out counts in its pool's field of ``vmpooler__history__checkouts``
+    # (schema.history_checkouts; the pool name is its ready key's after ``vmpooler__ready__``).
     # Returns {-1} token unknown (nothing written), {0, u} unit u (1-based) found no VM,
     #         {1, p1, vm1, p2, vm2, ...} the pool index and VM of every unit, in unit order.
     CHECKOUT = """
@@ -244,6 +248,7 @@ for _, t in ipairs(taken) do
   redis.call('SADD', key(p, 4), vm)
   redis.call('HSET', key(p, 5), vm, now)
   redis.call('HSET', h, 'checkout', now)
+  redis.call('HINCRBY', 'vmpooler__history__checkouts', string.sub(key(p, 1), 18), 1)
   if token ~= '' then
     redis.call('HSET', h, 'token:token', token)
     if user then redis.call('HSET', h, 'token:user', user) end

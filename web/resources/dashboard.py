@@ -12,24 +12,30 @@ dashboard JSON endpoints (reference §1.4).
   version>``, as the page does, it may be cached for a year (``immutable``), otherwise the
   browser must revalidate (``no-cache``).
 * ``GET /dashboard/stats/vmpooler/pool`` — ``{<pool>: {"size": n, "ready": n}}`` plus
-  ``"history": [<ready>]`` when a ``history`` query parameter is present.
+  ``"history"`` when a ``history`` query parameter is present: the last hour's recorded ready
+  counts (:mod:`vmpooler.actors.history_store`), each point 8 times as vmpooler emitted
+  Graphite's, or ``[<ready>]`` while nothing is recorded.
 * ``GET /dashboard/stats/vmpooler/running`` — ``{<major>: {"running": n}}`` (plus
-  ``"history": [<running>]``), major being the pool name up to its first ``-``, summed over
-  the pools sharing it.
+  ``"history"``, the same way, of the running counts summed per point), major being the pool
+  name up to its first ``-``, summed over the pools sharing it.
+* ``GET /dashboard/stats/history`` and ``GET /dashboard/stats/activity`` — ours, for the page
+  (:mod:`vmpooler.web.resources.dashboard_data`).
 
-Each JSON endpoint is one Redis round trip (one EVALSHA of the ``/status`` script through
-:class:`~vmpooler.actors.status_store.StatusStore`), whatever the number of pools.
+Each of vmpooler's JSON endpoints is one Redis round trip (one EVALSHA of the ``/status``
+script through :class:`~vmpooler.actors.status_store.StatusStore`), whatever the number of
+pools, and one more (a pipeline) with ``history``.
 
-The page polls ``/api/v3/status?view=pools,queue,capacity`` every 5 s (one request per poll),
+The page polls ``/api/v3/status?view=pools,queue,capacity,providers`` every 1.5 s, the
+activity every third poll and the history every tenth (every poll until two points exist),
 so it is counted by the rate limiter and logged by the request logger like any other route,
 as vmpooler's dashboard was.
 
 Divergences from vmpooler 3.9.1:
 
-* no Graphite: ``:graphs:`` (and ``:graphite:``) are ignored; ``history`` is always the one
-  current value, for both endpoints (vmpooler's running endpoint gave no ``history`` at all
-  without a graph server). ``?history`` without a value counts as present (Rack read it as
-  absent);
+* no Graphite: ``:graphs:`` (and ``:graphite:``) are ignored; ``history`` comes from the
+  history the manager records in Redis, for both endpoints (vmpooler's running endpoint gave
+  no ``history`` at all without a graph server). ``?history`` without a value counts as
+  present (Rack read it as absent);
 * the site name is read once, from the parsed configuration (vmpooler re-read and re-parsed
   the whole configuration file on every page view when ``SITE_NAME`` was unset), and shown
   as text: its markup (``<b>vmpooler</b>``) is stripped, not inserted into the page;
@@ -56,9 +62,11 @@ from typing import Any
 import falcon
 
 from vmpooler.actors.config import Config, PoolConfig
+from vmpooler.actors.history_store import HistoryStore, Point
 from vmpooler.actors.status_store import StatusStore
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import ApiError, json_body
+from vmpooler.web.resources.dashboard_data import Activity, History, vmpooler_history
 from vmpooler.web.resources.status import _query, _size
 
 __all__ = ["ASSETS", "DASHBOARD", "major", "register", "site_title"]
@@ -195,12 +203,21 @@ def render_page(config: Config, assets: dict[str, _Asset]) -> str:
     return text
 
 
-class _Stats:
-    """A dashboard JSON endpoint reading through ``store``."""
+_HOUR = 3600
 
-    def __init__(self, ctx: ApiContext, store: StatusStore) -> None:
+
+class _Stats:
+    """A dashboard JSON endpoint reading through ``store`` (and ``history``)."""
+
+    def __init__(self, ctx: ApiContext, store: StatusStore, history: HistoryStore) -> None:
         self._pools: tuple[PoolConfig, ...] = ctx.config.pools
         self._store = store
+        self._history = history
+        self._clock = ctx.clock
+
+    def _last_hour(self) -> dict[str, list[Point]]:
+        return self._history.read([pool.name for pool in self._pools],
+                                  self._clock.now() - _HOUR)
 
 
 class PoolStats(_Stats):
@@ -209,11 +226,13 @@ class PoolStats(_Stats):
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         ready, overrides = self._store.ready_counts([pool.name for pool in self._pools])
         history = _history(req)
+        points = self._last_hour() if history else {}
         body: dict[str, Any] = {}
         for pool in self._pools:
             entry: dict[str, Any] = {"size": _size(pool, overrides), "ready": ready[pool.name]}
             if history:
-                entry["history"] = [ready[pool.name]]
+                entry["history"] = vmpooler_history([p.ready for p in points[pool.name]],
+                                                    ready[pool.name])
             body[pool.name] = entry
         json_body(resp, 200, body)
 
@@ -229,19 +248,30 @@ class RunningStats(_Stats):
             entry = body.setdefault(major(pool.name), {"running": 0})
             entry["running"] += running[pool.name]
         if _history(req):
-            for entry in body.values():
-                entry["history"] = [entry["running"]]
+            sums: dict[str, dict[int, int]] = {}
+            for pool, points in self._last_hour().items():
+                per_t = sums.setdefault(major(pool), {})
+                for p in points:
+                    per_t[p.t] = per_t.get(p.t, 0) + p.running
+            for name, entry in body.items():
+                per_t = sums.get(name, {})
+                entry["history"] = vmpooler_history([per_t[t] for t in sorted(per_t)],
+                                                    entry["running"])
         json_body(resp, 200, body)
 
 
 def register(app: falcon.App, ctx: ApiContext, prefix: str) -> None:
-    """Add the dashboard page, its assets and its two JSON endpoints (outside ``prefix``)."""
+    """Add the dashboard page, its assets and its JSON endpoints (outside ``prefix``)."""
     assets = {}
     for name, content_type in ASSETS.items():
         data = _read(name)
         assets[name] = _Asset(data, content_type, _version(data))
-    store = StatusStore(ctx.redis)
+    store, history = StatusStore(ctx.redis), HistoryStore(ctx.redis)
     app.add_route(DASHBOARD, Page(render_page(ctx.config, assets)))
     app.add_route(f"{DASHBOARD}/static/{{name}}", Static(assets))
-    app.add_route(f"{DASHBOARD}/stats/vmpooler/pool", PoolStats(ctx, store))
-    app.add_route(f"{DASHBOARD}/stats/vmpooler/running", RunningStats(ctx, store))
+    app.add_route(f"{DASHBOARD}/stats/vmpooler/pool", PoolStats(ctx, store, history))
+    app.add_route(f"{DASHBOARD}/stats/vmpooler/running", RunningStats(ctx, store, history))
+    app.add_route(f"{DASHBOARD}/stats/history",
+                  History([pool.name for pool in ctx.config.pools], history, ctx.clock.now))
+    app.add_route(f"{DASHBOARD}/stats/activity",
+                  Activity(ctx.redis, ctx.config.settings.ondemand_request_ttl, ctx.clock.now))

@@ -1,14 +1,20 @@
-// vmpooler dashboard: polls /api/v3/status every 5 s and draws it. No framework.
+// vmpooler dashboard: polls /api/v3/status every 1.5 s, the activity and the recorded history
+// less often, and draws them (SVG, no library). No framework.
 // Every value from the API is put on the page with textContent, never as markup.
 (function () {
   "use strict";
 
-  var INTERVAL_MS = 5000;
+  var INTERVAL_MS = 1500;
   var TIMEOUT_MS = 4500;
+  var ACTIVITY_EVERY = 3;   // polls
+  var HISTORY_EVERY = 10;   // polls (every poll while fewer than two points exist)
   var STALE_MS = 3 * INTERVAL_MS;
 
   var root = (document.querySelector('meta[name="vmpooler-root"]') || {}).content || "";
   var statusUrl = root + "/api/v3/status?view=pools,queue,capacity,providers";
+  var historyUrl = root + "/dashboard/stats/history?minutes=60";
+  var activityUrl = root + "/dashboard/stats/activity";
+  var SVG = "http://www.w3.org/2000/svg";
   var body = document.body;
   var taskLimit = parseInt(body.getAttribute("data-task-limit"), 10) || 0;
   var ondemandLimit = parseInt(body.getAttribute("data-ondemand-clone-limit"), 10) || 0;
@@ -19,7 +25,10 @@
     updatedAt: null,     // Date of the last good answer
     error: null,         // text of the last failure, null when the last poll worked
     timer: null,
-    inFlight: false
+    inFlight: false,
+    polls: 0,
+    history: null,       // last /dashboard/stats/history answer
+    activity: null       // last /dashboard/stats/activity answer
   };
 
   function $(id) { return document.getElementById(id); }
@@ -125,6 +134,21 @@
       bootCell.className = "muted";
     }
     tr.appendChild(bootCell);
+
+    var sparkCell = el("td", "col-spark");
+    var h = state.history && state.history.pools && state.history.pools[name];
+    if (h && h.ready.length > 1) {
+      var svg = svgEl("svg", { viewBox: "0 0 100 20", preserveAspectRatio: "none",
+                               "aria-hidden": "true" });
+      svg.appendChild(svgEl("polyline", { points: linePoints(h.t, h.ready, 100, 20,
+        Math.max(1, p.max, Math.max.apply(null, h.ready))) }));
+      sparkCell.appendChild(svg);
+      sparkCell.title = "ready " + Math.min.apply(null, h.ready) + " to " +
+        Math.max.apply(null, h.ready) + " over the last hour";
+    } else {
+      sparkCell.appendChild(el("span", "muted", "–"));
+    }
+    tr.appendChild(sparkCell);
     return { row: tr, rank: st.rank };
   }
 
@@ -153,7 +177,7 @@
       var tr = el("tr", "");
       var td = el("td", "placeholder",
         names.length ? "No pool matches the filter." : "No pools are configured.");
-      td.colSpan = 6;
+      td.colSpan = 7;
       tr.appendChild(td);
       tbody.replaceChildren(tr);
     } else {
@@ -207,6 +231,7 @@
     setText("t-completed", fmt(queue.completed));
 
     renderProviders(data.providers || {});
+    renderBreakers(data.providers || {});
 
     setText("f-ready", fmt(sumReady));
     setText("f-size", fmt(sumSize));
@@ -239,6 +264,180 @@
         }).join("; ")
       : "circuit breakers closed");
     $("card-providers").className = "card" + (open ? " bad" : (troubled.length ? " warn" : ""));
+  }
+
+  function svgEl(tag, attrs) {
+    var node = document.createElementNS(SVG, tag);
+    Object.keys(attrs || {}).forEach(function (k) { node.setAttribute(k, attrs[k]); });
+    return node;
+  }
+
+  // "x,y x,y ..." of values against times, scaled into width x height (y grows down).
+  function linePoints(ts, values, width, height, top) {
+    var t0 = ts[0], span = Math.max(1, ts[ts.length - 1] - t0);
+    return values.map(function (v, i) {
+      var x = (ts[i] - t0) / span * width;
+      var y = height - Math.max(0, v) / top * (height - 4) - 2;
+      return x.toFixed(1) + "," + y.toFixed(1);
+    }).join(" ");
+  }
+
+  // One chart: a polyline per series; its summary goes to aria-label and the note below.
+  function drawChart(id, ts, series) {
+    var svg = $(id);
+    var note = $(id + "-note");
+    if (ts.length < 2) {
+      svg.replaceChildren();
+      svg.setAttribute("aria-label", "No history recorded yet");
+      note.textContent = ts.length ? "One point recorded so far; the chart starts at the next." :
+        "No history recorded yet.";
+      return;
+    }
+    var top = 1;
+    series.forEach(function (s) { top = Math.max(top, Math.max.apply(null, s.values)); });
+    var nodes = [];
+    [0.25, 0.5, 0.75].forEach(function (f) {
+      nodes.push(svgEl("line", { x1: 0, x2: 600, y1: 160 * f, y2: 160 * f, "class": "grid" }));
+    });
+    series.forEach(function (s) {
+      var line = svgEl("polyline", { points: linePoints(ts, s.values, 600, 160, top),
+                                     "class": "s-" + s.key });
+      var title = svgEl("title", {});
+      title.textContent = s.key;
+      line.appendChild(title);
+      nodes.push(line);
+    });
+    svg.replaceChildren.apply(svg, nodes);
+    var from = new Date(ts[0] * 1000), to = new Date(ts[ts.length - 1] * 1000);
+    var text = ts.length + " points from " + clock(from) + " to " + clock(to) + "; now " +
+      series.map(function (s) {
+        var last = s.values[s.values.length - 1];
+        return s.key + " " + fmt(last) + " (max " + fmt(Math.max.apply(null, s.values)) + ")";
+      }).join(", ") + "; scale 0 to " + fmt(top) + ".";
+    svg.setAttribute("aria-label", text);
+    note.textContent = text;
+  }
+
+  // Sum the chosen pools' series point by point (points share their interval start).
+  function historySeries(pools, chosen) {
+    var byT = {};
+    Object.keys(pools).forEach(function (name) {
+      if (chosen && name !== chosen) { return; }
+      var h = pools[name];
+      h.t.forEach(function (t, i) {
+        var row = byT[t] || (byT[t] = { ready: 0, running: 0, pending: 0, checkouts: 0, clones: 0 });
+        row.ready += h.ready[i]; row.running += h.running[i]; row.pending += h.pending[i];
+        row.checkouts += h.checkouts[i]; row.clones += h.clones[i];
+      });
+    });
+    var ts = Object.keys(byT).map(Number).sort(function (a, b) { return a - b; });
+    function col(key) { return ts.map(function (t) { return byT[t][key]; }); }
+    return { t: ts, ready: col("ready"), running: col("running"), pending: col("pending"),
+             checkouts: col("checkouts"), clones: col("clones") };
+  }
+
+  function renderHistory() {
+    var data = state.history;
+    if (!data) { return; }
+    var pools = data.pools || {};
+    var pick = $("history-pool");
+    var names = Object.keys(pools);
+    if (pick.options.length !== names.length + 1) {
+      var keep = pick.value;
+      var opts = [el("option", "", "all pools")];
+      opts[0].value = "";
+      names.forEach(function (name) { var o = el("option", "", name); o.value = name; opts.push(o); });
+      pick.replaceChildren.apply(pick, opts);
+      pick.value = names.indexOf(keep) >= 0 ? keep : "";
+    }
+    var h = historySeries(pools, pick.value);
+    setText("history-span", h.t.length ? "(last hour, " + h.t.length + " points)" : "");
+    drawChart("chart-vms", h.t, [{ key: "ready", values: h.ready },
+      { key: "running", values: h.running }, { key: "pending", values: h.pending }]);
+    drawChart("chart-rates", h.t, [{ key: "checkouts", values: h.checkouts },
+      { key: "clones", values: h.clones }]);
+  }
+
+  function historyPoints() {
+    var pools = state.history && state.history.pools || {};
+    var most = 0;
+    Object.keys(pools).forEach(function (name) { most = Math.max(most, pools[name].t.length); });
+    return most;
+  }
+
+  function placeholderRow(tbody, cols, text) {
+    var tr = el("tr", "");
+    var td = el("td", "placeholder", text);
+    td.colSpan = cols;
+    tr.appendChild(td);
+    tbody.replaceChildren(tr);
+  }
+
+  function renderActivity() {
+    var data = state.activity;
+    if (!data) { return; }
+    var nowMs = Date.now();
+    var requests = data.requests || [];
+    setText("requests-count", "(" + requests.length + ")");
+    var tbody = $("request-rows");
+    if (!requests.length) {
+      placeholderRow(tbody, 5, "None.");
+    } else {
+      tbody.replaceChildren.apply(tbody, requests.map(function (r) {
+        var tr = el("tr", "");
+        tr.appendChild(el("td", "pool-name", r.id));
+        tr.appendChild(el("td", "", r.user || "–"));
+        tr.appendChild(el("td", "", duration(Math.max(0, nowMs / 1000 - r.created))));
+        var left = r.deadline - nowMs / 1000;
+        var dl = el("td", left < 0 ? "late" : "",
+          left < 0 ? "overdue by " + duration(-left) : "in " + duration(left));
+        dl.title = new Date(r.deadline * 1000).toLocaleString();
+        tr.appendChild(dl);
+        tr.appendChild(el("td", "", r.status));
+        return tr;
+      }));
+    }
+    var list = $("error-list");
+    var errors = data.errors || [];
+    if (!errors.length) {
+      list.replaceChildren(el("li", "placeholder", "None."));
+    } else {
+      list.replaceChildren.apply(list, errors.map(function (e) {
+        var li = el("li", "");
+        li.appendChild(el("strong", "", e.queue + " "));
+        li.appendChild(document.createTextNode((e.pool ? e.pool + "/" : "") + e.vm + ": " +
+          (e.error_class ? e.error_class + ": " : "") + e.error_message + " — " +
+          ago(nowMs - e.at * 1000)));
+        return li;
+      }));
+    }
+  }
+
+  function renderBreakers(providers) {
+    var tbody = $("provider-rows");
+    var names = Object.keys(providers).sort();
+    if (!names.length) { placeholderRow(tbody, 3, "No providers."); return; }
+    tbody.replaceChildren.apply(tbody, names.map(function (name) {
+      var p = providers[name];
+      var b = String(p.circuit_breaker || "unknown");
+      var tr = el("tr", "");
+      tr.appendChild(el("th", "pool-name", name));
+      tr.firstChild.scope = "row";
+      var mark = b === "open" ? "✖ " : (b === "half_open" ? "◐ " : "✔ ");
+      tr.appendChild(el("td", "breaker-" + b, mark + b.replace("_", "-")));
+      tr.appendChild(el("td", p.last_error ? "" : "muted", p.last_error || "none"));
+      return tr;
+    }));
+  }
+
+  // A side fetch (history, activity): drawn when it arrives; a failure keeps the last one.
+  function side(url, key, draw) {
+    fetch(url, { cache: "no-store", headers: { "Accept": "application/json" } })
+      .then(function (resp) { return resp.ok ? resp.json() : null; })
+      .then(function (data) {
+        if (data && typeof data === "object") { state[key] = data; draw(); }
+      })
+      .catch(function () { /* shown by the status poll's connection state */ });
   }
 
   function renderConnection() {
@@ -302,6 +501,14 @@
       return;
     }
     state.inFlight = true;
+    if (state.polls % ACTIVITY_EVERY === 0) { side(activityUrl, "activity", renderActivity); }
+    if (state.polls % HISTORY_EVERY === 0 || historyPoints() < 2) {
+      side(historyUrl, "history", function () {
+        renderHistory();
+        if (state.data) { renderPools(state.data.pools || {}); }
+      });
+    }
+    state.polls += 1;
     var delay = INTERVAL_MS;
     var controller = typeof AbortController === "function" ? new AbortController() : null;
     var killer = controller ? setTimeout(function () { controller.abort(); }, TIMEOUT_MS) : null;
@@ -339,6 +546,7 @@
     });
   }
 
+  $("history-pool").addEventListener("change", renderHistory);
   $("filter").addEventListener("input", function () { if (state.data) { renderPools(state.data.pools || {}); } });
   $("problems-first").addEventListener("change", function () {
     try { localStorage.setItem("vmpooler.problemsFirst", this.checked ? "1" : ""); } catch (e) { /* private mode */ }

@@ -1,0 +1,133 @@
+"""The dashboard's history and activity: what ``/dashboard/`` draws beside ``/status``.
+
+* ``GET /dashboard/stats/history?minutes=N`` (default 60, at most 1440) — every pool's
+  recorded points (:mod:`vmpooler.actors.history_store`) of the last ``N`` minutes as
+  ``{"now", "since", "pools": {pool: {"t", "ready", "running", "pending", "checkouts",
+  "clones"}}}``, each an array oldest first; ``checkouts`` and ``clones`` are per point (the
+  increment since the point before, 0 for the first). One round trip.
+* ``GET /dashboard/stats/activity`` — ``{"now", "requests", "errors"}``: the on-demand
+  requests in flight (waiting or being provisioned, newest 50) with ``id``, ``created``
+  (epoch), ``age`` and ``deadline`` (``created + ondemand_request_ttl`` minutes, epoch),
+  ``status``, ``user`` and ``requested``; and the 10 newest dead-letter entries of every
+  queue (``vmpooler__dlq__*``), newest first, with ``queue``, ``vm``, ``pool``,
+  ``error_class``, ``error_message`` and ``at`` (epoch). Two round trips.
+
+:func:`vmpooler_history` gives the ``history`` array of vmpooler's two stats endpoints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import falcon
+import redis
+
+from vmpooler.actors import schema
+from vmpooler.actors.dlq import QUEUES, parse_member
+from vmpooler.actors.history_store import RETENTION, HistoryStore, Point, rates
+from vmpooler.web.errors import json_body
+
+__all__ = ["REPEAT", "Activity", "History", "vmpooler_history"]
+
+REPEAT = 8
+"""vmpooler emitted each Graphite datapoint this many times in ``history``."""
+
+_REQUESTS = 50
+_ERRORS = 10
+
+
+def vmpooler_history(points: Sequence[int], current: int) -> list[int]:
+    """vmpooler's ``history``: each point :data:`REPEAT` times, or ``[current]`` when there is
+    no point yet (as vmpooler without a graph server)."""
+    if not points:
+        return [current]
+    return [value for value in points for _ in range(REPEAT)]
+
+
+def _minutes(req: falcon.Request) -> int:
+    raw = req.get_param("minutes") or ""
+    try:
+        value = int(raw)
+    except ValueError:
+        return 60
+    return max(1, min(RETENTION // 60, value))
+
+
+def series(points: Sequence[Point]) -> dict[str, list[int]]:
+    """One pool's points as parallel arrays, the counters turned into per-point rates."""
+    return {
+        "t": [p.t for p in points],
+        "ready": [p.ready for p in points],
+        "running": [p.running for p in points],
+        "pending": [p.pending for p in points],
+        "checkouts": rates([p.checkouts for p in points]),
+        "clones": rates([p.clones for p in points]),
+    }
+
+
+class History:
+    """``GET /dashboard/stats/history``."""
+
+    def __init__(self, pools: Sequence[str], store: HistoryStore,
+                 now: Callable[[], float]) -> None:
+        self._pools = tuple(pools)
+        self._store = store
+        self._now = now
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        now = int(self._now())
+        since = now - _minutes(req) * 60
+        read = self._store.read(self._pools, since)
+        json_body(resp, 200, {"now": now, "since": since,
+                              "pools": {pool: series(read[pool]) for pool in self._pools}})
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value or "")
+
+
+class Activity:
+    """``GET /dashboard/stats/activity``."""
+
+    def __init__(self, client: redis.Redis, ttl_minutes: int,
+                 now: Callable[[], float]) -> None:
+        self._redis = client
+        self._ttl = max(0, int(ttl_minutes)) * 60
+        self._now = now
+
+    def _read(self) -> tuple[list[tuple[str, float]], list[tuple[str, list[Any]]]]:
+        pipe = self._redis.pipeline(transaction=False)
+        for key in (schema.provisioning_request(), schema.provisioning_processing()):
+            pipe.zrevrange(key, 0, _REQUESTS - 1, withscores=True)
+        for queue in QUEUES:
+            pipe.zrevrange(schema.dlq(queue), 0, _ERRORS - 1, withscores=True)
+        waiting, processing, *dead = pipe.execute()
+        ids = sorted({_text(m): s for m, s in [*waiting, *processing]}.items(),
+                     key=lambda item: -item[1])[:_REQUESTS]
+        return ids, list(zip(QUEUES, dead, strict=True))
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        now = self._now()
+        ids, dead = self._read()
+        pipe = self._redis.pipeline(transaction=False)
+        for request_id, _ in ids:
+            pipe.hmget(schema.odrequest(request_id), "status", "token:user", "requested")
+        fields = pipe.execute() if ids else []
+        requests = []
+        for (request_id, created), (status, user, requested) in zip(ids, fields, strict=True):
+            requests.append({
+                "id": request_id, "created": int(created), "age": max(0, int(now - created)),
+                "deadline": int(created) + self._ttl, "status": _text(status) or "pending",
+                "user": _text(user), "requested": _text(requested),
+            })
+        errors = []
+        for queue, members in dead:
+            for member, score in members:
+                entry = parse_member(queue, _text(member), score)
+                errors.append({"queue": queue, "vm": entry.vm, "pool": entry.pool,
+                               "error_class": entry.error_class,
+                               "error_message": entry.error_message, "at": entry.epoch})
+        errors.sort(key=lambda e: -e["at"])
+        json_body(resp, 200, {"now": int(now), "requests": requests,
+                              "errors": errors[:_ERRORS]})
