@@ -25,10 +25,11 @@ Each of vmpooler's JSON endpoints is one Redis round trip (one EVALSHA of the ``
 script through :class:`~vmpooler.actors.status_store.StatusStore`), whatever the number of
 pools, and one more (a pipeline) with ``history``.
 
-The page polls ``/api/v3/status?view=pools,queue,capacity,providers`` every 1.5 s, the
-activity every third poll and the history every tenth (every poll until two points exist),
-so it is counted by the rate limiter and logged by the request logger like any other route,
-as vmpooler's dashboard was.
+The page polls ``/api/v3/status?view=pools,queue,capacity,providers`` every second, the
+activity every fifth poll and the history every fifteenth (every poll until two points
+exist): 76 requests a minute, under the default ``global_per_ip`` limit of 100. It is
+counted by the rate limiter and logged by the request logger like any other route, as
+vmpooler's dashboard was.
 
 Divergences from vmpooler 3.9.1:
 

@@ -1,13 +1,13 @@
-// vmpooler dashboard: polls /api/v3/status every 1.5 s, the activity and the recorded history
+// vmpooler dashboard: polls /api/v3/status every second, the activity and the recorded history
 // less often, and draws them (SVG, no library). No framework.
 // Every value from the API is put on the page with textContent, never as markup.
 (function () {
   "use strict";
 
-  var INTERVAL_MS = 1500;
+  var INTERVAL_MS = 1000;
   var TIMEOUT_MS = 4500;
-  var ACTIVITY_EVERY = 3;   // polls
-  var HISTORY_EVERY = 10;   // polls (every poll while fewer than two points exist)
+  var ACTIVITY_EVERY = 5;   // polls
+  var HISTORY_EVERY = 15;   // polls (every poll while fewer than two points exist)
   var STALE_MS = 3 * INTERVAL_MS;
 
   var root = (document.querySelector('meta[name="vmpooler-root"]') || {}).content || "";
