@@ -51,7 +51,10 @@ def _specs() -> list[MetricSpec]:
     p, api, prov = ("pool",), "api", "provider"
     specs = [
         MetricSpec("checkout.success", "increment", p, emitter=api),
-        MetricSpec("checkout.empty", "increment", p, emitter=api),
+        MetricSpec("checkout.empty", "increment", p, emitter=api,
+                   doc="pool is the requested name (a pool or an alias), as vmpooler"),
+        MetricSpec("checkout.miss", "increment", p, emitter=api, reference=False,
+                   doc="one per pool the refused name could be served from: warm-hit ratio"),
         MetricSpec("checkout.invalid", "increment", p, emitter=api,
                    doc="pool is the requested name, or 'unknown' for an empty body"),
         MetricSpec("delete.success", "increment", emitter=api),

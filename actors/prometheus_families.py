@@ -86,7 +86,7 @@ FAMILIES: Mapping[str, Family] = {
         "counter", "Pool instances and the operation by Jenkins job/component",
         ("job_name", "component_to_test", *_USAGE)),
     "checkout": Family("counter", "Pool checkout counts", _POOL,
-                       ("nonresponsive", "empty", "success", "invalid")),
+                       ("nonresponsive", "empty", "success", "invalid", "miss")),
     "delete": Family("counter", "Delete machine", (), ("success", "failed")),
     "ondemandrequest_generate": Family("counter", "Ondemand request", (),
                                        ("duplicaterequests", "success")),

@@ -19,9 +19,10 @@ Divergences from vmpooler 3.9.1 (on purpose):
   (vmpooler left ``lifetime`` on VMs it put back);
 * ``checkout.success`` counts only VMs actually handed out, and ``checkout.empty`` is sent
   for the first name that could not be served only (vmpooler also counted VMs it rolled
-  back, and every failing name), tagged with each pool that name could be served from
-  (for an alias: every pool it maps to, all of which were found empty; vmpooler tagged the
-  alias itself), so both are per pool and give its warm-hit ratio;
+  back, and every failing name), tagged with that name as vmpooler does (a pool or an
+  alias); ours, ``checkout.miss`` counts the refusal against each pool that name could be
+  served from (for an alias: every pool it maps to, all found empty), so that
+  ``success / (success + miss)`` is each pool's warm-hit ratio;
 * a ready VM whose hash vanished is moved to completed for the manager to reap instead of
   being handed out;
 * POST ``/vm/+`` (no names at all) answers 404 like an empty JSON body (vmpooler: 200
@@ -225,9 +226,10 @@ def allocate(req: falcon.Request, ctx: ApiContext, store: CheckoutStore,
         raise unauthorized()
     if not outcome.ok:
         failed = outcome.failed_unit or 0
+        ctx.metrics.increment("checkout.empty", tags={"pool": requested[failed]})
         # every candidate pool of the refused unit was tried and found empty: a miss for each
         for pool in units[failed] or [requested[failed]]:
-            ctx.metrics.increment("checkout.empty", tags={"pool": pool})
+            ctx.metrics.increment("checkout.miss", tags={"pool": pool})
         raise ApiError(503)
     body: dict[str, Any] = {"ok": True}
     for name, taken in zip(requested, outcome.taken, strict=True):

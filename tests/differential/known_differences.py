@@ -32,6 +32,8 @@ KNOWN_DIFFERENCES: tuple[Known, ...] = (
           "`application/json` like every answer"),
     Known("healthcheck", "status", "", "`/healthcheck` always exists instead of only with "
           "Prometheus"),
+    # ours: 503 here (no manager runs beside the differential APIs); vmpooler has no such route
+    Known("readiness", "status", "", "Ours: `GET /api/v3/readiness` answers 200 when Redis"),
     Known("method-not-allowed", "status", "",
           'A method a route does not have answers 405 `{"ok": false}` (Sinatra: 404).'),
     # /status and /summary.

@@ -32,6 +32,7 @@ def misc() -> list[Step]:
         get("vm-list", f"{V3}/vm"),
         get("unknown-route", f"{V3}/nope"),
         get("healthcheck", "/healthcheck"),
+        get("readiness", f"{V3}/readiness"),
         Step("method-not-allowed", "PATCH", f"{V3}/vm"),
         get("status-all", f"{V3}/status"),
         _status("status-pools", "pools"),
