@@ -12,7 +12,10 @@ What callers may rely on, for every backend here:
   timeout;
 * every backend is safe to share between threads (actors);
 * ``timing`` takes **seconds**;
-* ``close()`` is idempotent; network backends silently drop later calls.
+* ``close()`` is idempotent; network backends silently drop later calls;
+* the network backends batch: a sample leaves within ``FLUSH_INTERVAL`` (0.25 s), packed
+  with others into one datagram or write; ``flush()`` sends at once and ``close()`` sends
+  what is left.
 
 Tag rendering: Datadog keeps the name and sends tags as ``key:value``.  Statsd and Graphite
 have no tags, so the tag *values* become dotted name suffixes, in the mapping's iteration
@@ -34,6 +37,7 @@ from typing import Protocol, runtime_checkable
 from datadog.dogstatsd import DogStatsd
 
 from vmpooler.actors.metric_catalog import plain_unit
+from vmpooler.actors.metrics_batch import FLUSH_INTERVAL, LineBatcher
 
 __all__ = [
     "DatadogMetrics",
@@ -49,6 +53,10 @@ log = logging.getLogger(__name__)
 
 SOCKET_TIMEOUT = 0.5
 """Longest a metrics call may block on a socket, in seconds."""
+UDP_PAYLOAD = 1432
+"""Largest statsd datagram: one 1500-byte Ethernet frame less the IP and UDP headers."""
+TCP_BATCH = 16384
+"""Largest graphite write."""
 
 _UNSAFE = re.compile(r"[\s:|@#]")
 
@@ -140,7 +148,11 @@ class DatadogMetrics(_Backend):
             constant_tags=list(constant_tags),
             disable_telemetry=True,
             origin_detection_enabled=False,
-            disable_buffering=True,
+            # samples are packed into datagrams and sent every FLUSH_INTERVAL s by the
+            # client's own thread: one datagram per sample cost a fifth of a checkout's CPU
+            disable_buffering=False,
+            disable_aggregation=False,  # counts summed, gauges last value, per flush
+            flush_interval=FLUSH_INTERVAL,
             disable_background_sender=True,
             socket_timeout=SOCKET_TIMEOUT,
         )
@@ -153,18 +165,22 @@ class DatadogMetrics(_Backend):
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         rendered = [f"{k}:{v}" for k, v in tags.items()] if tags else None
-        send = {
-            "increment": self._client.increment,
-            "gauge": self._client.gauge,
-            "timing": self._client.timing,
-        }[kind]
         try:
-            send(name, value, tags=rendered)
+            getattr(self._client, kind)(name, value, tags=rendered)
         except Exception as exc:  # never let metrics break the caller
             log.debug("datadog metric %s dropped: %s", name, exc)
 
+    def flush(self) -> None:
+        """Send the samples buffered so far now."""
+        try:
+            self._client.flush()
+        except Exception as exc:
+            log.debug("flushing dogstatsd: %s", exc)
+
     def close(self) -> None:
-        """Close the UDP socket."""
+        """Send what is buffered and close the UDP socket."""
+        if not self._closed:
+            self.flush()
         self._closed = True
         try:
             self._client.close_socket()
@@ -189,6 +205,9 @@ class StatsdMetrics(_Backend):
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._closed = False
+        # several samples per datagram, newline-separated, within one Ethernet MTU
+        self._batch = LineBatcher(self._deliver, limit=UDP_PAYLOAD, separator=b"\n",
+                                  name="statsd-flush")
 
     def _connect(self) -> socket.socket:
         infos = socket.getaddrinfo(*self._address, 0, socket.SOCK_DGRAM)
@@ -205,19 +224,27 @@ class StatsdMetrics(_Backend):
     def _emit(self, kind: str, name: str, value: float, tags: Mapping[str, str] | None) -> None:
         if kind == "timing":
             value = value * 1000.0
-        line = f"{dotted_name(self._prefix, name, tags)}:{_number(value)}|{self._TYPES[kind]}"
+        self._batch.add(
+            f"{dotted_name(self._prefix, name, tags)}:{_number(value)}|{self._TYPES[kind]}")
+
+    def _deliver(self, datagram: bytes) -> None:
         with self._lock:
             if self._closed:
                 return
             try:
                 if self._sock is None:
                     self._sock = self._connect()
-                self._sock.send(line.encode("utf-8"))
+                self._sock.send(datagram)
             except OSError as exc:
-                log.debug("statsd metric %s dropped: %s", line, exc)
+                log.debug("statsd datagram dropped (%s): %s", exc, datagram[:200])
+
+    def flush(self) -> None:
+        """Send the samples batched so far now."""
+        self._batch.flush()
 
     def close(self) -> None:
-        """Close the UDP socket."""
+        """Send what is batched and close the UDP socket."""
+        self._batch.close()
         with self._lock:
             self._closed = True
             if self._sock is not None:
@@ -258,6 +285,7 @@ class GraphiteMetrics(_Backend):
         self._sock: socket.socket | None = None
         self._next_attempt = 0.0
         self._closed = False
+        self._batch = LineBatcher(self._deliver, limit=TCP_BATCH, name="graphite-flush")
 
     def _drop_socket(self) -> None:
         if self._sock is not None:
@@ -268,7 +296,10 @@ class GraphiteMetrics(_Backend):
     def _emit(self, kind: str, name: str, value: float, tags: Mapping[str, str] | None) -> None:
         if kind == "timing" and plain_unit(name) == "ms":
             value = int(value * 1000)
-        line = f"{dotted_name(self._prefix, name, tags)} {_number(value)} {int(self._clock())}\n"
+        self._batch.add(
+            f"{dotted_name(self._prefix, name, tags)} {_number(value)} {int(self._clock())}\n")
+
+    def _deliver(self, lines: bytes) -> None:
         with self._lock:
             if self._closed:
                 return
@@ -277,14 +308,19 @@ class GraphiteMetrics(_Backend):
                     if self._monotonic() < self._next_attempt:
                         return
                     self._sock = socket.create_connection(self._address, timeout=self._timeout)
-                self._sock.sendall(line.encode("utf-8"))
+                self._sock.sendall(lines)
             except OSError as exc:
-                log.debug("graphite metric dropped (%s): %s", exc, line.rstrip())
+                log.debug("graphite lines dropped (%s): %s", exc, lines[:200])
                 self._drop_socket()
                 self._next_attempt = self._monotonic() + self._retry_interval
 
+    def flush(self) -> None:
+        """Send the lines batched so far now."""
+        self._batch.flush()
+
     def close(self) -> None:
-        """Close the TCP connection."""
+        """Send what is batched and close the TCP connection."""
+        self._batch.close()
         with self._lock:
             self._closed = True
             self._drop_socket()

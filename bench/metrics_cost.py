@@ -14,6 +14,13 @@ off. bench/api.py measures each baseline's round right before ours at each concu
 prints the table; this script then prints each backend's checkout rate against metrics off
 and the datagrams or bytes its sink received (so a backend that sent nothing shows). ARGS
 after ``--`` go to bench/api.py.
+
+Throughput on this 2-core machine moves by more than the few per cent metrics cost, so the
+script first measures the cost exactly where it is paid: the CPU one checkout's samples
+(the four metric calls an API worker makes per checkout, with their real names and tags)
+take in this process, flushing threads included, each backend sending to a sink in another
+process — median of 7 runs of 20,000 — printed against the worker CPU per checkout that
+bench/api.py measures with metrics off. ``--calls-only`` stops there.
 """
 
 from __future__ import annotations
@@ -21,11 +28,14 @@ from __future__ import annotations
 import argparse
 import json
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 VMPOOLER = ROOT / ".venv" / "bin" / "vmpooler"
@@ -88,14 +98,75 @@ class Sink:
         self.sock.close()
 
 
+SINK = """
+import socket, threading
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(("127.0.0.1", 0))
+t = socket.socket(); t.bind(("127.0.0.1", 0)); t.listen(1)
+print(u.getsockname()[1], t.getsockname()[1], flush=True)
+def tcp():
+    c, _ = t.accept()
+    while c.recv(65536):
+        pass
+threading.Thread(target=tcp, daemon=True).start()
+while True:
+    u.recv(65536)
+"""
+
+
+def checkout_samples(metrics: Any) -> None:
+    """The metric calls an API worker makes for one checkout (see tests/test_api_vm.py)."""
+    metrics.increment("http_requests_vm_total",
+                      tags={"method": "post", "subpath": "vm", "operation": "checkout"})
+    metrics.increment("checkout.success", tags={"pool": "bench-000"})
+    metrics.timing("checkout.duration", 0.00042, tags={"pool": "bench-000"})
+    metrics.timing("http_request", 0.00051, tags={"method": "POST", "status": "200"})
+
+
+def sample_cost(backends: list[str], runs: int = 7, calls: int = 20_000) -> dict[str, float]:
+    """Microseconds of this process's CPU per checkout's samples, by backend (``off``: the
+    no-op backend); the sinks run in another process so that their CPU is not counted."""
+    from vmpooler.actors.metrics import NullMetrics, create_metrics
+
+    sink = subprocess.Popen([sys.executable, "-c", SINK], stdout=subprocess.PIPE, text=True)
+    try:
+        assert sink.stdout is not None
+        udp, tcp = map(int, sink.stdout.readline().split())
+        made = {"off": NullMetrics()}
+        for name in backends:
+            made[name] = create_metrics(name, "127.0.0.1", tcp if name == "graphite" else udp,
+                                        "vmpooler", ())
+        cost = {}
+        for name, metrics in made.items():
+            times = []
+            for _ in range(runs):
+                t0 = time.process_time()
+                for _ in range(calls):
+                    checkout_samples(metrics)
+                times.append((time.process_time() - t0) / calls * 1e6)
+            metrics.close()
+            cost[name] = statistics.median(times)
+        return cost
+    finally:
+        sink.kill()
+        sink.wait()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backends", default="datadog,statsd,graphite")
     parser.add_argument("--concurrency", default="8,32")
     parser.add_argument("--duration", type=float, default=10.0)
+    parser.add_argument("--calls-only", action="store_true",
+                        help="only the per-checkout cost of the metric calls")
     parser.add_argument("rest", nargs="*", help="more bench/api.py arguments (after --)")
     args = parser.parse_args(argv)
     backends = [b for b in args.backends.split(",") if b]
+    cost = sample_cost(backends)
+    print("CPU of one checkout's 4 metric samples in an API worker (median of 7 x 20,000):")
+    for name, us in cost.items():
+        print(f"  {name:9s} {us:6.1f} us")
+    if args.calls_only:
+        return 0
     sinks = {name: Sink(ENV[name][2]) for name in backends}
     out = Path(tempfile.mkdtemp(prefix="metrics-cost-")) / "api.json"
     cmd = [sys.executable, str(ROOT / "bench" / "api.py"), "--only", "checkout", "--no-ruby",
@@ -114,6 +185,12 @@ def main(argv: list[str] | None = None) -> int:
         return code or 1
     rounds = json.loads(out.read_text())["rounds"]
     off = {r["concurrency"]: r["rps"] for r in rounds if r["key"] == "checkout"}
+    worker = [r["server_cpu_ms_per_req"] for r in rounds if r["key"] == "checkout"]
+    if worker:
+        base = 1000.0 * min(worker)
+        print(f"\nworker CPU per checkout with metrics off: {base:.0f} us; the samples add:")
+        for name in backends:
+            print(f"  {name:9s} {100.0 * (cost[name] - cost['off']) / base:4.1f} %")
     print("\ncheckout with a metrics backend on, against metrics off (same build, same run):")
     for name, sink in sinks.items():
         for r in rounds:

@@ -40,7 +40,12 @@ def _no_datadog_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def receive(sock: socket.socket, count: int) -> list[str]:
-    return [sock.recv(65536).decode() for _ in range(count)]
+    """``count`` samples, in order, however they were packed into datagrams (the backends
+    batch several per datagram, newline-separated)."""
+    lines: list[str] = []
+    while len(lines) < count:
+        lines += [line for line in sock.recv(65536).decode().split("\n") if line]
+    return lines
 
 
 def free_port() -> int:
@@ -51,7 +56,6 @@ def free_port() -> int:
 
 
 def test_datadog_datagrams(udp: socket.socket) -> None:
-    # DogStatsd terminates every datagram with a newline.
     metrics = DatadogMetrics("127.0.0.1", udp.getsockname()[1])
     metrics.gauge("ready", 3, tags={"pool": "debian"})
     metrics.increment("vmpooler_errors.markedasfailed", tags={"pool": "centos"})
@@ -59,14 +63,15 @@ def test_datadog_datagrams(udp: socket.socket) -> None:
     metrics.timing("time_to_ready_state", 1.5, tags={"pool": "debian"})
     metrics.gauge("circuit_breaker.state", 0.5, tags={"provider": "vsphere"})
     metrics.gauge("vmpooler_clone", 12.0, tags={"pool": "debian"})
-    assert receive(udp, 6) == [
-        "vmpooler.ready:3|g|#pool:debian\n",
-        "vmpooler.vmpooler_errors.markedasfailed:1|c|#pool:centos\n",
-        "vmpooler.delete.success:2|c\n",
-        "vmpooler.time_to_ready_state:1500|ms|#pool:debian\n",
-        "vmpooler.circuit_breaker.state:0.5|g|#provider:vsphere\n",
-        "vmpooler.vmpooler_clone:12|g|#pool:debian\n",
-    ]
+    # counts and gauges are aggregated per flush and sent apart from timings: order differs
+    assert sorted(receive(udp, 6)) == sorted([
+        "vmpooler.ready:3|g|#pool:debian",
+        "vmpooler.vmpooler_errors.markedasfailed:1|c|#pool:centos",
+        "vmpooler.delete.success:2|c",
+        "vmpooler.time_to_ready_state:1500|ms|#pool:debian",
+        "vmpooler.circuit_breaker.state:0.5|g|#provider:vsphere",
+        "vmpooler.vmpooler_clone:12|g|#pool:debian",
+    ])
     metrics.close()
     metrics.close()
     metrics.gauge("ready", 1, tags={"pool": "debian"})  # dropped, no error
@@ -78,9 +83,9 @@ def test_datadog_constant_tags_and_namespace(udp: socket.socket) -> None:
     )
     metrics.increment("checkout.success", tags={"pool": "debian"})
     metrics.gauge("running", 0)
-    assert receive(udp, 2) == [
-        "pooler.checkout.success:1|c|#pool:debian,env:ci,dc:x\n",
-        "pooler.running:0|g|#env:ci,dc:x\n",
+    assert sorted(receive(udp, 2)) == [
+        "pooler.checkout.success:1|c|#pool:debian,env:ci,dc:x",
+        "pooler.running:0|g|#env:ci,dc:x",
     ]
     metrics.close()
 
@@ -179,9 +184,12 @@ def test_graphite_closed_port_drops_and_backs_off() -> None:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(socket, "create_connection", counting)
         metrics.gauge("ready", 1, tags={"pool": "a"})
-        metrics.gauge("ready", 2, tags={"pool": "a"})  # within retry_interval: not retried
+        metrics.flush()
+        metrics.gauge("ready", 2, tags={"pool": "a"})
+        metrics.flush()  # within retry_interval: not retried
         now[0] += 5.0
         metrics.gauge("ready", 3, tags={"pool": "a"})
+        metrics.flush()
     assert attempts == [100.0, 105.0]
     metrics.close()
 
@@ -205,6 +213,7 @@ def test_graphite_reconnects_after_server_restart() -> None:
         for step in range(1, 50):
             now[0] = float(step * 2)
             metrics.gauge("running", step, tags={"pool": "a"})
+            metrics.flush()
             server.settimeout(0.05)
             try:
                 second, _ = server.accept()
@@ -216,7 +225,12 @@ def test_graphite_reconnects_after_server_restart() -> None:
         with second:
             second.settimeout(WAIT)
             metrics.gauge("running", 99, tags={"pool": "a"})
-            assert b"vmpooler.running.a 99 7\n" in second.recv(4096)
+            metrics.flush()
+            data = b""
+            while b"vmpooler.running.a 99 7\n" not in data:
+                chunk = second.recv(4096)
+                assert chunk, f"connection closed before the new sample: {data!r}"
+                data += chunk
         metrics.close()
 
 
@@ -289,4 +303,42 @@ def test_create_metrics_statsd_defaults_reach_socket(udp: socket.socket) -> None
     metrics = create_metrics("statsd", "127.0.0.1", udp.getsockname()[1], "pfx", ())
     metrics.gauge("ready", 1, tags={"pool": "p"})
     assert receive(udp, 1) == ["pfx.ready.p:1|g"]
+    metrics.close()
+
+
+def test_samples_are_packed_into_datagrams_and_leave_within_the_flush_interval(
+        udp: socket.socket) -> None:
+    """Many samples, few datagrams, none larger than one Ethernet payload; the last partial
+    batch is sent by the flushing thread without any further call."""
+    metrics = StatsdMetrics("127.0.0.1", udp.getsockname()[1])
+    for n in range(200):
+        metrics.increment("checkout.success", tags={"pool": f"pool-{n:03d}"})
+    datagrams: list[bytes] = []
+    lines: list[str] = []
+    while len(lines) < 200:
+        datagrams.append(udp.recv(65536))
+        lines += datagrams[-1].decode().split("\n")
+    assert lines == [f"vmpooler.checkout.success.pool-{n:03d}:1|c" for n in range(200)]
+    assert len(datagrams) < 20
+    assert max(map(len, datagrams)) <= 1432
+    metrics.close()
+
+
+def test_close_sends_what_is_batched(udp: socket.socket) -> None:
+    for backend in (StatsdMetrics("127.0.0.1", udp.getsockname()[1]),
+                    DatadogMetrics("127.0.0.1", udp.getsockname()[1])):
+        backend.gauge("ready", 4, tags={"pool": "p"})
+        backend.close()
+        assert receive(udp, 1)[0].startswith("vmpooler.ready")
+
+
+def test_datadog_sums_counts_and_keeps_the_last_gauge_per_flush(udp: socket.socket) -> None:
+    metrics = DatadogMetrics("127.0.0.1", udp.getsockname()[1])
+    for _ in range(5):
+        metrics.increment("checkout.success", tags={"pool": "a"})
+    metrics.gauge("ready", 1, tags={"pool": "a"})
+    metrics.gauge("ready", 7, tags={"pool": "a"})
+    metrics.flush()
+    assert sorted(receive(udp, 2)) == ["vmpooler.checkout.success:5|c|#pool:a",
+                                       "vmpooler.ready:7|g|#pool:a"]
     metrics.close()
