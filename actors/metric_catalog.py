@@ -120,6 +120,9 @@ def _specs() -> list[MetricSpec]:
         MetricSpec("connect.open", "increment", ("provider",), emitter=prov),
         MetricSpec("connect.fail", "increment", ("provider",), emitter=prov),
         MetricSpec("migrate", "timing", p, "s", plain_unit="s"),
+        MetricSpec("destroy", "timing", p, "s", emitter=prov, plain_unit="s",
+                   doc="a VM of an unconfigured folder destroyed at start-up; pool is the "
+                       "folder's name"),
         MetricSpec("migrate_from", "increment", ("host",)),
         MetricSpec("migrate_to", "increment", ("host",)),
         # Only this service:

@@ -7,6 +7,7 @@ provider would wait (an IP that never comes) its ``sleep`` is a recorder.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import socket
 import threading
@@ -18,6 +19,7 @@ import pytest
 from pyVmomi import vim
 
 from tests import vcsim
+from vmpooler.actors.metrics import RecordingMetrics
 from vmpooler.providers.base import ProviderContext
 from vmpooler.providers.errors import (
     AuthenticationError,
@@ -522,8 +524,12 @@ def test_purge_removes_unconfigured_folders_only(sim: vcsim.Simulator) -> None:
     vcsim.make_folder(si, "vmpooler/nested/inner")
     vcsim.prepare(si, template="vmpooler/gold/tmpl1")
     provider = make(sim)
+    metrics = RecordingMetrics()
+    provider.context = dataclasses.replace(provider.context, metrics=metrics)
     provider.create_vm("p1", "mine")
     provider.purge_unconfigured_resources(["keep-me"])
+    # each VM of the removed folder timed as vmpooler's destroy.<folder name>
+    assert len(metrics.timings("destroy", pool="old-pool")) == 2
     children = {c.name for c in vcsim.find(si, "DC0/vm/vmpooler").childEntity}
     assert children == {"p1", "keep-me", "nested", "gold"}
     assert vcsim.find(si, "DC0/vm/vmpooler/old-pool") is None

@@ -393,8 +393,13 @@ class VsphereProvider(Provider):
                          f"removal of folder {path}")
 
     def _destroy_by_id(self, moid: str, where: str) -> None:
+        started = time.monotonic()
         self._power_off_and_destroy(lambda s: s.ref(vim.VirtualMachine, moid), moid)
-        log.info("[-] [%s] destroyed %s in unconfigured folder %s", self.name, moid, where)
+        seconds = time.monotonic() - started
+        log.info("[-] [%s] destroyed %s in unconfigured folder %s in %.2f s", self.name, moid,
+                 where, seconds)
+        # vmpooler's provider times these as destroy.<folder name>
+        self.context.metrics.timing("destroy", seconds, tags={"pool": where.rsplit("/", 1)[-1]})
 
     # -- state --------------------------------------------------------------------------------
     def connection_pool_health(self) -> ConnectionPoolHealth:
