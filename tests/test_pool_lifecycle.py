@@ -17,6 +17,7 @@ from tests.harness import (
     wait_until,
 )
 from vmpooler.actors import schema
+from vmpooler.actors.hostnames import HostnameGenerator
 from vmpooler.actors.messages import ProviderOp
 from vmpooler.providers.dummy import DummyProvider
 
@@ -481,3 +482,18 @@ def test_task_meeting_another_call_on_its_vm_runs_after_it(redis_client: redis.R
             assert redis_client.hget(schema.vm(vm), "disk") == "+8gb"
     finally:
         release.set()
+
+
+def test_a_taken_name_is_counted_as_a_duplicate_hostname_and_another_drawn(
+        redis_client: redis.Redis) -> None:
+    """The name generator's first draw already has a VM hash (a VM of another pool, or one
+    whose hash outlived it): the clone is not made under it, vmpooler's
+    ``vmpooler_errors.duplicatehostname`` is counted, and the next draw is used."""
+    taken = HostnameGenerator(rng=random.Random(7)).candidate()  # started(...) draws with seed 7
+    redis_client.hset(schema.vm(taken), mapping={"pool": "elsewhere", "template": "t"})
+    config = make_config([pool("a", 1)])
+    with started(redis_client, config, seed=7) as h:
+        wait_until(lambda: redis_client.scard(schema.ready("a")) == 1)
+        assert h.metrics.counts("vmpooler_errors.duplicatehostname", pool="a") == 1
+        assert taken not in redis_client.smembers(schema.ready("a"))
+        assert redis_client.hget(schema.vm(taken), "pool") == "elsewhere"  # left alone
