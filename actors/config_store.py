@@ -9,16 +9,16 @@ the undo and reset sets.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Literal
 
 import redis
 
 from vmpooler.actors import schema
 from vmpooler.actors.config import PoolConfig
+from vmpooler.actors.overrides import effective_size, ruby_integer
 
 __all__ = ["ConfigStore", "OverrideKind", "Overrides", "ruby_integer"]
 
@@ -34,36 +34,6 @@ _UNDO: Mapping[str, Callable[[], str]] = MappingProxyType({
     "size": schema.undo_size_override,
     "template": schema.undo_template_override,
 })
-
-_RUBY_INT = re.compile(
-    r"[+-]?(?:0[xX][0-9a-fA-F]+(?:_[0-9a-fA-F]+)*|0[bB][01]+(?:_[01]+)*"
-    r"|0[oO]?[0-7]+(?:_[0-7]+)*|0[dD]\d+(?:_\d+)*|[1-9]\d*(?:_\d+)*|0)"
-)
-
-
-def ruby_integer(value: Any) -> int | None:
-    """``value`` as Ruby's ``Integer()`` reads it (vmpooler's size check), or None where
-    Ruby raises.
-
-    Integral JSON numbers pass; booleans, null and fractional numbers do not. Strings may
-    carry blanks around a sign and a ``0x``, ``0b``, ``0o``/``0`` (octal) or ``0d`` prefix,
-    with single ``_`` between digits.
-    """
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        return int(value) if value.is_integer() else None
-    text = value.strip(" \t\n\v\f\r")
-    if not _RUBY_INT.fullmatch(text):
-        return None
-    sign = -1 if text.startswith("-") else 1
-    digits = text.lstrip("+-").replace("_", "").lower()
-    if digits.startswith(("0x", "0b", "0o", "0d")):
-        return sign * int(digits[2:], {"x": 16, "b": 2, "o": 8, "d": 10}[digits[1]])
-    return sign * int(digits, 8 if len(digits) > 1 and digits.startswith("0") else 10)
-
 
 def _empty() -> Mapping[str, str]:
     return MappingProxyType({})
@@ -89,8 +59,7 @@ class Overrides:
 
     def size_of(self, pool: PoolConfig) -> int:
         """The pool's size in effect: a valid override, else the configured size."""
-        override = ruby_integer(self.sizes.get(pool.name))
-        return pool.size if override is None or override < 0 else override
+        return effective_size(pool.size, self.sizes.get(pool.name))
 
     def template_of(self, pool: PoolConfig) -> str:
         """The pool's template in effect: the override, else the configured template."""

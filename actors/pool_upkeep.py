@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from vmpooler.actors import timefmt
 from vmpooler.actors.messages import CloneSlotFreed, PoolChanged, ProviderOp, WantCloneSlot
+from vmpooler.actors.overrides import effective_size, size_override
 from vmpooler.actors.store import CloneReservation, PoolSnapshot
 
 if TYPE_CHECKING:
@@ -29,12 +30,9 @@ class PoolUpkeep:
         drained = False
         if snap.undo_size:
             self.store.ack_undo(self.name, size=True)
-        size = self.pool.size
-        if snap.size_override is not None:
-            try:
-                size = max(0, int(snap.size_override))
-            except ValueError:
-                log.warning("[!] [%s] ignoring size override %r", self.name, snap.size_override)
+        size = effective_size(self.pool.size, snap.size_override)
+        if snap.size_override is not None and size_override(snap.size_override) is None:
+            log.warning("[!] [%s] ignoring size override %r", self.name, snap.size_override)
         if size != self.size:
             log.info("[*] [%s] size changed from %d to %d", self.name, self.size, size)
             self.size = size

@@ -53,6 +53,7 @@ import falcon
 
 from vmpooler.actors import timefmt
 from vmpooler.actors.config import Config, PoolConfig
+from vmpooler.actors.overrides import effective_size
 from vmpooler.actors.status_store import StatusReading, StatusStore
 from vmpooler.web import stats
 from vmpooler.web.context import ApiContext
@@ -85,14 +86,8 @@ def _query(req: falcon.Request) -> dict[str, str | None]:
 
 
 def _size(pool: PoolConfig, overrides: Mapping[str, str]) -> int:
-    """The pool's size with its Redis override applied (an unreadable override is ignored)."""
-    value = overrides.get(pool.name)
-    if value is not None:
-        try:
-            return int(value)
-        except ValueError:
-            pass
-    return pool.size
+    """The pool's size with its Redis override applied (:mod:`vmpooler.actors.overrides`)."""
+    return effective_size(pool.size, overrides.get(pool.name))
 
 
 def _alias(pool: PoolConfig) -> Any:

@@ -1,0 +1,56 @@
+"""How a pool's size override in Redis (``vmpooler__config__poolsize``) is read: one rule for
+the manager that applies it, ``/status``, ``/poolstat`` and ``/config`` that show it.
+
+The value is read as Ruby's ``Integer()`` reads it (what vmpooler's manager did with it); a
+negative size counts as 0; a value that is no integer is ignored, so the configured size
+stays in effect.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+__all__ = ["effective_size", "ruby_integer", "size_override"]
+
+_RUBY_INT = re.compile(
+    r"[+-]?(?:0[xX][0-9a-fA-F]+(?:_[0-9a-fA-F]+)*|0[bB][01]+(?:_[01]+)*"
+    r"|0[oO]?[0-7]+(?:_[0-7]+)*|0[dD]\d+(?:_\d+)*|[1-9]\d*(?:_\d+)*|0)"
+)
+
+
+def ruby_integer(value: Any) -> int | None:
+    """``value`` as Ruby's ``Integer()`` reads it (vmpooler's size check), or None where
+    Ruby raises.
+
+    Integral JSON numbers pass; booleans, null and fractional numbers do not. Strings may
+    carry blanks around a sign and a ``0x``, ``0b``, ``0o``/``0`` (octal) or ``0d`` prefix,
+    with single ``_`` between digits.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    text = value.strip(" \t\n\v\f\r")
+    if not _RUBY_INT.fullmatch(text):
+        return None
+    sign = -1 if text.startswith("-") else 1
+    digits = text.lstrip("+-").replace("_", "").lower()
+    if digits.startswith(("0x", "0b", "0o", "0d")):
+        return sign * int(digits[2:], {"x": 16, "b": 2, "o": 8, "d": 10}[digits[1]])
+    return sign * int(digits, 8 if len(digits) > 1 and digits.startswith("0") else 10)
+
+
+def size_override(value: Any) -> int | None:
+    """The size an override sets (negative → 0), or None when there is none or it is no
+    integer."""
+    size = ruby_integer(value) if value is not None else None
+    return None if size is None else max(0, size)
+
+
+def effective_size(configured: int, value: Any) -> int:
+    """The pool's size in effect: its override when it sets one, else ``configured``."""
+    size = size_override(value)
+    return configured if size is None else size
