@@ -22,7 +22,6 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -161,7 +160,7 @@ class ProviderActor(SupervisedActor):
         emitting the connection-pool monitor's gauges."""
         super().__init__(name=f"provider:{name}", supervisor=supervisor)
         self.provider = provider
-        self.work = ProviderWork(provider, dns_plugins, resolver)
+        self.work = ProviderWork(provider, dns_plugins, resolver, monotonic=clock.monotonic)
         self.clock = clock
         self.scheduler = scheduler
         self.metrics = metrics
@@ -247,16 +246,17 @@ class ProviderActor(SupervisedActor):
         }.get(call.op, self.runtime.call_pool)
         deliver = self.runtime.deliver
         work = self.work.for_call(call)
+        monotonic = self.clock.monotonic
 
         def run() -> None:
-            started = time.monotonic()
+            started = monotonic()
             result: Any = None
             error: BaseException | None = None
             try:
                 result = work()
             except BaseException as exc:  # reported as a failure, never lost
                 error = exc
-            seconds = time.monotonic() - started
+            seconds = monotonic() - started
             deliver(_CallDone(token, result, error, seconds))
 
         executor.submit(run)

@@ -47,10 +47,12 @@ class ProviderWork:
     they only read what they were built with."""
 
     def __init__(self, provider: Provider, dns_plugins: Mapping[str, DnsPlugin],
-                 resolver: Callable[[str], bool] = resolves) -> None:
+                 resolver: Callable[[str], bool] = resolves,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.provider = provider
         self.dns_plugins = dict(dns_plugins)
         self.resolver = resolver
+        self.monotonic = monotonic  # the clock durations (clone, destroy) are measured on
 
     def for_call(self, call: CallProvider) -> Callable[[], Any]:
         """What to run on a worker thread for ``call`` (not run here)."""
@@ -99,7 +101,7 @@ class ProviderWork:
             fqdn = f"{vm}.{domain}"
             if self.resolver(fqdn):
                 raise StaleDnsError(f"{fqdn} already resolves in DNS")
-        started = time.monotonic()
+        started = self.monotonic()
         self.provider.create_vm(pool, vm, template=template, clone_target=clone_target)
         ip = self.provider.get_vm_ip_address(pool, vm)
         if not ip:
@@ -110,7 +112,7 @@ class ProviderWork:
                 dns.create_or_replace_record(vm, ip)
             except Exception as exc:  # a DNS plugin failure must not lose a good VM
                 log.warning("[!] [%s] DNS record for '%s' not created: %s", pool, vm, exc)
-        return CloneResult(ip=ip, seconds=time.monotonic() - started)
+        return CloneResult(ip=ip, seconds=self.monotonic() - started)
 
     def _check_ready(self, pool: str, vm: str, check_hostname: bool) -> ReadyCheckResult:
         hostname = None
@@ -142,7 +144,7 @@ class ProviderWork:
         return RunningCheckResult(exists=exists, tagged=tagged)
 
     def _destroy(self, pool: str, vm: str, fqdn: str | None) -> float:
-        started = time.monotonic()
+        started = self.monotonic()
         self.provider.destroy_vm(pool, vm)
         dns = self._dns(pool)
         if dns is not None and fqdn:
@@ -150,4 +152,4 @@ class ProviderWork:
                 dns.delete_record(fqdn)
             except Exception as exc:  # the VM is gone; a stale record is only logged
                 log.warning("[!] [%s] DNS record '%s' not deleted: %s", pool, fqdn, exc)
-        return time.monotonic() - started
+        return self.monotonic() - started
