@@ -198,10 +198,6 @@ class Store:
         """Whether the VM's hash exists (the name is taken)."""
         return bool(self.client.exists(schema.vm(vm)))
 
-    def task_count(self) -> int:
-        """The pooled clone counter."""
-        return int(self.client.get(schema.tasks_clone()) or 0)
-
     # -- transitions ------------------------------------------------------------------------
     def reserve_clone(
         self, pool: str, vm: str, *, limit: int, clone_time: str, domain: str | None,

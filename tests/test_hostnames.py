@@ -4,18 +4,13 @@ from __future__ import annotations
 
 import random
 import re
-import socket
-import threading
 
 import pytest
 
 from vmpooler.actors import hostnames
 from vmpooler.actors.hostnames import (
-    GeneratedName,
-    HostnameExhaustedError,
     HostnameGenerator,
     WordList,
-    dns_resolves,
 )
 
 NAME = re.compile(r"^[a-z]+-[a-z]+$")
@@ -97,94 +92,3 @@ def test_word_list_validation() -> None:
     with pytest.raises(ValueError):
         WordList.of(["good"], ["two words"])
     assert WordList.of(["good"], iter(["cat"])).nouns == ("cat",)
-
-
-def test_generate_accepts_first_free_name() -> None:
-    asked: list[str] = []
-    generator = HostnameGenerator(
-        rng=random.Random(5), resolver=lambda fqdn: asked.append(fqdn) or False
-    )
-    result = generator.generate(prefix="ci-", domain="example.com", is_taken=never, check_dns=True)
-    assert isinstance(result, GeneratedName)
-    assert result.rejected == ()
-    assert result.name.startswith("ci-")
-    assert asked == [f"{result.name}.example.com"]
-
-
-def test_generate_rejects_duplicates() -> None:
-    taken: list[str] = []
-
-    def is_taken(name: str) -> bool:
-        taken.append(name)
-        return len(taken) <= 2
-
-    generator = HostnameGenerator(rng=random.Random(9), resolver=always)
-    result = generator.generate(
-        prefix="p", domain="example.com", is_taken=is_taken, check_dns=False
-    )
-    assert result.rejected == ((taken[0], "duplicate"), (taken[1], "duplicate"))
-    assert result.name == taken[2]
-
-
-def test_generate_rejects_stale_dns() -> None:
-    lookups: list[str] = []
-
-    def resolver(fqdn: str) -> bool:
-        lookups.append(fqdn)
-        return len(lookups) == 1
-
-    generator = HostnameGenerator(rng=random.Random(11), resolver=resolver)
-    result = generator.generate(prefix="", domain="corp.test", is_taken=never, check_dns=True)
-    stale = lookups[0].removesuffix(".corp.test")
-    assert result.rejected == ((stale, "staledns"),)
-    assert lookups[1] == f"{result.name}.corp.test"
-
-
-def test_dns_check_skipped_without_domain_or_flag() -> None:
-    generator = HostnameGenerator(rng=random.Random(1), resolver=always)
-    assert generator.generate(prefix="", domain=None, is_taken=never, check_dns=True).rejected == ()
-    assert (
-        generator.generate(prefix="", domain="x.y", is_taken=never, check_dns=False).rejected == ()
-    )
-
-
-def test_exhaustion_lists_rejected_candidates() -> None:
-    generator = HostnameGenerator(rng=random.Random(2), resolver=always)
-    with pytest.raises(HostnameExhaustedError) as info:
-        generator.generate(prefix="", domain="d.test", is_taken=lambda n: n.startswith("a"),
-                           check_dns=True, attempts=4)  # fmt: skip
-    rejected = info.value.rejected
-    assert len(rejected) == 4
-    for name, reason in rejected:
-        assert reason == ("duplicate" if name.startswith("a") else "staledns")
-        assert name in str(info.value)
-    with pytest.raises(ValueError):
-        generator.generate(prefix="", domain=None, is_taken=never, check_dns=False, attempts=0)
-
-
-def test_is_taken_errors_propagate() -> None:
-    def broken(_: str) -> bool:
-        raise ConnectionError("redis down")
-
-    with pytest.raises(ConnectionError):
-        HostnameGenerator().generate(prefix="", domain=None, is_taken=broken, check_dns=False)
-
-
-def test_default_resolver() -> None:
-    assert dns_resolves("localhost")
-    assert not dns_resolves("no-such-host.invalid")
-    assert not dns_resolves("bad..name")
-
-
-def test_default_resolver_gives_up_on_hung_lookup(monkeypatch: pytest.MonkeyPatch) -> None:
-    release = threading.Event()
-
-    def hung(*_: object, **__: object) -> list[object]:
-        release.wait(10)
-        return []
-
-    monkeypatch.setattr(socket, "getaddrinfo", hung)
-    try:
-        assert dns_resolves("slow.example", timeout=0.05) is False
-    finally:
-        release.set()

@@ -225,10 +225,6 @@ class PoolConfig:
         decay = _first(self.check_loop_delay_decay, settings.check_loop_delay_decay)
         return low, high, decay if decay > 1 else 2.0
 
-    def pending_timeout(self, settings: GlobalSettings) -> int:
-        """Minutes a VM of this pool may stay pending (pool ``timeout`` or the global one)."""
-        return _first(self.timeout, settings.timeout)
-
 
 def _first(value: _T | None, fallback: _T) -> _T:
     return fallback if value is None else value
