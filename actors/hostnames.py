@@ -16,6 +16,7 @@ the prefix at most 15 characters, so it is a valid DNS label whenever the prefix
 from __future__ import annotations
 
 import bisect
+import copy
 import functools
 import random
 import re
@@ -80,7 +81,8 @@ class WordList:
 class HostnameGenerator:
     """Draws ``adjective-noun`` names.
 
-    ``rng`` defaults to a fresh ``random.Random()``.  Not thread-safe when ``rng`` is shared.
+    ``rng`` defaults to a fresh ``random.Random()``.  Not thread-safe: give each actor its
+    own (:meth:`spawn`).
     """
 
     def __init__(
@@ -103,6 +105,14 @@ class HostnameGenerator:
         if not self._nouns:
             raise ValueError("no noun fits the 15-character name limit with these adjectives")
         self._rng = rng if rng is not None else random.Random()
+
+    def spawn(self) -> HostnameGenerator:
+        """A generator with the same words and a ``random.Random`` of its own, seeded from
+        this one (so a seeded parent gives reproducible children): one per actor, since a
+        ``Random`` must not be shared between threads."""
+        child = copy.copy(self)
+        child._rng = random.Random(self._rng.getrandbits(64))
+        return child
 
     def candidate(self, prefix: str = "") -> str:
         """One random ``prefix + adjective-noun``, unchecked."""

@@ -270,12 +270,13 @@ class PoolerSystem:
         self, pool: PoolConfig, hostnames: HostnameGenerator
     ) -> Callable[[pykka.ActorRef[Any]], pykka.ActorRef[Any]]:
         cfg, res = self.config, self._res
+        own = hostnames.spawn()  # the pool actor's own: a Random is not shared across threads
 
         def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
             return PoolActor.start(
                 pool=pool, settings=cfg.settings, data_ttl_hours=cfg.redis.data_ttl,
                 store=self.store, directory=self.directory, clock=self.clock,
-                scheduler=res.scheduler, metrics=res.metrics, hostnames=hostnames,
+                scheduler=res.scheduler, metrics=res.metrics, hostnames=own,
                 requests=self.requests, supervisor=supervisor,
             )
 

@@ -92,3 +92,14 @@ def test_word_list_validation() -> None:
     with pytest.raises(ValueError):
         WordList.of(["good"], ["two words"])
     assert WordList.of(["good"], iter(["cat"])).nouns == ("cat",)
+
+
+def test_spawned_generators_are_independent_and_reproducible() -> None:
+    parent = HostnameGenerator(rng=random.Random(3))
+    first, second = parent.spawn(), parent.spawn()
+    assert first._rng is not second._rng is not parent._rng
+    names = [[g.candidate() for _ in range(20)] for g in (first, second)]
+    assert names[0] != names[1]
+    again = HostnameGenerator(rng=random.Random(3))
+    assert [again.spawn().candidate() for _ in range(1)] == names[0][:1]
+

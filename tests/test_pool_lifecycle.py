@@ -489,7 +489,8 @@ def test_a_taken_name_is_counted_as_a_duplicate_hostname_and_another_drawn(
     """The name generator's first draw already has a VM hash (a VM of another pool, or one
     whose hash outlived it): the clone is not made under it, vmpooler's
     ``vmpooler_errors.duplicatehostname`` is counted, and the next draw is used."""
-    taken = HostnameGenerator(rng=random.Random(7)).candidate()  # started(...) draws with seed 7
+    # started(...) seeds the system's generator with 7; the one pool actor draws from its child
+    taken = HostnameGenerator(rng=random.Random(7)).spawn().candidate()
     redis_client.hset(schema.vm(taken), mapping={"pool": "elsewhere", "template": "t"})
     config = make_config([pool("a", 1)])
     with started(redis_client, config, seed=7) as h:
