@@ -266,6 +266,12 @@ class RestartActor:
     attempt: int = field(default=0)
 
 
+@dataclass(frozen=True, slots=True)
+class StopSupervising:
+    """System → supervisor, at shutdown: restart nothing from now on (children are being
+    stopped; a crash or a pending restart must not bring one back)."""
+
+
 # -- on-demand requests ------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class RequestChanged:

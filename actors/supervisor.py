@@ -22,7 +22,7 @@ from typing import Any
 import pykka
 
 from vmpooler.actors.clock import Clock, Scheduler
-from vmpooler.actors.messages import ActorCrashed, RestartActor
+from vmpooler.actors.messages import ActorCrashed, RestartActor, StopSupervising
 from vmpooler.actors.metrics import Metrics
 
 __all__ = ["ActorDirectory", "ChildSpec", "SupervisedActor", "Supervisor"]
@@ -141,6 +141,7 @@ class Supervisor(pykka.ThreadingActor):
         self.intensity = intensity
         self.period = period
         self.children: dict[str, ChildSpec] = {}
+        self.stopping = False  # after StopSupervising: restart nothing
 
     def start_child(
         self, name: str, factory: Callable[[pykka.ActorRef[Any]], pykka.ActorRef[Any]]
@@ -161,7 +162,11 @@ class Supervisor(pykka.ThreadingActor):
         return {n: len(s.restarts) for n, s in self.children.items()}
 
     def on_receive(self, message: Any) -> Any:
-        if isinstance(message, ActorCrashed):
+        if isinstance(message, StopSupervising):
+            self.stopping = True
+        elif self.stopping:
+            return None
+        elif isinstance(message, ActorCrashed):
             self._crashed(message)
         elif isinstance(message, RestartActor):
             self._restart(message)

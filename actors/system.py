@@ -38,7 +38,7 @@ from vmpooler.actors.history import DEFAULT_INTERVAL, HistoryRecorder
 from vmpooler.actors.history_store import HistoryStore
 from vmpooler.actors.hostnames import HostnameGenerator
 from vmpooler.actors.housekeeping import Housekeeper
-from vmpooler.actors.messages import PoolChanged, RequestChanged, StartDrain
+from vmpooler.actors.messages import PoolChanged, RequestChanged, StartDrain, StopSupervising
 from vmpooler.actors.metrics import Metrics, create_metrics
 from vmpooler.actors.ondemand import OnDemandManager
 from vmpooler.actors.pool_actor import PoolActor
@@ -318,13 +318,16 @@ class PoolerSystem:
             + [n for n in names if n.startswith("pool:")] + ["tasks", "slots"]
             + [n for n in names if n.startswith("provider:")]
         )
-        if self._supervisor is not None:
-            self._supervisor.stop(block=True, timeout=timeout)
+        if self._supervisor is not None:  # it restarts nothing while its children stop
+            with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
+                self._supervisor.ask(StopSupervising(), timeout=timeout)
         for name in order:
             ref = self.directory.get(name)
             if ref is not None:
                 with contextlib.suppress(pykka.ActorDeadError):
                     ref.stop(block=True, timeout=timeout)
+        if self._supervisor is not None:
+            self._supervisor.stop(block=True, timeout=timeout)
         if res.owns_scheduler:
             res.scheduler.stop()
         for provider in res.providers.values():

@@ -14,9 +14,9 @@ from typing import Any
 import pykka
 import pytest
 
-from tests.harness import wait_until
+from tests.harness import make_config, pool, started, wait_until
 from vmpooler.actors.clock import FakeClock
-from vmpooler.actors.messages import RestartActor
+from vmpooler.actors.messages import RestartActor, StopSupervising
 from vmpooler.actors.metrics import RecordingMetrics
 from vmpooler.actors.supervisor import ActorDirectory, SupervisedActor, Supervisor
 
@@ -220,3 +220,37 @@ def test_an_actor_that_fails_to_start_is_reported_and_restarted(tree: Tree) -> N
     tree.clock.advance(BACKOFF)
     wait_until(lambda: tree.directory.get("flaky") is not None, WAIT, "the restart")
     assert tree.ping("flaky") == 2
+
+
+def test_after_stop_supervising_nothing_is_restarted(tree: Tree) -> None:
+    """At shutdown the system tells the supervisor to stop supervising before it stops the
+    children: a crash then, or a restart already scheduled, brings no child back."""
+    tree.start_child("early")
+    tree.start_child("late")
+    _crash_and_wait_for_report(tree, "early", 0)  # its restart is now scheduled
+    tree.supervisor.ask(StopSupervising(), timeout=WAIT)
+    tree.crash("late")
+    tree.clock.advance(60.0)  # the scheduled restart comes due
+    tree.supervisor.ask("ping", timeout=WAIT)
+    assert tree.starts == {"early": 1, "late": 1}
+    assert tree.metrics.counts("vmpooler_actor.crashed", actor="late") == 0
+
+
+def test_the_system_stops_its_supervisor_last(redis_client: Any) -> None:
+    """Every actor is stopped, and the supervisor outlives its children (it would otherwise
+    be gone while a child's crash could still reach it)."""
+    with started(redis_client, make_config([pool("a", 1)])) as h:
+        supervisor = h.system._supervisor
+        assert supervisor is not None
+        children = [h.system.directory.get(n) for n in h.system.directory.names()]
+        seen: list[tuple[str, bool]] = []
+        original = supervisor.stop
+
+        def stop(*args: Any, **kwargs: Any) -> Any:
+            seen.append(("supervisor", any(c is not None and c.is_alive() for c in children)))
+            return original(*args, **kwargs)
+
+        supervisor.stop = stop  # type: ignore[method-assign]  # observes the call order only
+    assert seen == [("supervisor", False)]
+    assert not supervisor.is_alive()
+    assert all(c is None or not c.is_alive() for c in children)
