@@ -95,9 +95,10 @@ class StatusReading:
 class _Flight(Generic[T]):
     """One read that callers wait on: its result or its exception, once ``done`` is set."""
 
-    __slots__ = ("done", "error", "result")
+    __slots__ = ("callers", "done", "error", "result")
 
     def __init__(self) -> None:
+        self.callers = 1  # the calls that will be answered by it
         self.done = threading.Event()
         self.result: T | None = None
         self.error: BaseException | None = None
@@ -124,12 +125,19 @@ class SharedReads(Generic[T]):
         self._running: dict[Hashable, _Flight[T]] = {}
         self._waiting: dict[Hashable, _Flight[T]] = {}
 
+    def waiting(self, key: Hashable) -> int:
+        """How many calls wait for the next run of ``key`` (0 when none is queued)."""
+        with self._lock:
+            flight = self._waiting.get(key)
+            return flight.callers if flight is not None else 0
+
     def read(self, key: Hashable, run: Callable[[], T]) -> T:
         """``run()``'s result (or its exception) from a run that began after this call."""
         with self._lock:
             flight = self._waiting.get(key)
             if flight is not None:
                 joined, before = True, None
+                flight.callers += 1
             else:
                 joined, flight = False, _Flight()
                 before = self._running.get(key)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
+from tests.harness import wait_until
 from vmpooler.actors.status_store import SharedReads
 
 
@@ -31,15 +31,14 @@ def test_callers_during_a_run_share_the_next_run_not_that_one() -> None:
     results: dict[str, int] = {}
     first = threading.Thread(target=lambda: results.__setitem__("first", shared.read("k", run)))
     first.start()
-    while not started:
-        time.sleep(0.001)
+    wait_until(lambda: started, 5, "the first run to start")
     # asked while run 0 is in progress: must get a later run, all of them the same one
     late = [threading.Thread(target=lambda i=i: results.__setitem__(f"late{i}",
                                                                     shared.read("k", run)))
             for i in range(5)]
     for t in late:
         t.start()
-    time.sleep(0.05)
+    wait_until(lambda: shared.waiting("k") == 5, 5, "the five late calls to queue")
     assert started == [0]          # nobody started a second run while the first is going
     release_first.set()
     for t in (first, *late):
@@ -51,10 +50,15 @@ def test_callers_during_a_run_share_the_next_run_not_that_one() -> None:
 
 def test_different_keys_do_not_wait_for_each_other() -> None:
     shared: SharedReads[str] = SharedReads()
-    release = threading.Event()
-    holder = threading.Thread(target=lambda: shared.read("a", lambda: str(release.wait(5))))
+    release, holding = threading.Event(), threading.Event()
+
+    def hold() -> str:
+        holding.set()
+        return str(release.wait(5))
+
+    holder = threading.Thread(target=lambda: shared.read("a", hold))
     holder.start()
-    time.sleep(0.02)
+    assert holding.wait(5)
     assert shared.read("b", lambda: "b") == "b"
     release.set()
     holder.join(5)
@@ -80,11 +84,10 @@ def test_an_exception_reaches_every_caller_of_its_run_and_the_next_run_is_fresh(
 
     threads = [threading.Thread(target=call) for _ in range(4)]
     threads[0].start()
-    while not calls:
-        time.sleep(0.001)
+    wait_until(lambda: calls, 5, "the first run to start")
     for t in threads[1:]:
         t.start()
-    time.sleep(0.05)
+    wait_until(lambda: shared.waiting("k") == 3, 5, "the other three calls to queue")
     release.set()
     for t in threads:
         t.join(5)
