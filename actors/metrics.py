@@ -40,6 +40,7 @@ from vmpooler.actors.metric_catalog import plain_unit
 from vmpooler.actors.metrics_batch import FLUSH_INTERVAL, LineBatcher
 
 __all__ = [
+    "Backend",
     "DatadogMetrics",
     "GraphiteMetrics",
     "Metrics",
@@ -101,8 +102,9 @@ def dotted_name(prefix: str, name: str, tags: Mapping[str, str] | None) -> str:
     return _UNSAFE.sub("_", ".".join(parts))
 
 
-class _Backend:
-    """Routes the three ``Metrics`` calls to ``_emit(kind, name, value, tags)``."""
+class Backend:
+    """Routes the three ``Metrics`` calls to ``_emit(kind, name, value, tags)``; a backend
+    subclasses it and implements ``_emit`` (and ``close`` if it holds anything)."""
 
     def _emit(self, kind: str, name: str, value: float, tags: Mapping[str, str] | None) -> None:
         raise NotImplementedError
@@ -122,14 +124,14 @@ class _Backend:
         """Release resources; later calls are dropped."""
 
 
-class NullMetrics(_Backend):
+class NullMetrics(Backend):
     """Discards everything."""
 
     def _emit(self, kind: str, name: str, value: float, tags: Mapping[str, str] | None) -> None:
         return None
 
 
-class DatadogMetrics(_Backend):
+class DatadogMetrics(Backend):
     """DogStatsd over UDP: ``<namespace>.<name>:<value>|<type>|#key:value,...``.
 
     Counters ``|c``, gauges ``|g``, timings ``|ms`` in milliseconds.  ``constant_tags`` are
@@ -188,7 +190,7 @@ class DatadogMetrics(_Backend):
             log.debug("closing dogstatsd socket: %s", exc)
 
 
-class StatsdMetrics(_Backend):
+class StatsdMetrics(Backend):
     """Plain statsd over UDP with vmpooler's dotted names: ``vmpooler.ready.debian:3|g``.
 
     Counters ``|c``, gauges ``|g``, timings ``|ms`` in milliseconds (vmpooler's own statsd
@@ -252,7 +254,7 @@ class StatsdMetrics(_Backend):
                 self._sock = None
 
 
-class GraphiteMetrics(_Backend):
+class GraphiteMetrics(Backend):
     """Graphite plaintext protocol over one persistent TCP connection.
 
     Each call writes ``<prefix>.<name>[.<tag values>] <value> <epoch>\\n``; counters write
@@ -330,7 +332,7 @@ Record = tuple[str, str, float, dict[str, str]]
 """``(kind, name, value, tags)`` with kind ``increment`` | ``gauge`` | ``timing``."""
 
 
-class RecordingMetrics(_Backend):
+class RecordingMetrics(Backend):
     """Keeps every call in memory as a ``Record``, for tests.  Thread-safe.
 
     Timings are recorded in seconds, as passed.

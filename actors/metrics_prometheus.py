@@ -35,6 +35,7 @@ from prometheus_client import (
 )
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
+from vmpooler.actors.metrics import Backend
 from vmpooler.actors.prometheus_families import FAMILIES, HTTP_BUCKETS, IGNORED, Family, resolve
 
 __all__ = [
@@ -92,7 +93,7 @@ def _labels(tags: Sequence[str]) -> dict[str, str]:
     return dict(tag.split(":", 1) for tag in tags if ":" in tag)
 
 
-class PrometheusMetrics:
+class PrometheusMetrics(Backend):
     """vmpooler's families under ``<namespace>_``, labelled with ``constant_labels`` too.
 
     Thread-safe. Families are created on first use, in this backend's own registry (two
@@ -112,20 +113,7 @@ class PrometheusMetrics:
         self._reported: set[str] = set()
         self._closed = False
 
-    # -- Metrics protocol ------------------------------------------------------------------
-    def increment(self, name: str, *, tags: Mapping[str, str] | None = None,
-                  value: int = 1) -> None:
-        """Add ``value`` to a counter (or, for vmpooler's counted gauges, to the gauge)."""
-        self._record("increment", name, value, tags)
-
-    def gauge(self, name: str, value: float, *, tags: Mapping[str, str] | None = None) -> None:
-        """Set a gauge (and observe it in the family's ``also`` histogram)."""
-        self._record("gauge", name, value, tags)
-
-    def timing(self, name: str, seconds: float, *, tags: Mapping[str, str] | None = None) -> None:
-        """Observe ``seconds`` in a histogram."""
-        self._record("timing", name, seconds, tags)
-
+    # -- Metrics protocol (increment, gauge, timing: Backend routes them to _emit) ----------
     def close(self) -> None:
         """Drop later calls; in multiprocess mode, mark this process dead."""
         self._closed = True
@@ -174,8 +162,10 @@ class PrometheusMetrics:
         return generate_latest(registry), CONTENT_TYPE_LATEST
 
     # -- internals -------------------------------------------------------------------------------
-    def _record(self, kind: str, name: str, value: float,
-                tags: Mapping[str, str] | None) -> None:
+    def _emit(self, kind: str, name: str, value: float,
+              tags: Mapping[str, str] | None) -> None:
+        """A counter adds ``value`` (for vmpooler's counted gauges, to the gauge); a gauge
+        is set (and observed in its family's ``also`` histogram); a timing is observed."""
         if self._closed:
             return
         try:
