@@ -31,10 +31,10 @@ __all__ = [
 ]
 
 _HOMES = {
-    "Clock": "clock", "FakeClock": "clock", "RealClock": "clock", "Scheduler": "clock",
-    "ThreadScheduler": "clock", "Config": "config", "ConfigError": "config",
-    "load_config": "config", "PoolerSystem": "system", "PoolStatus": "system",
-    "RequestRecord": "request_store",
+    "Clock": "runtime.clock", "FakeClock": "runtime.clock", "RealClock": "runtime.clock",
+    "Scheduler": "runtime.clock", "ThreadScheduler": "runtime.clock", "Config": "config",
+    "ConfigError": "config", "load_config": "config", "PoolerSystem": "system",
+    "PoolStatus": "system", "RequestRecord": "storage.request_store",
 }
 
 logging.getLogger("vmpooler").addHandler(logging.NullHandler())

@@ -47,7 +47,7 @@ __all__ = [
 
 
 class ProviderOp(enum.Enum):
-    """The provider calls a :class:`~vmpooler.actors.provider_actor.ProviderActor` runs."""
+    """The provider calls a :class:`~vmpooler.actors.provider.actor.ProviderActor` runs."""
 
     LIST_VMS = "list_vms"
     """Inventory of a pool. Result: ``tuple[str, ...]`` of VM names."""

@@ -28,30 +28,30 @@ from typing import Any
 import pykka
 import redis
 
-from vmpooler.actors.clock import Clock, RealClock, Scheduler, ThreadScheduler
-from vmpooler.actors.command_stream import consumer_factory
 from vmpooler.actors.config import Config, PoolConfig
-from vmpooler.actors.embedded_redis import EmbeddedRedis
-from vmpooler.actors.heartbeat import Heartbeat
-from vmpooler.actors.heartbeat_store import HeartbeatStore, manager_id, prune_age
-from vmpooler.actors.history import DEFAULT_INTERVAL, HistoryRecorder
-from vmpooler.actors.history_store import HistoryStore
-from vmpooler.actors.hostnames import HostnameGenerator
-from vmpooler.actors.housekeeping import Housekeeper
 from vmpooler.actors.messages import PoolChanged, RequestChanged, StartDrain, StopSupervising
-from vmpooler.actors.metrics import Metrics, create_metrics
-from vmpooler.actors.ondemand import OnDemandManager
-from vmpooler.actors.pool_actor import PoolActor
-from vmpooler.actors.provider_setup import provider_actor_factory
-from vmpooler.actors.provider_work import resolves
-from vmpooler.actors.request_actor import RequestActor
-from vmpooler.actors.request_store import DeleteOutcome, Entry, RequestRecord, RequestStore
-from vmpooler.actors.slot_broker import SlotBroker
-from vmpooler.actors.startup_purge import request_startup_purges
-from vmpooler.actors.store import Store, connect
-from vmpooler.actors.supervisor import ActorDirectory, Supervisor
-from vmpooler.actors.task_actor import TaskActor
-from vmpooler.actors.upkeep_store import UpkeepStore
+from vmpooler.actors.metrics.backends import Metrics, create_metrics
+from vmpooler.actors.ondemand.manager import OnDemandManager
+from vmpooler.actors.ondemand.request import RequestActor
+from vmpooler.actors.pool.actor import PoolActor
+from vmpooler.actors.pool.hostnames import HostnameGenerator
+from vmpooler.actors.pool.slot_broker import SlotBroker
+from vmpooler.actors.pool.task_actor import TaskActor
+from vmpooler.actors.provider.setup import provider_actor_factory
+from vmpooler.actors.provider.startup_purge import request_startup_purges
+from vmpooler.actors.provider.work import resolves
+from vmpooler.actors.runtime.clock import Clock, RealClock, Scheduler, ThreadScheduler
+from vmpooler.actors.runtime.supervisor import ActorDirectory, Supervisor
+from vmpooler.actors.service.command_stream import consumer_factory
+from vmpooler.actors.service.heartbeat import Heartbeat
+from vmpooler.actors.service.history import DEFAULT_INTERVAL, HistoryRecorder
+from vmpooler.actors.service.housekeeping import Housekeeper
+from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
+from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, manager_id, prune_age
+from vmpooler.actors.storage.history_store import HistoryStore
+from vmpooler.actors.storage.request_store import DeleteOutcome, Entry, RequestRecord, RequestStore
+from vmpooler.actors.storage.store import Store, connect
+from vmpooler.actors.storage.upkeep_store import UpkeepStore
 from vmpooler.providers.base import Provider, ProviderContext
 from vmpooler.providers.dns import DnsPlugin
 from vmpooler.providers.registry import load_dns_class, load_provider_class
@@ -123,7 +123,7 @@ class PoolerSystem:
         ``redis.RedisError`` when Redis cannot be reached, and the provider's own error
         when a provider cannot be built; nothing is left running then. With
         ``consume_commands`` a consumer actor reads the API's command stream
-        (:mod:`vmpooler.actors.command_stream`), for an API in another process.
+        (:mod:`vmpooler.actors.service.command_stream`), for an API in another process.
         """
         clock = clock or RealClock()
         embedded = None

@@ -100,8 +100,8 @@ import ruby_api
 import yaml
 from ruby_api import STATUS_VIEW
 
-from vmpooler.actors import schema, timefmt
-from vmpooler.actors.embedded_redis import EmbeddedRedis, free_port
+from vmpooler.actors.storage import schema, timefmt
+from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent

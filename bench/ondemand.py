@@ -67,7 +67,6 @@ import falcon.testing
 import redis
 from fill import code_fingerprint, fmt, machine, resources, run_json_child
 
-from vmpooler.actors import schema
 from vmpooler.actors.config import (
     Config,
     GlobalSettings,
@@ -75,8 +74,9 @@ from vmpooler.actors.config import (
     ProviderConfig,
     RedisSettings,
 )
-from vmpooler.actors.embedded_redis import EmbeddedRedis
-from vmpooler.actors.store import connect
+from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
+from vmpooler.actors.storage.store import connect
 from vmpooler.actors.system import PoolerSystem
 from vmpooler.providers.base import ProviderContext
 from vmpooler.providers.dummy import DummyProvider

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from vmpooler.actors import schema
+from vmpooler.actors.storage import schema
 
 if TYPE_CHECKING:
     from api import Server

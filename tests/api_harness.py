@@ -14,8 +14,6 @@ from typing import Any
 import falcon.testing
 import redis
 
-from vmpooler.actors import schema, timefmt
-from vmpooler.actors.clock import FakeClock
 from vmpooler.actors.config import (
     Config,
     DnsConfig,
@@ -24,7 +22,9 @@ from vmpooler.actors.config import (
     ProviderConfig,
     RedisSettings,
 )
-from vmpooler.actors.metrics import RecordingMetrics
+from vmpooler.actors.metrics.backends import RecordingMetrics
+from vmpooler.actors.runtime.clock import FakeClock
+from vmpooler.actors.storage import schema, timefmt
 from vmpooler.web.app import create_app
 from vmpooler.web.context import ApiContext
 

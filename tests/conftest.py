@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from vmpooler.actors.embedded_redis import EmbeddedRedis, find_redis_server
+from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, find_redis_server
 
 TEST_REDIS_SERVER = "VMPOOLER_TEST_REDIS_SERVER"
 """Names the redis-server binary the tests run (CI runs the Redis tests on two versions)."""

@@ -16,8 +16,6 @@ from typing import Any
 import pykka
 import redis
 
-from vmpooler.actors import schema
-from vmpooler.actors.clock import FakeClock
 from vmpooler.actors.config import (
     Config,
     DnsConfig,
@@ -26,8 +24,10 @@ from vmpooler.actors.config import (
     ProviderConfig,
     RedisSettings,
 )
-from vmpooler.actors.hostnames import HostnameGenerator
-from vmpooler.actors.metrics import RecordingMetrics
+from vmpooler.actors.metrics.backends import RecordingMetrics
+from vmpooler.actors.pool.hostnames import HostnameGenerator
+from vmpooler.actors.runtime.clock import FakeClock
+from vmpooler.actors.storage import schema
 from vmpooler.actors.system import PoolerSystem
 from vmpooler.providers.base import Provider, ProviderContext
 from vmpooler.providers.dummy import DummyProvider
@@ -147,7 +147,7 @@ class Harness:
     def checkout(self, pool_name: str, vm: str, *, lifetime: int | None = None) -> None:
         """Do what the API's checkout does in Redis."""
         now = self.clock.now()
-        from vmpooler.actors import timefmt
+        from vmpooler.actors.storage import timefmt
         stamp = timefmt.format_epoch(now)
         assert self.client.smove(schema.ready(pool_name), schema.running(pool_name), vm)
         self.client.hset(schema.active(pool_name), vm, stamp)

@@ -16,7 +16,7 @@ import jsonschema_rs
 import redis
 
 from tests.api_harness import TOKEN, USER, Api, api, api_config, api_pool
-from vmpooler.actors import schema, timefmt
+from vmpooler.actors.storage import schema, timefmt
 from vmpooler.web.app import API_PREFIX
 from vmpooler.web.resources import openapi
 

@@ -11,9 +11,9 @@ import pytest
 import redis
 
 from tests.api_harness import TOKEN, Api, api, api_config, api_pool
-from vmpooler.actors import schema
 from vmpooler.actors.config._data import freeze
-from vmpooler.actors.config_store import ruby_integer
+from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.config_store import ruby_integer
 
 P = "/api/v3"
 

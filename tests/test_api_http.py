@@ -37,10 +37,10 @@ import yaml
 from tests.api_harness import TOKEN, USER
 from tests.harness import wait_until
 from tests.openapi_check import DOC, body_errors
-from vmpooler.actors import schema, timefmt
-from vmpooler.actors.command_stream import STREAM
-from vmpooler.actors.embedded_redis import EmbeddedRedis, free_port
-from vmpooler.actors.request_store import DeleteOutcome, Entry, RequestStore
+from vmpooler.actors.service.command_stream import STREAM
+from vmpooler.actors.storage import schema, timefmt
+from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, free_port
+from vmpooler.actors.storage.request_store import DeleteOutcome, Entry, RequestStore
 
 pytestmark = pytest.mark.integration
 

@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.api_harness import TOKEN, USER, Api, api, api_config, api_pool
-from vmpooler.actors import schema
-from vmpooler.actors.request_store import Entry, RequestStore
+from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.request_store import Entry, RequestStore
 
 OD = "/api/v3/ondemandvm"
 AUTH = {"X-AUTH-TOKEN": TOKEN}

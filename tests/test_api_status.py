@@ -11,8 +11,8 @@ import pytest
 import redis
 
 from tests.api_harness import Api, api, api_config, api_pool
-from vmpooler.actors import schema, timefmt
 from vmpooler.actors.config import PoolConfig
+from vmpooler.actors.storage import schema, timefmt
 from vmpooler.web.stats import round1
 
 STATUS = "/api/v3/status"

@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from tests.api_harness import TOKEN, USER, Api, api, api_config, api_pool
-from vmpooler.actors import schema
+from vmpooler.actors.storage import schema
 from vmpooler.web.resources.token import BATCH, new_token
 
 PREFIX = "/api/v3"

@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from tests.api_harness import TOKEN, USER, Api, api, api_config, api_pool
-from vmpooler.actors import schema, timefmt
+from vmpooler.actors.storage import schema, timefmt
 
 V = "/api/v3/vm"
 AUTH = {"X-AUTH-TOKEN": TOKEN}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from vmpooler.actors.breaker import BreakerState, CircuitBreaker, CircuitOpenError
-from vmpooler.actors.metrics import RecordingMetrics
+from vmpooler.actors.metrics.backends import RecordingMetrics
+from vmpooler.actors.runtime.breaker import BreakerState, CircuitBreaker, CircuitOpenError
 
 
 class FakeClock:

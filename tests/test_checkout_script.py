@@ -7,8 +7,8 @@ from collections import Counter
 
 import redis
 
-from vmpooler.actors import schema
-from vmpooler.actors.checkout_store import CheckoutStore, ReturnOutcome, Taken
+from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.checkout_store import CheckoutStore, ReturnOutcome, Taken
 
 NOW = "2024-05-01 13:02:11 +0000"
 

@@ -18,15 +18,15 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from tests.harness import Harness, make_config, pool, started, wait_until
-from vmpooler.actors import schema
-from vmpooler.actors.clock import FakeClock
-from vmpooler.actors.command_stream import (
+from vmpooler.actors.runtime.clock import FakeClock
+from vmpooler.actors.service.command_stream import (
     GROUP,
     STREAM,
     CommandConsumer,
     StreamOptions,
 )
-from vmpooler.actors.embedded_redis import EmbeddedRedis
+from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 from vmpooler.web.commands import DirectCommands, StreamCommands
 
 

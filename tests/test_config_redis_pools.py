@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from vmpooler.actors import schema
 from vmpooler.actors.config import ConfigError, load_config
 from vmpooler.actors.config.redis_pools import redis_pool_reader
-from vmpooler.actors.embedded_redis import EmbeddedRedis
+from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 
 VMPOOLER = [sys.executable, "-m", "vmpooler.web.cli"]
 

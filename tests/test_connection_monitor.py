@@ -11,8 +11,8 @@ from typing import Any
 import redis
 
 from tests.harness import context_for, make_config, pool, started
-from vmpooler.actors import schema
 from vmpooler.actors.config import Config, ProviderConfig
+from vmpooler.actors.storage import schema
 from vmpooler.providers.base import ConnectionPoolHealth
 from vmpooler.providers.dummy import DummyProvider
 

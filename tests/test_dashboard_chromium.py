@@ -33,9 +33,9 @@ import redis
 from tests.harness import wait_until
 from tests.test_api_processes import call
 from tests.test_manager_process import full, processes, spawn, write_config  # noqa: F401
-from vmpooler.actors import schema
-from vmpooler.actors.dlq import DeadLetter
-from vmpooler.actors.embedded_redis import EmbeddedRedis, free_port
+from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.dlq import DeadLetter
+from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, free_port
 
 pytestmark = pytest.mark.integration
 

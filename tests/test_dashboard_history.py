@@ -7,11 +7,11 @@ import pytest
 import redis
 
 from tests.api_harness import Api, api, api_config, api_pool
-from vmpooler.actors import schema
-from vmpooler.actors.clock import FakeClock
-from vmpooler.actors.dlq import DeadLetter
-from vmpooler.actors.history import HistoryRecorder, next_delay
-from vmpooler.actors.history_store import RETENTION, HistoryStore, Point, rates
+from vmpooler.actors.runtime.clock import FakeClock
+from vmpooler.actors.service.history import HistoryRecorder, next_delay
+from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.dlq import DeadLetter
+from vmpooler.actors.storage.history_store import RETENTION, HistoryStore, Point, rates
 from vmpooler.web.resources.dashboard_data import REPEAT, vmpooler_history
 
 START = 1_700_000_040.0  # a minute boundary
@@ -68,14 +68,14 @@ def test_rates_are_differences_and_survive_a_reset() -> None:
 
 
 def test_the_scripts_count_into_the_history_counters() -> None:
-    from vmpooler.actors.schema import Scripts
+    from vmpooler.actors.storage.schema import Scripts
     assert f"'{schema.history_checkouts()}'" in Scripts.CHECKOUT
     assert f"'{schema.history_clones()}'" in Scripts.CLONE_SUCCEEDED
     assert len(schema.ready("")) + 1 == 18  # the script's string.sub offset
 
 
 def test_clone_succeeded_counts_per_pool(redis_client: redis.Redis) -> None:
-    from vmpooler.actors.schema import Scripts
+    from vmpooler.actors.storage.schema import Scripts
     script = redis_client.register_script(Scripts.CLONE_SUCCEEDED)
     for vm in ("v1", "v2"):
         script(keys=[schema.tasks_clone(), schema.vm(vm), schema.clone_stats("2024-01-01")],

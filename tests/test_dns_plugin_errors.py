@@ -9,11 +9,11 @@ from typing import Any
 import pykka
 
 from tests.harness import context_for, make_config, pool
-from vmpooler.actors.breaker import CircuitBreaker
-from vmpooler.actors.clock import FakeClock
 from vmpooler.actors.messages import CallProvider, CloneResult, ProviderCallFinished, ProviderOp
-from vmpooler.actors.metrics import RecordingMetrics
-from vmpooler.actors.provider_actor import ProviderActor
+from vmpooler.actors.metrics.backends import RecordingMetrics
+from vmpooler.actors.provider.actor import ProviderActor
+from vmpooler.actors.runtime.breaker import CircuitBreaker
+from vmpooler.actors.runtime.clock import FakeClock
 from vmpooler.providers.dns import DnsPlugin
 from vmpooler.providers.dummy import DummyProvider
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import redis
 
-from vmpooler.actors.embedded_redis import EmbeddedRedis
+from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 
 
 def test_restart_finds_previous_state(tmp_path: Path) -> None:
@@ -31,7 +31,7 @@ def test_restart_finds_previous_state(tmp_path: Path) -> None:
 def test_one_data_dir_serves_one_server(tmp_path: Path) -> None:
     import pytest
 
-    from vmpooler.actors.embedded_redis import EmbeddedRedisError
+    from vmpooler.actors.storage.embedded_redis import EmbeddedRedisError
 
     first = EmbeddedRedis(data_dir=tmp_path).start()
     try:

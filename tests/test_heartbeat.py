@@ -15,9 +15,9 @@ import redis
 from tests.api_harness import api, api_config, api_pool
 from tests.harness import make_config, pool, started, wait_until
 from tests.openapi_check import body_errors
-from vmpooler.actors import schema
-from vmpooler.actors.embedded_redis import EmbeddedRedis
-from vmpooler.actors.heartbeat_store import HeartbeatStore, manager_id, prune_age, stale_age
+from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
+from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, manager_id, prune_age, stale_age
 
 KEY = schema.manager_heartbeat()
 

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from vmpooler.actors import hostnames
-from vmpooler.actors.hostnames import (
+from vmpooler.actors.pool import hostnames
+from vmpooler.actors.pool.hostnames import (
     HostnameGenerator,
     WordList,
 )

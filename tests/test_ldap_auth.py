@@ -24,7 +24,7 @@ import pytest
 import redis
 
 from tests.api_harness import api, api_config, api_pool
-from vmpooler.actors import schema
+from vmpooler.actors.storage import schema
 from vmpooler.web.auth import check_credentials, check_ldap
 
 SLAPD = Path("/usr/sbin/slapd")

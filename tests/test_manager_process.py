@@ -16,8 +16,8 @@ import redis
 import yaml
 
 from tests.harness import QUEUES, wait_until
-from vmpooler.actors import schema
-from vmpooler.actors.embedded_redis import EmbeddedRedis, free_port
+from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, free_port
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from vmpooler.actors.metrics import (
+from vmpooler.actors.metrics.backends import (
     DatadogMetrics,
     GraphiteMetrics,
     Metrics,

@@ -40,9 +40,9 @@ from tests.harness import wait_until
 from tests.metric_sinks import GraphiteSink, Sample, StatsdSink
 from tests.test_api_processes import call
 from tests.test_manager_process import full, spawn
-from vmpooler.actors import schema
-from vmpooler.actors.embedded_redis import EmbeddedRedis, free_port
-from vmpooler.actors.metric_catalog import CATALOG, MetricSpec, find
+from vmpooler.actors.metrics.catalog import CATALOG, MetricSpec, find
+from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -151,7 +151,7 @@ NOT_SEEN: dict[str, str] = {
         "collision; a real collision needs the drawn name's VM hash to exist, i.e. ~626k "
         "hashes seeded (which every orphan scan would then walk). The refusal is unit-tested "
         "(tests/test_store.py::test_reserve_clone_refuses_taken_name_and_full_slots); the "
-        "retry that emits it (actors/pool_upkeep.py _start_clone) is not",
+        "retry that emits it (actors/pool/upkeep.py _start_clone) is not",
     "connection_available / connection_waited, types redis_connection_pool and "
     "dns_connection_pool": "this build has no Redis or DNS connection pool to lend from; "
         "type provider_connection_pool is seen in the vSphere run",

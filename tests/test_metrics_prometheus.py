@@ -11,12 +11,12 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.api_harness import api_config, api_pool
-from vmpooler.actors.clock import FakeClock
 from vmpooler.actors.config import MetricsSettings, load_config
 from vmpooler.actors.config.model import PrometheusSettings
-from vmpooler.actors.metrics import create_metrics
-from vmpooler.actors.metrics_prometheus import PrometheusMetrics
-from vmpooler.actors.prometheus_families import resolve
+from vmpooler.actors.metrics.backends import create_metrics
+from vmpooler.actors.metrics.prometheus import PrometheusMetrics
+from vmpooler.actors.metrics.prometheus_families import resolve
+from vmpooler.actors.runtime.clock import FakeClock
 from vmpooler.web import prometheus
 from vmpooler.web.app import create_app
 from vmpooler.web.context import ApiContext

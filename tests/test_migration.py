@@ -9,7 +9,7 @@ from __future__ import annotations
 import redis
 
 from tests.harness import make_config, pool, started, wait_until
-from vmpooler.actors import schema
+from vmpooler.actors.storage import schema
 
 
 def migrate(h: object, redis_client: redis.Redis, vm: str) -> dict[str, str]:
@@ -62,7 +62,7 @@ def test_at_the_limit_no_move_is_evaluated(redis_client: redis.Redis) -> None:
 def test_concurrent_reservations_never_exceed_the_limit(redis_client: redis.Redis) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    from vmpooler.actors.provider_store import ProviderStore
+    from vmpooler.actors.storage.provider_store import ProviderStore
 
     store = ProviderStore(redis_client)
     with ThreadPoolExecutor(max_workers=8) as workers:

@@ -51,8 +51,8 @@ from tests.harness import (
     started,
     wait_until,
 )
-from vmpooler.actors import schema, timefmt
 from vmpooler.actors.config import Config
+from vmpooler.actors.storage import schema, timefmt
 from vmpooler.providers.dummy import DummyProvider
 
 POOLS = {"a": 3, "b": 2, "c": 4}

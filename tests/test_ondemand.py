@@ -17,9 +17,9 @@ from tests.harness import (
     started,
     wait_until,
 )
-from vmpooler.actors import schema
-from vmpooler.actors.clock import FakeClock
-from vmpooler.actors.request_store import Entry, RequestStore
+from vmpooler.actors.runtime.clock import FakeClock
+from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.request_store import Entry, RequestStore
 from vmpooler.actors.system import PoolerSystem
 from vmpooler.providers.dummy import DummyProvider
 from vmpooler.providers.errors import PermanentProviderError, TransientProviderError

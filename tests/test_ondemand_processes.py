@@ -27,8 +27,8 @@ import yaml
 from tests.harness import wait_until
 from tests.test_api_processes import call
 from tests.test_manager_process import accounted, spawn, write_config
-from vmpooler.actors import schema
-from vmpooler.actors.embedded_redis import EmbeddedRedis, free_port
+from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, free_port
 
 pytestmark = pytest.mark.integration
 

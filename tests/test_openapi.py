@@ -30,8 +30,8 @@ from tests.openapi_check import (
     routed,
     seeded_api,
 )
-from vmpooler.actors import schema
-from vmpooler.actors.request_store import DeleteOutcome, Entry, RequestStore
+from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.request_store import DeleteOutcome, Entry, RequestStore
 
 P = "/api/v3"
 

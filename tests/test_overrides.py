@@ -6,8 +6,8 @@ import pytest
 import redis
 
 from tests.api_harness import api, api_config, api_pool
-from vmpooler.actors import schema
-from vmpooler.actors.overrides import effective_size, size_override
+from vmpooler.actors.config.overrides import effective_size, size_override
+from vmpooler.actors.storage import schema
 
 CASES = [("7", 7), (" 7 ", 7), ("+7", 7), ("0x10", 16), ("0b11", 3), ("010", 8), ("1_0", 10),
          ("-3", 0), ("0", 0), ("1.5", None), ("zero?", None), ("", None), ("1__0", None),

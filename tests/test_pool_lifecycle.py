@@ -16,9 +16,9 @@ from tests.harness import (
     started,
     wait_until,
 )
-from vmpooler.actors import schema
-from vmpooler.actors.hostnames import HostnameGenerator
 from vmpooler.actors.messages import ProviderOp
+from vmpooler.actors.pool.hostnames import HostnameGenerator
+from vmpooler.actors.storage import schema
 from vmpooler.providers.dummy import DummyProvider
 
 

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.harness import wait_until
 from tests.test_api_processes import call
 from tests.test_manager_process import full, spawn, write_config
-from vmpooler.actors.embedded_redis import EmbeddedRedis, free_port
+from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, free_port
 
 pytestmark = pytest.mark.integration
 

@@ -20,16 +20,16 @@ import pykka
 import pytest
 
 from tests.harness import wait_until
-from vmpooler.actors.breaker import BreakerState, CircuitBreaker
-from vmpooler.actors.clock import FakeClock
 from vmpooler.actors.messages import (
     CallProvider,
     CloneResult,
     ProviderCallFinished,
     ProviderOp,
 )
-from vmpooler.actors.metrics import RecordingMetrics
-from vmpooler.actors.provider_actor import ProviderActor
+from vmpooler.actors.metrics.backends import RecordingMetrics
+from vmpooler.actors.provider.actor import ProviderActor
+from vmpooler.actors.runtime.breaker import BreakerState, CircuitBreaker
+from vmpooler.actors.runtime.clock import FakeClock
 from vmpooler.providers.base import Provider, ProviderContext, VmInfo
 from vmpooler.providers.dns import DnsPlugin, DynamicDns
 from vmpooler.providers.errors import (

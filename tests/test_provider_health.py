@@ -17,12 +17,12 @@ from tests.test_provider_actor import (  # noqa: F401 (make_rig is a fixture)
     Rig,
     make_rig,
 )
-from vmpooler.actors.adaptive_timeout import AdaptiveTimeout, CallTimeouts
 from vmpooler.actors.messages import ProviderOp
-from vmpooler.actors.provider_health import ProviderHealth
+from vmpooler.actors.provider.health import ProviderHealth
+from vmpooler.actors.runtime.adaptive_timeout import AdaptiveTimeout, CallTimeouts
 from vmpooler.providers.base import ConnectionPoolHealth
 
-BREAKER_LOG = "vmpooler.actors.provider_health"
+BREAKER_LOG = "vmpooler.actors.provider.health"
 
 
 def breaker_lines(caplog: pytest.LogCaptureFixture) -> list[str]:

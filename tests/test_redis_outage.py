@@ -26,9 +26,9 @@ from tests.harness import (
     started,
     wait_until,
 )
-from vmpooler.actors import schema
-from vmpooler.actors.embedded_redis import EmbeddedRedis, find_redis_server
-from vmpooler.actors.store import connect
+from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, find_redis_server
+from vmpooler.actors.storage.store import connect
 from vmpooler.providers.dummy import DummyProvider
 
 SIZE = 3

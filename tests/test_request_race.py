@@ -29,8 +29,6 @@ import pytest
 import redis
 
 from tests.harness import assert_no_vm_in_two_queues, queue_members, wait_until
-from vmpooler.actors import schema
-from vmpooler.actors.clock import FakeClock
 from vmpooler.actors.config import GlobalSettings
 from vmpooler.actors.messages import (
     ActorCrashed,
@@ -39,11 +37,13 @@ from vmpooler.actors.messages import (
     RequestFinished,
     RequestVmReady,
 )
-from vmpooler.actors.metrics import RecordingMetrics
-from vmpooler.actors.pool_ondemand import OnDemandVms
-from vmpooler.actors.request_actor import RequestActor, request_actor_name
-from vmpooler.actors.request_store import Entry, RequestStore
-from vmpooler.actors.supervisor import ActorDirectory
+from vmpooler.actors.metrics.backends import RecordingMetrics
+from vmpooler.actors.ondemand.request import RequestActor, request_actor_name
+from vmpooler.actors.pool.ondemand import OnDemandVms
+from vmpooler.actors.runtime.clock import FakeClock
+from vmpooler.actors.runtime.supervisor import ActorDirectory
+from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.request_store import Entry, RequestStore
 
 RID = "r1"
 POOL = "p"

@@ -36,12 +36,12 @@ from tests.harness import (
     make_config,
     pool,
 )
-from vmpooler.actors import schema
-from vmpooler.actors.clock import FakeClock
 from vmpooler.actors.config import Config
-from vmpooler.actors.hostnames import HostnameGenerator
-from vmpooler.actors.metrics import RecordingMetrics
-from vmpooler.actors.request_store import RequestStore, parse_requested
+from vmpooler.actors.metrics.backends import RecordingMetrics
+from vmpooler.actors.pool.hostnames import HostnameGenerator
+from vmpooler.actors.runtime.clock import FakeClock
+from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.request_store import RequestStore, parse_requested
 from vmpooler.actors.system import PoolerSystem
 from vmpooler.providers.dummy import DummyProvider
 from vmpooler.providers.errors import TransientProviderError

@@ -12,9 +12,9 @@ import redis
 from tests.api_harness import api, api_config, api_pool
 from tests.harness import make_config, pool, started, wait_until
 from tests.test_ondemand import gated, status
-from vmpooler.actors import schema
 from vmpooler.actors.messages import RequestSlotFreed
-from vmpooler.actors.metrics import RecordingMetrics
+from vmpooler.actors.metrics.backends import RecordingMetrics
+from vmpooler.actors.storage import schema
 from vmpooler.providers.errors import TransientProviderError
 
 

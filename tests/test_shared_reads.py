@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from tests.harness import wait_until
-from vmpooler.actors.status_store import SharedReads
+from vmpooler.actors.storage.status_store import SharedReads
 
 
 def test_sequential_calls_each_run() -> None:

@@ -14,10 +14,10 @@ import pytest
 import redis
 
 from tests.harness import context_for, make_config, pool, started, wait_until
-from vmpooler.actors.clock import FakeClock
 from vmpooler.actors.config import Config, ProviderConfig
-from vmpooler.actors.metrics import RecordingMetrics
-from vmpooler.actors.startup_purge import startup_purges
+from vmpooler.actors.metrics.backends import RecordingMetrics
+from vmpooler.actors.provider.startup_purge import startup_purges
+from vmpooler.actors.runtime.clock import FakeClock
 from vmpooler.actors.system import PoolerSystem
 from vmpooler.providers.dummy import DummyProvider
 

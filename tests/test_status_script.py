@@ -19,9 +19,9 @@ from redis._parsers import _HiredisParser, _RESP2Parser, _RESP3Parser
 from redis.utils import HIREDIS_AVAILABLE
 
 from tests.api_harness import api, api_config, api_pool
-from vmpooler.actors import schema, timefmt
-from vmpooler.actors.durations import DurationTotals, duration_totals
-from vmpooler.actors.status_store import DAILY_KINDS, QUEUES, StatusReading, StatusStore
+from vmpooler.actors.storage import schema, timefmt
+from vmpooler.actors.storage.durations import DurationTotals, duration_totals
+from vmpooler.actors.storage.status_store import DAILY_KINDS, QUEUES, StatusReading, StatusStore
 from vmpooler.web.resources import status as status_resource
 
 ALL_QUEUES = ("ready", "running", "pending", "completed")

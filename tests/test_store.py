@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import redis
 
-from vmpooler.actors import schema
-from vmpooler.actors.store import CloneReservation, Store
+from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.store import CloneReservation, Store
 
 POOL = "debian"
 

@@ -15,10 +15,10 @@ import pykka
 import pytest
 
 from tests.harness import make_config, pool, started, wait_until
-from vmpooler.actors.clock import FakeClock
 from vmpooler.actors.messages import RestartActor, StopSupervising
-from vmpooler.actors.metrics import RecordingMetrics
-from vmpooler.actors.supervisor import ActorDirectory, SupervisedActor, Supervisor
+from vmpooler.actors.metrics.backends import RecordingMetrics
+from vmpooler.actors.runtime.clock import FakeClock
+from vmpooler.actors.runtime.supervisor import ActorDirectory, SupervisedActor, Supervisor
 
 BACKOFF = 1.0
 INTENSITY = 3

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from vmpooler.actors.timefmt import (
+from vmpooler.actors.storage.timefmt import (
     date_bucket,
     format_epoch,
     format_time,

@@ -22,11 +22,11 @@ import pytest
 import redis
 
 from tests.harness import Harness, context_for, make_config, pool, started, wait_until
-from vmpooler.actors import schema, timefmt
-from vmpooler.actors.clock import FakeClock
-from vmpooler.actors.dlq import parse_member
-from vmpooler.actors.health import health_status
 from vmpooler.actors.messages import RunPurge
+from vmpooler.actors.runtime.clock import FakeClock
+from vmpooler.actors.service.health import health_status
+from vmpooler.actors.storage import schema, timefmt
+from vmpooler.actors.storage.dlq import parse_member
 from vmpooler.providers.dummy import DummyProvider
 
 START = FakeClock().now()

@@ -20,8 +20,8 @@ import yaml
 
 from tests.harness import wait_until
 from tests.test_manager_process import processes, spawn  # noqa: F401 (fixture)
-from vmpooler.actors import schema, timefmt
-from vmpooler.actors.embedded_redis import EmbeddedRedis
+from vmpooler.actors.storage import schema, timefmt
+from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 
 pytestmark = pytest.mark.integration
 

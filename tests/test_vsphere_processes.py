@@ -28,8 +28,8 @@ from pyVmomi import vim
 
 from tests import vcsim
 from tests.harness import wait_until
-from vmpooler.actors import schema
-from vmpooler.actors.embedded_redis import EmbeddedRedis, free_port
+from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, free_port
 
 pytestmark = pytest.mark.integration
 

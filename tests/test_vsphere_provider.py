@@ -19,7 +19,7 @@ import pytest
 from pyVmomi import vim
 
 from tests import vcsim
-from vmpooler.actors.metrics import RecordingMetrics
+from vmpooler.actors.metrics.backends import RecordingMetrics
 from vmpooler.providers.base import ProviderContext
 from vmpooler.providers.errors import (
     AuthenticationError,

@@ -42,9 +42,9 @@ from typing import Any
 
 import falcon
 
-from vmpooler.actors import timefmt
-from vmpooler.actors.checkout_store import CheckoutStore
 from vmpooler.actors.config import Config
+from vmpooler.actors.storage import timefmt
+from vmpooler.actors.storage.checkout_store import CheckoutStore
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import ApiError
 from vmpooler.web.tokens import presented_token, unauthorized

@@ -21,8 +21,8 @@ import redis
 from vmpooler.actors.config import Config, ConfigError, load_config, render_config
 from vmpooler.actors.config.redis_pools import redis_pool_reader
 from vmpooler.actors.config.unacted import unacted_warnings
-from vmpooler.actors.embedded_redis import EmbeddedRedisError
-from vmpooler.actors.metrics_prometheus import prepare_multiprocess
+from vmpooler.actors.metrics.prometheus import prepare_multiprocess
+from vmpooler.actors.storage.embedded_redis import EmbeddedRedisError
 from vmpooler.actors.system import PoolerSystem
 from vmpooler.web import dlq_command
 from vmpooler.web.logsetup import configure_logging

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import redis
 
-from vmpooler.actors.command_stream import GROUP, STREAM, ensure_group
+from vmpooler.actors.service.command_stream import GROUP, STREAM, ensure_group
 
 if TYPE_CHECKING:
     from vmpooler.actors.system import PoolerSystem

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 
 import redis
 
-from vmpooler.actors.clock import Clock, RealClock
 from vmpooler.actors.config import Config
-from vmpooler.actors.metrics import Metrics, NullMetrics
+from vmpooler.actors.metrics.backends import Metrics, NullMetrics
+from vmpooler.actors.runtime.clock import Clock, RealClock
 from vmpooler.web.commands import Commands, NullCommands
 
 __all__ = ["ApiContext"]

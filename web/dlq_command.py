@@ -33,9 +33,9 @@ from typing import Any
 import redis
 
 from vmpooler.actors.config import Config
-from vmpooler.actors.dlq import QUEUES, DeadLetter
-from vmpooler.actors.store import connect
-from vmpooler.actors.upkeep_store import ReplayOutcome, UpkeepStore
+from vmpooler.actors.storage.dlq import QUEUES, DeadLetter
+from vmpooler.actors.storage.store import connect
+from vmpooler.actors.storage.upkeep_store import ReplayOutcome, UpkeepStore
 
 __all__ = ["add_parser", "run"]
 

@@ -15,7 +15,7 @@ a rejected (429) request is still logged. ``/api/v3/openapi.json`` (ours) is not
 Divergences from vmpooler 3.9.1:
 
 * the limiter decides in one Redis round trip (a Lua script, see
-  :mod:`vmpooler.actors.ratelimit_store`), so concurrent requests cannot overshoot the limit
+  :mod:`vmpooler.actors.storage.ratelimit_store`), so concurrent requests cannot overshoot the limit
   as vmpooler's GET-then-pipeline could;
 * **fixed window**: a counter's TTL is set when it is created, not refreshed by every
   accepted request (vmpooler's sliding expiry eventually rejected slow, steady clients);
@@ -35,7 +35,7 @@ from typing import Any
 import falcon
 import redis
 
-from vmpooler.actors.ratelimit_store import RateLimitStore
+from vmpooler.actors.storage.ratelimit_store import RateLimitStore
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import ApiError
 from vmpooler.web.tokens import TOKEN_HEADER
@@ -152,7 +152,7 @@ class RateLimiter:
     window's end), ``Retry-After`` (seconds) and
     ``{"ok": false, "error": "Rate limit exceeded", "limit", "period", "retry_after"}``;
     accepted responses get no rate-limit headers (as in vmpooler). A rejected request does
-    not count. The window is fixed (see :mod:`vmpooler.actors.ratelimit_store`).
+    not count. The window is fixed (see :mod:`vmpooler.actors.storage.ratelimit_store`).
 
     Redis errors fail open: the request proceeds and a warning is logged at most once per
     ``warn_every`` seconds. ``trust_forwarded`` takes the client address from

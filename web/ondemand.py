@@ -34,7 +34,7 @@ from typing import Any
 
 import falcon
 
-from vmpooler.actors.request_store import Entry
+from vmpooler.actors.storage.request_store import Entry
 from vmpooler.web import checkout
 from vmpooler.web.body import MAX_BODY, parse_json, read_raw
 from vmpooler.web.context import ApiContext

@@ -23,7 +23,7 @@ from typing import Any
 
 import falcon
 
-from vmpooler.actors.metrics_prometheus import PrometheusMetrics
+from vmpooler.actors.metrics.prometheus import PrometheusMetrics
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import _unexpected
 

@@ -26,10 +26,10 @@ import redis
 from gunicorn.app.base import BaseApplication
 
 from vmpooler.actors.config import Config
-from vmpooler.actors.embedded_redis import EmbeddedRedis
-from vmpooler.actors.metrics import Metrics, create_metrics
-from vmpooler.actors.metrics_prometheus import mark_process_dead, multiprocess_dir
-from vmpooler.actors.store import connect
+from vmpooler.actors.metrics.backends import Metrics, create_metrics
+from vmpooler.actors.metrics.prometheus import mark_process_dead, multiprocess_dir
+from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
+from vmpooler.actors.storage.store import connect
 from vmpooler.actors.system import PoolerSystem
 from vmpooler.web.app import create_app
 from vmpooler.web.commands import DirectCommands, StreamCommands

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
-from vmpooler.actors.durations import DurationTotals, all_seconds, seconds
+from vmpooler.actors.storage.durations import DurationTotals, all_seconds, seconds
 
 __all__ = [
     "capacity",

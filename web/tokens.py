@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import falcon
 
-from vmpooler.actors import timefmt
-from vmpooler.actors.checkout_store import CheckoutStore
+from vmpooler.actors.storage import timefmt
+from vmpooler.actors.storage.checkout_store import CheckoutStore
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import ApiError, unauthorized
 

@@ -9,7 +9,6 @@ from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
 
-from vmpooler.actors import schema
 from vmpooler.actors.config._yaml import (
     Locator,
     SourceText,
@@ -22,6 +21,7 @@ from vmpooler.actors.config.errors import ConfigError, ConfigProblem, Issue, for
 from vmpooler.actors.config.model import Config
 from vmpooler.actors.config.redis_pools import PoolReader, RedisPoolsError
 from vmpooler.actors.config.validate import NO_POOLS_NOTE, validate_document
+from vmpooler.actors.storage import schema
 
 __all__ = ["bundled_config_path", "load_config"]
 

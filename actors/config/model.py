@@ -158,7 +158,7 @@ class GlobalSettings:
     health_thresholds: Mapping[str, float] = field(
         default_factory=lambda: DEFAULT_HEALTH_THRESHOLDS)
     # Manager heartbeat and API readiness (ours): seconds. The max age defaults to three
-    # intervals (actors/heartbeat_store.py).
+    # intervals (actors/storage/heartbeat_store.py).
     manager_heartbeat_interval: float = setting(5.0, "number", positive=True)
     manager_heartbeat_max_age: float | None = setting(None, "number?", positive=True)
     raw: Mapping[str, Any] = field(default_factory=empty_mapping)

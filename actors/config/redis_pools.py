@@ -15,8 +15,8 @@ from typing import Any
 
 import redis
 
-from vmpooler.actors import schema
 from vmpooler.actors.config.model import RedisSettings
+from vmpooler.actors.storage import schema
 
 __all__ = ["PoolReader", "RedisPoolsError", "read_pools", "redis_pool_reader"]
 

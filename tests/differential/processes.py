@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from vmpooler.actors.embedded_redis import EmbeddedRedis, find_redis_server, free_port
+from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, find_redis_server, free_port
 
 __all__ = [
     "RUBY_TOOLS",

@@ -6,7 +6,7 @@
   and ``POST /poolreset`` — only with ``:config: experimental_features`` (else 405
   ``{"ok": false}``), and with a valid ``X-AUTH-TOKEN`` when auth is configured (else 401).
   They write vmpooler's override hashes, undo sets and reset set
-  (:class:`~vmpooler.actors.config_store.ConfigStore`), then tell the manager
+  (:class:`~vmpooler.actors.storage.config_store.ConfigStore`), then tell the manager
   (``ctx.commands.pool_changed``) so it acts at once instead of at its next cycle.
 
 Divergences from vmpooler 3.9.1, all where vmpooler crashed, leaked or kept stale state:
@@ -38,7 +38,7 @@ import falcon
 
 from vmpooler.actors.config import PoolConfig
 from vmpooler.actors.config._data import mask_secrets
-from vmpooler.actors.config_store import ConfigStore, OverrideKind, Overrides, ruby_integer
+from vmpooler.actors.storage.config_store import ConfigStore, OverrideKind, Overrides, ruby_integer
 from vmpooler.web.body import MAX_BODY, InvalidJsonError, parse_json, read_raw
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import ApiError, json_body

@@ -13,7 +13,7 @@ dashboard JSON endpoints (reference §1.4).
   browser must revalidate (``no-cache``).
 * ``GET /dashboard/stats/vmpooler/pool`` — ``{<pool>: {"size": n, "ready": n}}`` plus
   ``"history"`` when a ``history`` query parameter is present: the last hour's recorded ready
-  counts (:mod:`vmpooler.actors.history_store`), each point 8 times as vmpooler emitted
+  counts (:mod:`vmpooler.actors.storage.history_store`), each point 8 times as vmpooler emitted
   Graphite's, or ``[<ready>]`` while nothing is recorded.
 * ``GET /dashboard/stats/vmpooler/running`` — ``{<major>: {"running": n}}`` (plus
   ``"history"``, the same way, of the running counts summed per point), major being the pool
@@ -22,7 +22,7 @@ dashboard JSON endpoints (reference §1.4).
   (:mod:`vmpooler.web.resources.dashboard_data`).
 
 Each of vmpooler's JSON endpoints is one Redis round trip (one EVALSHA of the ``/status``
-script through :class:`~vmpooler.actors.status_store.StatusStore`), whatever the number of
+script through :class:`~vmpooler.actors.storage.status_store.StatusStore`), whatever the number of
 pools, and one more (a pipeline) with ``history``.
 
 The page polls ``/api/v3/status?view=pools,queue,capacity,providers`` every second, the
@@ -63,8 +63,8 @@ from typing import Any
 import falcon
 
 from vmpooler.actors.config import Config, PoolConfig
-from vmpooler.actors.history_store import HistoryStore, Point
-from vmpooler.actors.status_store import StatusStore
+from vmpooler.actors.storage.history_store import HistoryStore, Point
+from vmpooler.actors.storage.status_store import StatusStore
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import ApiError, json_body
 from vmpooler.web.resources.dashboard_data import Activity, History, vmpooler_history

@@ -1,7 +1,7 @@
 """The dashboard's history and activity: what ``/dashboard/`` draws beside ``/status``.
 
 * ``GET /dashboard/stats/history?minutes=N`` (default 60, at most 1440) — every pool's
-  recorded points (:mod:`vmpooler.actors.history_store`) of the last ``N`` minutes as
+  recorded points (:mod:`vmpooler.actors.storage.history_store`) of the last ``N`` minutes as
   ``{"now", "since", "pools": {pool: {"t", "ready", "running", "pending", "checkouts",
   "clones"}}}``, each an array oldest first; ``checkouts`` and ``clones`` are per point (the
   increment since the point before, 0 for the first). One round trip.
@@ -23,9 +23,9 @@ from typing import Any
 import falcon
 import redis
 
-from vmpooler.actors import schema
-from vmpooler.actors.dlq import QUEUES, parse_member
-from vmpooler.actors.history_store import RETENTION, HistoryStore, Point, rates
+from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.dlq import QUEUES, parse_member
+from vmpooler.actors.storage.history_store import RETENTION, HistoryStore, Point, rates
 from vmpooler.web.errors import json_body
 
 __all__ = ["REPEAT", "Activity", "History", "vmpooler_history"]

@@ -1,7 +1,7 @@
 """API v3 ``/ondemandvm`` resources: create, read and delete on-demand requests.
 
 Status codes, bodies and the order of checks are vmpooler 3.9.1's (reference §1.3, §2.4).
-Every write goes through :class:`~vmpooler.actors.request_store.RequestStore` (one
+Every write goes through :class:`~vmpooler.actors.storage.request_store.RequestStore` (one
 compare-and-set script each), and after every create and delete the manager is told
 (``ctx.commands.request_changed``) so the request's actor starts, or stops, at once.
 
@@ -33,8 +33,8 @@ from typing import Any
 
 import falcon
 
-from vmpooler.actors import schema
-from vmpooler.actors.request_store import DeleteOutcome, RequestRecord, RequestStore
+from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.request_store import DeleteOutcome, RequestRecord, RequestStore
 from vmpooler.web import checkout, ondemand
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import ApiError, json_body

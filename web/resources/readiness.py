@@ -5,7 +5,7 @@ both:
 
 * Redis answers ``PING`` within :data:`PROBE_TIMEOUT` seconds, without retries, on a small
   connection pool of its own (the API's pool retries for seconds, which a probe must not);
-* at least one manager's heartbeat (:mod:`vmpooler.actors.heartbeat_store`) is younger
+* at least one manager's heartbeat (:mod:`vmpooler.actors.storage.heartbeat_store`) is younger
   than the stale age: ``manager_heartbeat_max_age``, by default three
   ``manager_heartbeat_interval`` s.
 
@@ -26,8 +26,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from vmpooler.actors import schema
-from vmpooler.actors.heartbeat_store import stale_age
+from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.heartbeat_store import stale_age
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import json_body
 

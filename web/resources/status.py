@@ -1,12 +1,12 @@
 """``GET /status``, ``/poolstat``, ``/totalrunning``, ``/summary`` and ``/summary/{route}[/{key}]``.
 
 Shapes, key order and messages follow vmpooler 3.9.1 (reference §1.3). Each request costs
-at most one Redis round trip (:class:`~vmpooler.actors.status_store.StatusStore`: one
+at most one Redis round trip (:class:`~vmpooler.actors.storage.status_store.StatusStore`: one
 EVALSHA of a read-only script for ``/status``, ``/poolstat`` and ``/totalrunning``, one
 pipeline for ``/summary``), whatever the number of pools or days; nothing is cached.
 Concurrent ``/status`` and ``/poolstat`` requests of one process asking for the same
 reading may share one round trip that began after each of them arrived
-(:class:`~vmpooler.actors.status_store.SharedReads`), and ``/status`` requests that shared
+(:class:`~vmpooler.actors.storage.status_store.SharedReads`), and ``/status`` requests that shared
 a reading share the sections built from it (each gets its own ``uptime``).
 
 Divergences from vmpooler 3.9.1 (bugs fixed, on purpose):
@@ -51,10 +51,10 @@ from urllib.parse import unquote_plus
 
 import falcon
 
-from vmpooler.actors import timefmt
 from vmpooler.actors.config import Config, PoolConfig
-from vmpooler.actors.overrides import effective_size
-from vmpooler.actors.status_store import StatusReading, StatusStore
+from vmpooler.actors.config.overrides import effective_size
+from vmpooler.actors.storage import timefmt
+from vmpooler.actors.storage.status_store import StatusReading, StatusStore
 from vmpooler.web import stats
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import ApiError, json_body
@@ -86,7 +86,7 @@ def _query(req: falcon.Request) -> dict[str, str | None]:
 
 
 def _size(pool: PoolConfig, overrides: Mapping[str, str]) -> int:
-    """The pool's size with its Redis override applied (:mod:`vmpooler.actors.overrides`)."""
+    """The pool's size with its Redis override applied (:mod:`vmpooler.actors.config.overrides`)."""
     return effective_size(pool.size, overrides.get(pool.name))
 
 
@@ -118,7 +118,7 @@ class _Resource:
 
 class Status(_Resource):
     """``GET /status?view=a,b``: service overview, one Redis round trip (which concurrent
-    requests may share, see :class:`~vmpooler.actors.status_store.SharedReads`)."""
+    requests may share, see :class:`~vmpooler.actors.storage.status_store.SharedReads`)."""
 
     def __init__(self, ctx: ApiContext, store: StatusStore) -> None:
         super().__init__(ctx, store)

@@ -31,7 +31,7 @@ from typing import Any
 
 import falcon
 
-from vmpooler.actors import schema, timefmt
+from vmpooler.actors.storage import schema, timefmt
 from vmpooler.web.auth import authenticate
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import ApiError, json_body

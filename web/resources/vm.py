@@ -31,8 +31,8 @@ from typing import Any
 
 import falcon
 
-from vmpooler.actors import timefmt
-from vmpooler.actors.checkout_store import CheckoutStore, ReturnOutcome
+from vmpooler.actors.storage import timefmt
+from vmpooler.actors.storage.checkout_store import CheckoutStore, ReturnOutcome
 from vmpooler.web import checkout, validate
 from vmpooler.web.body import read_json_object
 from vmpooler.web.context import ApiContext

@@ -1,0 +1,1 @@
+"""Metric backends (DogStatsD, statsd, graphite, Prometheus) and the metric catalogue."""

@@ -1,0 +1,1 @@
+"""On-demand requests: the request actors and the manager that starts them."""

@@ -1,0 +1,326 @@
+"""``RequestActor``: one in-flight on-demand request (reference §2.4), one mailbox.
+
+Every event that concerns the request arrives here as a message and is handled one at a
+time: a VM cloning, ready or failed (from the pool actors), the deadline
+(:class:`RequestExpired`, from the scheduler), a deletion through the API
+(:class:`RequestChanged`). Whichever of "last VM ready" and "deadline" is first in the
+mailbox wins; they never interleave, so a request whose VMs all arrived before its deadline
+is never failed (vmpooler's race, seed 002).
+
+Life of the actor:
+
+1. **Claim.** On start it moves the request from ``provisioning__request`` to
+   ``provisioning__processing`` (keeping its creation time) and reads what it asks for,
+   what was already delivered and which of its VMs are still pending — so an actor rebuilt
+   after a manager restart carries on where its predecessor stopped, with the deadline
+   still counted from the request's creation.
+2. **Ask.** It asks the on-demand manager for the VMs it still misses
+   (:class:`WantRequestVms`); the manager hands out on-demand clone slots fairly.
+3. **Attach.** A ready VM is attached by one compare-and-set script: pending → running,
+   recorded in the request's set, checked out under the request's token. When every entry
+   is full, another script marks the request ``ready``.
+4. **Retry.** A failed clone or a VM that never became ready is retried (one new clone per
+   failure) until ``max_vm_retries``; a permanent provider error fails the request at once.
+5. **Finish.** ``ready``, ``failed`` (deadline, permanent error, retries exhausted) or
+   ``deleted`` (the API): the actor retires its VMs still booting, tells the manager
+   (:class:`RequestFinished`) and stops. A VM that becomes ready afterwards is moved to
+   completed by the pool actor (``SETTLE_ORPHAN``): it never reaches anyone else.
+
+Late completion: at the deadline a request with VMs still cloning or booting fails, unless
+``ondemand_request_grace`` (seconds, default 0) is set: then it starts no new clone and
+waits that long for the VMs already on their way; one arriving within the window completes
+the request, and the window's end fails it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections import Counter
+from typing import Any
+
+import pykka
+import redis
+
+from vmpooler.actors.config import GlobalSettings
+from vmpooler.actors.messages import (
+    RequestChanged,
+    RequestExpired,
+    RequestFinished,
+    RequestVmCloning,
+    RequestVmFailed,
+    RequestVmReady,
+    WantRequestVms,
+)
+from vmpooler.actors.metrics.backends import Metrics
+from vmpooler.actors.runtime.clock import Clock, Scheduler, Timer
+from vmpooler.actors.runtime.supervisor import SupervisedActor
+from vmpooler.actors.storage import timefmt
+from vmpooler.actors.storage.request_store import AttachOutcome, Entry, RequestStore
+
+__all__ = ["OUTCOMES", "RequestActor", "request_actor_name"]
+
+log = logging.getLogger(__name__)
+
+OUTCOMES = frozenset({"ready", "failed", "deleted"})
+"""The ``result`` tag values of ``ondemand.outcome``: the terminal state this actor saw the
+request reach (once per request; a request found already finished at start is not counted)."""
+
+
+def request_actor_name(request_id: str) -> str:
+    """The name a request's actor is registered under in the actor directory."""
+    return f"request:{request_id}"
+
+
+class RequestActor(SupervisedActor):
+    """The single writer of one request's state while it is in flight."""
+
+    def __init__(
+        self,
+        *,
+        request_id: str,
+        store: RequestStore,
+        settings: GlobalSettings,
+        pools: frozenset[str],
+        data_ttl_hours: int,
+        manager: pykka.ActorRef[Any],
+        clock: Clock,
+        scheduler: Scheduler,
+        metrics: Metrics,
+    ) -> None:
+        super().__init__(name=request_actor_name(request_id), supervisor=manager)
+        self.request_id = request_id
+        self.store = store
+        self.settings = settings
+        self.pools = pools
+        self.data_ttl = int(data_ttl_hours) * 3600
+        self.manager = manager
+        self.clock = clock
+        self.scheduler = scheduler
+        self.metrics = metrics
+        self.entries: dict[tuple[str, str], Entry] = {}
+        self.delivered: Counter[tuple[str, str]] = Counter()
+        self.in_flight: dict[str, tuple[str, str]] = {}  # vm -> entry key
+        self.queued: Counter[tuple[str, str]] = Counter()  # asked of the manager, not cloning
+        # what vmpooler__odcreate__task holds for this request (entry -> count), and its score
+        self.tasks_written: dict[tuple[str, str], int] = {}
+        self.task_score = 0.0
+        self.retries = 0
+        self.created: float | None = None  # epoch of the request's creation (from Redis)
+        self.has_token = False
+        self.in_grace = False
+        self.finished = False
+        self.timer: Timer | None = None
+        self.outage = 0  # consecutive messages that met a Redis error
+
+    # -- start --------------------------------------------------------------------------------
+    def setup(self) -> None:
+        claim = self.store.claim(self.request_id, now=self.clock.now())
+        if not claim.found or claim.status is not None:
+            self._finish(claim.status or "", quiet=True)
+            return
+        self.entries = {e.key: e for e in claim.entries}
+        self.created = claim.created
+        self.retries = claim.retry_count
+        self.has_token = claim.has_token
+        unknown = sorted({e.pool for e in claim.entries} - self.pools)
+        if unknown:
+            self._fail(f"Configuration error: pool '{', '.join(unknown)}' is not configured")
+            return
+        self.task_score = float(int(self.clock.now()))  # vmpooler: the time tasks are queued
+        self.delivered.update(self.store.delivered(self.request_id, list(self.entries.values())))
+        pools = [e.pool for e in self.entries.values()]
+        for vm, (alias, pool) in self.store.in_flight(self.request_id, pools).items():
+            if (alias, pool) in self.entries:
+                self.in_flight[vm] = (alias, pool)
+        if self._complete() and self._fulfil():
+            return
+        deadline = claim.created + self.settings.ondemand_request_ttl * 60
+        self.timer = self.scheduler.tell_later(
+            max(0.0, deadline - self.clock.now()), self.actor_ref,
+            RequestExpired(self.request_id))
+        self._ask_for_missing()
+        # a predecessor (before a restart) may have left members with any count: replaced
+        self._sync_tasks(stale=tuple(self.entries.values()))
+
+    # -- mailbox --------------------------------------------------------------------------------
+    def handle(self, message: Any) -> Any:
+        if self.finished:
+            return None
+        try:
+            self._dispatch(message)
+            self.outage = 0
+            self._sync_tasks()
+        except redis.RedisError as exc:
+            # Redis is away: handle the message again later (the scripts make that safe).
+            self.outage += 1
+            delay = min(30.0, 2.0 ** (self.outage - 1))
+            log.error("[!] request '%s': redis unavailable: %s; retrying in %.0fs",
+                      self.request_id, exc, delay)
+            self.scheduler.tell_later(delay, self.actor_ref, message)
+        return None
+
+    def _dispatch(self, message: Any) -> None:
+        if isinstance(message, RequestVmCloning):
+            key = (message.alias, message.pool)
+            if self.queued[key] > 0:
+                self.queued[key] -= 1
+            self.in_flight[message.vm] = key
+        elif isinstance(message, RequestVmReady):
+            self._vm_ready(message)
+        elif isinstance(message, RequestVmFailed):
+            self._vm_failed(message)
+        elif isinstance(message, RequestExpired):
+            self._expired(message)
+        elif isinstance(message, RequestChanged):
+            status = self.store.status(self.request_id)
+            if status is not None:
+                self._finish(status)
+
+    def _vm_ready(self, msg: RequestVmReady) -> None:
+        key = (msg.alias, msg.pool)
+        self.in_flight.pop(msg.vm, None)
+        entry = self.entries.get(key) or Entry(msg.alias, msg.pool, 0)  # 0: refused
+        lifetime = self.settings.vm_lifetime_auth if self.has_token else None
+        outcome = self.store.attach(self.request_id, entry, msg.vm,
+                                    now=timefmt.format_epoch(self.clock.now()),
+                                    lifetime=lifetime)
+        if outcome is AttachOutcome.ATTACHED:
+            self.delivered[key] += 1
+            log.info("[>] [%s] '%s' delivered to request '%s' (%d of %d)", msg.pool, msg.vm,
+                     self.request_id, self.delivered[key], entry.count)
+            if self._complete():
+                self._fulfil()
+        elif outcome is AttachOutcome.REFUSED:
+            self._lost(msg.pool)
+            log.info("[>] [%s] '%s' not needed by request '%s', moved to 'completed'",
+                     msg.pool, msg.vm, self.request_id)
+            status = self.store.status(self.request_id)
+            if status is not None:
+                self._finish(status)
+        elif outcome is AttachOutcome.NOT_PENDING:
+            # It left pending behind our back (retired by someone else): replace it.
+            self._vm_failed(RequestVmFailed(self.request_id, msg.alias, msg.pool, msg.vm,
+                                            "VM left 'pending' before it was delivered"),
+                            tracked=True)
+
+    def _vm_failed(self, msg: RequestVmFailed, *, tracked: bool = False) -> None:
+        key = (msg.alias, msg.pool)
+        if not tracked and self.in_flight.pop(msg.vm, None) is None:
+            return  # not ours, or already counted
+        if msg.permanent:
+            self.metrics.increment("vmpooler_errors.permanently_failed", tags={"pool": msg.pool})
+            self._fail(f"Configuration error: {msg.reason}")
+            return
+        if self.retries >= self.settings.max_vm_retries:
+            self.metrics.increment("vmpooler_errors.permanently_failed", tags={"pool": msg.pool})
+            self._fail("Max retry attempts exceeded")
+            return
+        self.retries = self.store.record_retry(self.request_id)
+        log.info("[!] [%s] '%s' of request '%s' failed (%s); retry %d of %d", msg.pool,
+                 msg.vm, self.request_id, msg.reason, self.retries,
+                 self.settings.max_vm_retries)
+        if self.in_grace:
+            if not self.in_flight:
+                self._fail(self._ttl_reason())
+        elif key in self.entries:
+            self._ask_for_missing()
+
+    def _expired(self, msg: RequestExpired) -> None:
+        grace = self.settings.ondemand_request_grace
+        if not msg.grace and grace > 0 and self.in_flight:
+            self.in_grace = True
+            self.queued.clear()
+            self._tell_manager(WantRequestVms(self.request_id, ()))  # withdraw queued clones
+            log.info("[*] request '%s' reached its TTL with %d VMs on their way; waiting %ds",
+                     self.request_id, len(self.in_flight), grace)
+            self.timer = self.scheduler.tell_later(grace, self.actor_ref,
+                                                   RequestExpired(self.request_id, grace=True))
+            return
+        self._fail(self._ttl_reason())
+
+    def _ttl_reason(self) -> str:
+        return (f"The request exceeded ondemand_request_ttl of "
+                f"{self.settings.ondemand_request_ttl} minutes")
+
+    # -- transitions ----------------------------------------------------------------------------
+    def _complete(self) -> bool:
+        return all(self.delivered[k] >= e.count for k, e in self.entries.items())
+
+    def _fulfil(self) -> bool:
+        """Try the ready transition; True if the request is finished (either way)."""
+        ready, status = self.store.fulfil(self.request_id, list(self.entries.values()))
+        if ready:
+            self.metrics.increment("vmpooler_ondemand.ready")
+            if self.created is not None:
+                self.metrics.timing("ondemand.time_to_ready",
+                                    max(0.0, self.clock.now() - self.created))
+            log.info("[*] request '%s' is ready", self.request_id)
+            self._finish("ready")
+            return True
+        if status is not None:
+            self._finish(status)
+            return True
+        return False
+
+    def _fail(self, reason: str) -> None:
+        failed, status = self.store.fail(self.request_id, list(self.entries.values()),
+                                         reason=reason, ttl=self.data_ttl)
+        if failed:
+            self.metrics.increment("vmpooler_ondemand.failed")
+            log.error("[!] request '%s' failed: %s", self.request_id, reason)
+        self._finish("failed" if failed else status or "")
+
+    def _ask_for_missing(self) -> None:
+        wants: list[tuple[str, str]] = []
+        on_the_way = Counter(self.in_flight.values())
+        for key, entry in self.entries.items():
+            missing = entry.count - self.delivered[key] - on_the_way[key] - self.queued[key]
+            if missing > 0:
+                self.queued[key] += missing
+                wants += [key] * missing
+        if wants:
+            self._tell_manager(WantRequestVms(self.request_id, tuple(wants)))
+
+    def _sync_tasks(self, stale: tuple[Entry, ...] = ()) -> None:
+        """Mirror :attr:`queued` in ``vmpooler__odcreate__task`` as vmpooler writes it (one
+        ``alias:pool:count:id`` member per entry with clones not started), for ``/status``
+        and for tools that read vmpooler's keys. A Redis error leaves the mirror behind until
+        the next message; it never makes the message itself run again."""
+        wanted = {} if self.finished else {k: n for k, n in self.queued.items() if n > 0}
+        if wanted == self.tasks_written and not stale:
+            return
+        try:
+            self.store.write_tasks(self.request_id, old=self.tasks_written, new=wanted,
+                                   score=self.task_score, stale=stale)
+        except redis.RedisError as exc:
+            log.debug("request '%s': vmpooler__odcreate__task not updated: %s",
+                      self.request_id, exc)
+            return
+        self.tasks_written = wanted
+
+    def _tell_manager(self, message: Any) -> None:
+        with contextlib.suppress(pykka.ActorDeadError):  # it is being restarted
+            self.manager.tell(message)
+
+    def _lost(self, pool: str) -> None:
+        """Count a VM of this request retired before it was delivered (``vm.lost``)."""
+        self.metrics.increment("vm.lost", tags={"pool": pool, "reason": "abandoned"})
+
+    def _finish(self, status: str, *, quiet: bool = False) -> None:
+        self.finished = True
+        if self.timer is not None:
+            self.timer.cancel()
+        for vm, (_alias, pool) in self.in_flight.items():
+            if self.store.retire_pending(pool, vm):
+                self._lost(pool)
+                log.info("[>] [%s] '%s' of finished request '%s' moved to 'completed'", pool,
+                         vm, self.request_id)
+        self.in_flight.clear()
+        self._sync_tasks()
+        if not quiet:
+            log.debug("request '%s' finished: %s", self.request_id, status or "gone")
+            if status in OUTCOMES:
+                self.metrics.increment("ondemand.outcome", tags={"result": status})
+        self._tell_manager(RequestFinished(self.request_id, status))
+        self.actor_ref.stop(block=False)

@@ -1,0 +1,1 @@
+"""The pool actor and its collaborators: one actor per configured pool."""

@@ -1,0 +1,1 @@
+"""Provider actors: one per configured provider, owning its worker threads."""

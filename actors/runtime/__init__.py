@@ -1,0 +1,1 @@
+"""The actor runtime: supervision, clocks, worker pools, circuit breakers."""

@@ -1,0 +1,1 @@
+"""Manager-wide actors: heartbeat, dashboard history, housekeeping, queue health, commands."""

@@ -1,0 +1,306 @@
+"""The manager's end of the API's command stream: :class:`CommandConsumer`.
+
+``vmpooler api`` processes append commands to the stream ``vmpooler__commands``
+(:class:`vmpooler.web.commands.StreamCommands`); managers read it through one consumer group,
+so each command reaches one manager, which calls ``notify(pool, reason)`` (the pool actor is
+told ``PoolChanged``), ``notify_tasks()`` or ``notify_request(request_id, reason)`` (an
+on-demand request was created or deleted). A caller may rely on:
+
+* **Durability.** The group's last-delivered id lives in Redis: commands sent while no
+  manager runs are delivered when one starts. An entry is acknowledged (XACK) after it was
+  dispatched; entries a dead manager read but never acknowledged are claimed once idle
+  :data:`CLAIM_IDLE_MS` (XAUTOCLAIM at start and every :data:`CLAIM_EVERY` s), and a
+  consumer restarted under its old name replays its own unacknowledged entries at once.
+* **Idempotency.** A command id seen recently (:class:`SeenIds`) is acknowledged only.
+* **A free mailbox, no crash on Redis.** The blocking ``XREADGROUP`` (≤ :data:`BLOCK_MS`)
+  runs on a reader thread over its own connection and hands batches to the actor as
+  messages; stopping unblocks it. Redis errors are logged and retried with back-off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+import pykka
+import redis
+
+from vmpooler.actors.runtime.clock import Clock, RealClock
+from vmpooler.actors.runtime.supervisor import SupervisedActor
+from vmpooler.actors.storage import schema
+
+__all__ = ["BLOCK_MS", "CLAIM_EVERY", "CLAIM_IDLE_MS", "GROUP", "STREAM", "CommandConsumer",
+           "SeenIds", "StreamOptions", "consumer_factory", "consumer_name", "ensure_group"]
+
+log = logging.getLogger(__name__)
+
+STREAM = schema.commands()
+GROUP = "vmpooler-managers"
+BLOCK_MS = 1000  # longest a read blocks (bounds how long stopping takes)
+CLAIM_IDLE_MS = 60_000  # entries held unacknowledged this long by another consumer
+CLAIM_EVERY = 30.0  # seconds between claim rounds, on the injected clock
+BATCH = 100
+MAX_BACKOFF = 30.0
+_STALE_CONSUMER_MS = 3_600_000  # idle consumers with nothing pending are forgotten
+_KEEP = ("host", "port", "path", "db", "username", "password", "socket_timeout", "encoding",
+         "socket_connect_timeout", "socket_keepalive", "credential_provider", "protocol")
+
+Entry = tuple[str, Mapping[str, str] | None]  # id, fields (None: trimmed before it was read)
+
+
+def ensure_group(client: redis.Redis, stream: str = STREAM, group: str = GROUP) -> bool:
+    """Create the consumer group at the stream's end (``$``, MKSTREAM); False if it existed."""
+    try:
+        client.xgroup_create(stream, group, id="$", mkstream=True)
+    except redis.ResponseError as exc:
+        if "BUSYGROUP" in str(exc):
+            return False
+        raise
+    return True
+
+
+def consumer_name() -> str:
+    """A consumer name unique to this process: ``<host>-<pid>-<random>``."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+class SeenIds:
+    """The most recent ``limit`` command ids, thread-safe; the oldest is forgotten first."""
+
+    def __init__(self, limit: int = 10_000) -> None:
+        self.limit, self._lock = limit, threading.Lock()
+        self._ids: OrderedDict[str, None] = OrderedDict()
+
+    def add(self, command_id: str) -> bool:
+        """Remember ``command_id``; False if it was already remembered."""
+        with self._lock:
+            if command_id in self._ids:
+                return False
+            self._ids[command_id] = None
+            while len(self._ids) > self.limit:
+                self._ids.popitem(last=False)
+            return True
+
+
+@dataclass(frozen=True, slots=True)
+class StreamOptions:
+    """Where and how a consumer reads; ``block_ms`` is capped at :data:`BLOCK_MS`."""
+
+    consumer: str = field(default_factory=lambda: consumer_name())
+    stream: str = STREAM
+    group: str = GROUP
+    block_ms: int = BLOCK_MS
+    claim_idle_ms: int = CLAIM_IDLE_MS
+    claim_every: float = CLAIM_EVERY
+
+
+@dataclass(frozen=True, slots=True)
+class _Delivered:
+    """Reader thread → consumer actor: entries to dispatch and acknowledge."""
+
+    entries: tuple[Entry, ...]
+
+
+def _dedicated(client: redis.Redis, block_ms: int) -> redis.Redis:
+    """A client with its own connection to ``client``'s server (blocking reads hold it)."""
+    pool = client.connection_pool
+    kwargs = {k: v for k, v in pool.connection_kwargs.items()
+              if k in _KEEP or k.startswith("ssl")}
+    kwargs["decode_responses"] = True
+    if kwargs.get("socket_timeout") is not None:
+        kwargs["socket_timeout"] = max(float(kwargs["socket_timeout"]), block_ms / 1000 + 5)
+    return redis.Redis(connection_pool=redis.ConnectionPool(
+        connection_class=pool.connection_class, **kwargs))
+
+
+class _Reader:
+    """The blocking reads, on their own thread; hands batches to ``deliver``."""
+
+    def __init__(self, control: redis.Redis, deliver: Callable[[list[Entry]], bool],
+                 options: StreamOptions, clock: Clock) -> None:
+        self.control, self.deliver, self.clock, self.o = control, deliver, clock, options
+        self.block_ms = min(max(1, options.block_ms), BLOCK_MS)
+        self.errors = 0
+        self._client = _dedicated(control, self.block_ms)
+        self._conn_id: int | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f"vmpooler-commands-{options.consumer}")
+        self._thread.start()
+
+    def stop(self, timeout: float) -> None:
+        """Stop reading: unblock a read in progress, wait for the thread, close."""
+        self._stop.set()
+        conn_id = self._conn_id
+        if conn_id is not None:
+            with contextlib.suppress(redis.RedisError):
+                self.control.client_unblock(conn_id)
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+        with contextlib.suppress(Exception):
+            self._client.connection_pool.disconnect()
+
+    def _run(self) -> None:
+        failures, replayed, next_claim = 0, False, None
+        while not self._stop.is_set():
+            try:
+                if self._conn_id is None:
+                    self._conn_id = int(self._client.client_id())
+                    ensure_group(self._client, self.o.stream, self.o.group)
+                if not replayed:  # what this consumer read before and never acknowledged
+                    replayed = self._fetch([str(row["message_id"]) for row in (
+                        self._client.xpending_range(self.o.stream, self.o.group, "-", "+",
+                                                    10 * BATCH, self.o.consumer))])
+                now = self.clock.monotonic()
+                if next_claim is None or now >= next_claim:
+                    self._claim()
+                    next_claim = now + self.o.claim_every
+                if self._stop.is_set() or not self._read():
+                    return
+                if failures:
+                    log.info("[*] [commands] reading the command stream again")
+                failures = 0
+            except Exception as exc:
+                self._conn_id = None
+                if isinstance(exc, redis.ResponseError) and "NOGROUP" in str(exc):
+                    log.info("[*] [commands] consumer group gone; creating it again")
+                    continue
+                failures, self.errors = failures + 1, self.errors + 1
+                log.log(logging.WARNING if failures == 1 else logging.DEBUG,
+                        "[!] [commands] cannot read the command stream: %s: %s",
+                        type(exc).__name__, exc, exc_info=not isinstance(exc, redis.RedisError))
+                self._stop.wait(min(MAX_BACKOFF, 0.5 * 2 ** min(failures - 1, 8)))
+
+    def _read(self) -> bool:
+        """One blocking read of new entries. False once nobody takes deliveries."""
+        reply = self._client.xreadgroup(self.o.group, self.o.consumer, {self.o.stream: ">"},
+                                        count=BATCH, block=self.block_ms)
+        entries = [(eid, fields) for _name, items in reply or [] for eid, fields in items]
+        return not entries or self.deliver(entries)
+
+    def _claim(self) -> None:
+        """Take over entries other consumers have left unacknowledged too long."""
+        o, ids = self.o, [None] * BATCH
+        while len(ids) == BATCH:
+            ids = self._client.xautoclaim(o.stream, o.group, o.consumer, count=BATCH,
+                                          min_idle_time=o.claim_idle_ms, justid=True)
+            self._fetch([str(i) for i in ids])
+        for info in self._client.xinfo_consumers(o.stream, o.group):
+            if (info["name"] != o.consumer and int(info["pending"]) == 0
+                    and int(info["idle"]) > _STALE_CONSUMER_MS):
+                self._client.xgroup_delconsumer(o.stream, o.group, info["name"])
+
+    def _fetch(self, ids: list[str]) -> bool:
+        """Read the entries of ``ids`` and deliver them (trimmed ones with no fields)."""
+        if not ids:
+            return True
+        pipe = self._client.pipeline(transaction=False)
+        for eid in ids:
+            pipe.xrange(self.o.stream, eid, eid, count=1)
+        found = pipe.execute()
+        return self.deliver([(eid, rows[0][1] if rows else None)
+                             for eid, rows in zip(ids, found, strict=True)])
+
+
+class CommandConsumer(SupervisedActor):
+    """Dispatches the stream's commands to the system. Start with ``CommandConsumer.start``.
+
+    Successive incarnations (the supervisor's restarts) may share ``options`` and ``seen``,
+    keeping the consumer name and the idempotency memory across a crash.
+    """
+
+    def __init__(
+        self, *, client: redis.Redis, notify: Callable[[str, str], bool],
+        notify_tasks: Callable[[], bool], options: StreamOptions | None = None,
+        notify_request: Callable[[str, str], bool] | None = None,
+        seen: SeenIds | None = None, clock: Clock | None = None,
+        supervisor: pykka.ActorRef[Any] | None = None,
+    ) -> None:
+        super().__init__(name="commands", supervisor=supervisor)
+        self.client, self.notify, self.notify_tasks = client, notify, notify_tasks
+        self.notify_request = notify_request or (lambda request_id, reason: False)
+        self.options = options or StreamOptions()
+        self.seen = seen if seen is not None else SeenIds()
+        self.clock = clock or RealClock()
+        self._reader: _Reader | None = None
+
+    def setup(self) -> None:
+        self._reader = _Reader(self.client, self._post, self.options, self.clock)
+
+    def handle(self, message: Any) -> Any:
+        if isinstance(message, _Delivered):
+            self._process(message.entries)
+        return None
+
+    def read_errors(self) -> int:
+        """How many reads of the stream have failed so far (each one logged)."""
+        return int(getattr(self._reader, "errors", 0))
+
+    def on_stop(self) -> None:
+        if self._reader is not None:
+            self._reader.stop(timeout=BLOCK_MS / 1000 + 1)
+
+    def on_failure(self, exception_type: type[BaseException] | None,
+                   exception_value: BaseException | None,
+                   traceback: TracebackType | None) -> None:
+        self.on_stop()
+        super().on_failure(exception_type, exception_value, traceback)
+
+    def _post(self, entries: list[Entry]) -> bool:
+        try:
+            self.actor_ref.tell(_Delivered(tuple(entries)))
+        except pykka.ActorDeadError:
+            return False
+        return True
+
+    def _process(self, entries: tuple[Entry, ...]) -> None:
+        for entry_id, fields in entries:  # trimmed entries and duplicates are only acked
+            if fields is not None and self.seen.add(fields.get("id") or entry_id):
+                self._dispatch(fields)
+        try:
+            self.client.xack(self.options.stream, self.options.group,
+                             *(eid for eid, _ in entries))
+        except redis.RedisError as exc:
+            log.warning("[!] [commands] could not acknowledge %d commands: %s",
+                        len(entries), exc)
+
+    def _dispatch(self, fields: Mapping[str, str]) -> None:
+        kind, pool = fields.get("kind"), fields.get("pool", "")
+        try:
+            reason = fields.get("reason", "")
+            told = (self.notify(pool, reason) if kind == "pool_changed"
+                    else self.notify_tasks() if kind == "tasks_queued"
+                    else self.notify_request(pool, reason) if kind == "request_changed"
+                    else False)
+        except Exception:
+            log.exception("[!] [commands] could not dispatch %s '%s'", kind, pool)
+            return
+        if not told:
+            log.info("[*] [commands] %s '%s' not delivered: unknown command or no running "
+                     "actor", kind, pool)
+
+
+def consumer_factory(
+    client: redis.Redis, *, notify: Callable[[str, str], bool],
+    notify_tasks: Callable[[], bool], clock: Clock, options: StreamOptions | None = None,
+    notify_request: Callable[[str, str], bool] | None = None,
+) -> Callable[[pykka.ActorRef[Any]], pykka.ActorRef[Any]]:
+    """A supervisor child factory: every incarnation shares one consumer name and memory."""
+    options, seen = options or StreamOptions(), SeenIds()
+
+    def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
+        return CommandConsumer.start(
+            client=client, notify=notify, notify_tasks=notify_tasks,
+            notify_request=notify_request, options=options,
+            seen=seen, clock=clock, supervisor=supervisor)
+
+    return factory

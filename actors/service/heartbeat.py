@@ -1,0 +1,91 @@
+"""The heartbeat actor: tells Redis every few seconds that this manager is alive.
+
+At start and then every ``interval`` seconds (a timer of the injected scheduler) it writes
+its manager's member of ``vmpooler__manager__heartbeat`` with the clock's time and prunes
+members older than ``prune_after`` (:mod:`~vmpooler.actors.storage.heartbeat_store`). A clean stop
+removes the member, so readiness sees the manager gone at once; a killed manager's member
+ages out instead. A Redis outage is logged once per outage and the next beat tries again;
+the actor never blocks on another actor. A restart by the supervisor keeps the manager id.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pykka
+import redis
+
+from vmpooler.actors.messages import SendHeartbeat
+from vmpooler.actors.runtime.clock import Clock, Scheduler, Timer
+from vmpooler.actors.runtime.supervisor import SupervisedActor
+from vmpooler.actors.storage.heartbeat_store import HeartbeatStore
+
+__all__ = ["Heartbeat"]
+
+log = logging.getLogger(__name__)
+
+
+class Heartbeat(SupervisedActor):
+    """See the module docstring. Start with :meth:`pykka.ThreadingActor.start`."""
+
+    def __init__(
+        self,
+        *,
+        manager: str,
+        store: HeartbeatStore,
+        interval: float,
+        prune_after: float,
+        clock: Clock,
+        scheduler: Scheduler,
+        supervisor: pykka.ActorRef[Any] | None = None,
+    ) -> None:
+        super().__init__(name="heartbeat", supervisor=supervisor)
+        self.manager = manager
+        self.store = store
+        self.interval = interval
+        self.prune_after = prune_after
+        self.clock = clock
+        self.scheduler = scheduler
+        self.timer: Timer | None = None
+        self.failing = False
+
+    def setup(self) -> None:
+        self.actor_ref.tell(SendHeartbeat())
+
+    def on_stop(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        try:
+            self.store.remove(self.manager)
+        except redis.RedisError as exc:
+            log.warning("[!] [heartbeat] could not remove '%s' at stop: %s", self.manager, exc)
+        else:
+            log.debug("[*] [heartbeat] '%s' removed", self.manager)
+
+    def handle(self, message: Any) -> Any:
+        if isinstance(message, SendHeartbeat):
+            if self.timer is not None:
+                self.timer.cancel()
+            self.timer = self.scheduler.tell_later(self.interval, self.actor_ref,
+                                                   SendHeartbeat())
+            self._beat()
+        return None
+
+    def _beat(self) -> None:
+        try:
+            pruned = self.store.beat(self.manager, self.clock.now(),
+                                     prune_after=self.prune_after)
+        except redis.RedisError as exc:
+            if not self.failing:
+                log.error("[!] [heartbeat] not written: redis unavailable: %s; trying again "
+                          "every %gs", exc, self.interval)
+            self.failing = True
+            return
+        if self.failing:
+            log.info("[*] [heartbeat] written again")
+        self.failing = False
+        if pruned:
+            log.info("[*] [heartbeat] pruned %d manager heartbeat(s) older than %gs", pruned,
+                     self.prune_after)
+

@@ -1,0 +1,89 @@
+"""The history recorder: one small actor that writes every pool's point each interval.
+
+At start and then at each interval boundary of the injected clock (a timer of the injected
+scheduler, never a thread of its own) it records one point per configured pool through
+:class:`~vmpooler.actors.storage.history_store.HistoryStore`. A Redis outage is logged once per
+outage; the next interval tries again, and the missed intervals stay gaps. It never talks to
+another actor.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import pykka
+import redis
+
+from vmpooler.actors.messages import RecordHistory
+from vmpooler.actors.runtime.clock import Clock, Scheduler, Timer
+from vmpooler.actors.runtime.supervisor import SupervisedActor
+from vmpooler.actors.storage.history_store import HistoryStore
+
+__all__ = ["DEFAULT_INTERVAL", "HistoryRecorder", "next_delay"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL = 60.0
+"""Seconds between two points (``VMPOOLER_HISTORY_INTERVAL`` overrides it, for tests)."""
+
+
+def next_delay(now: float, interval: float) -> float:
+    """Seconds from ``now`` to the start of the next interval (never less than 1 % of it)."""
+    step = max(1.0, float(interval))
+    delay = step - now % step
+    return delay if delay >= step / 100 else delay + step
+
+
+class HistoryRecorder(SupervisedActor):
+    """See the module docstring. Start with :meth:`pykka.ThreadingActor.start`."""
+
+    def __init__(
+        self,
+        *,
+        pools: Sequence[str],
+        store: HistoryStore,
+        interval: float,
+        clock: Clock,
+        scheduler: Scheduler,
+        supervisor: pykka.ActorRef[Any] | None = None,
+    ) -> None:
+        super().__init__(name="history", supervisor=supervisor)
+        self.pools = tuple(pools)
+        self.store = store
+        self.interval = max(1.0, float(interval))
+        self.clock = clock
+        self.scheduler = scheduler
+        self.timer: Timer | None = None
+        self.failing = False
+
+    def setup(self) -> None:
+        self.actor_ref.tell(RecordHistory())
+
+    def on_stop(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+
+    def handle(self, message: Any) -> Any:
+        if isinstance(message, RecordHistory):
+            if self.timer is not None:
+                self.timer.cancel()
+            now = self.clock.now()
+            self.timer = self.scheduler.tell_later(next_delay(now, self.interval),
+                                                   self.actor_ref, RecordHistory())
+            self._record(now)
+        return None
+
+    def _record(self, now: float) -> None:
+        try:
+            self.store.record(self.pools, now, self.interval)
+        except redis.RedisError as exc:
+            if not self.failing:
+                log.error("[!] [history] not recorded: redis unavailable: %s; trying again "
+                          "every %gs", exc, self.interval)
+            self.failing = True
+            return
+        if self.failing:
+            log.info("[*] [history] recorded again")
+        self.failing = False

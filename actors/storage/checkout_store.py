@@ -1,0 +1,182 @@
+"""Redis operations of the REST API's ``/vm`` endpoints: checkout, return, reads, tasks.
+
+Every write that could race with the manager or another API process is one Lua script of
+:class:`vmpooler.actors.storage.schema.Scripts`; key names come from
+:mod:`vmpooler.actors.storage.schema`.
+What callers may rely on:
+
+* :meth:`CheckoutStore.checkout` is one round trip (EVALSHA) and all-or-nothing: either
+  every unit got a VM and every VM is fully accounted for (running, migrating, active,
+  ``checkout`` and owner fields), or no VM left its ready queue;
+* :meth:`CheckoutStore.return_vm` never leaves a VM in two queues;
+* every method is thread-safe (the client's connection pool is) and may raise
+  ``redis.RedisError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.schema import Scripts
+from vmpooler.actors.storage.store import read_vm_fields
+
+__all__ = ["CheckoutOutcome", "CheckoutStore", "ReturnOutcome", "Taken"]
+
+_TASK_KEYS = {
+    "disk": schema.tasks_disk,
+    "snapshot": schema.tasks_snapshot,
+    "snapshot-revert": schema.tasks_snapshot_revert,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """One VM handed out: the pool it came from and its name."""
+
+    pool: str
+    vm: str
+
+
+@dataclass(frozen=True, slots=True)
+class CheckoutOutcome:
+    """What :meth:`CheckoutStore.checkout` did.
+
+    ``ok``: every unit got a VM, listed in ``taken`` in unit order. ``bad_token``: the owner
+    token does not exist and nothing was written. Otherwise ``failed_unit`` is the index of
+    the first unit that found no VM and nothing was taken.
+    """
+
+    ok: bool
+    taken: tuple[Taken, ...] = ()
+    failed_unit: int | None = None
+    bad_token: bool = False
+
+
+class ReturnOutcome:
+    """Codes of :meth:`CheckoutStore.return_vm`."""
+
+    NOT_RETURNABLE = 0
+    FROM_RUNNING = 1
+    FROM_READY = 2
+    ALREADY_COMPLETED = 3
+
+
+@dataclass(slots=True)
+class _Encoding:
+    """Pool indexes (1-based) and KEYS of one checkout call."""
+
+    index: dict[str, int] = field(default_factory=dict)
+    keys: list[str] = field(default_factory=list)
+
+    def of(self, pool: str) -> int:
+        if pool not in self.index:
+            self.index[pool] = len(self.index) + 1
+            self.keys += [schema.ready(pool), schema.running(pool), schema.completed(pool),
+                          schema.migrating(pool), schema.active(pool)]
+        return self.index[pool]
+
+
+class CheckoutStore:
+    """The API's view of vmpooler's schema. Create one per Redis client and share it."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self._scripts = {
+            name: client.register_script(getattr(Scripts, name))
+            for name in ("CHECKOUT", "TOUCH_TOKEN", "RETURN_VM", "MODIFY_VM")
+        }
+
+    def _run(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        return self._scripts[script](keys=list(keys), args=list(args))
+
+    # -- checkout ---------------------------------------------------------------------------
+    def checkout(
+        self,
+        units: Sequence[Sequence[str]],
+        *,
+        now: str,
+        token: str | None = None,
+        lifetime: int | None = None,
+    ) -> CheckoutOutcome:
+        """Take one ready VM per unit, all or nothing, in one round trip.
+
+        Each unit lists candidate pools in preference order; the first with a ready VM
+        serves it. With ``token``, the token must exist (else ``bad_token``, nothing
+        written); its ``last`` becomes ``now`` and every VM gets ``token:token`` and
+        ``token:user``. ``lifetime`` (hours) is written to every VM when given.
+        An empty ``units`` succeeds without touching Redis.
+        """
+        if not units:
+            return CheckoutOutcome(ok=True)
+        enc = _Encoding()
+        plan: list[Any] = []
+        for unit in units:
+            pools = [enc.of(pool) for pool in dict.fromkeys(unit)]
+            plan += [len(pools), *pools]
+        token_key = schema.token(token) if token else schema.token("")
+        args = [now, schema.vm(""), token or "", "" if lifetime is None else int(lifetime),
+                len(units), *plan]
+        reply = self._run("CHECKOUT", [token_key, *enc.keys], args)
+        code = int(reply[0])
+        if code == -1:
+            return CheckoutOutcome(ok=False, bad_token=True)
+        if code == 0:
+            return CheckoutOutcome(ok=False, failed_unit=int(reply[1]) - 1)
+        names = {i: pool for pool, i in enc.index.items()}
+        taken = tuple(Taken(names[int(reply[i])], str(reply[i + 1]))
+                      for i in range(1, len(reply), 2))
+        return CheckoutOutcome(ok=True, taken=taken)
+
+    def touch_token(self, token: str, *, now: str) -> str | None:
+        """If the token exists, record ``last`` = ``now`` and return its user ('' if none);
+        None when it does not exist (nothing written)."""
+        reply = self._run("TOUCH_TOKEN", [schema.token(token)], [now])
+        return str(reply[1]) if int(reply[0]) == 1 else None
+
+    # -- return, modify, tasks ----------------------------------------------------------------
+    def return_vm(self, pool: str, vm: str) -> int:
+        """Move a VM from running (or ready) to completed; a :class:`ReturnOutcome` code."""
+        return int(self._run(
+            "RETURN_VM",
+            [schema.running(pool), schema.ready(pool), schema.completed(pool),
+             schema.active(pool), schema.migrating(pool)],
+            [vm],
+        ))
+
+    def modify_vm(
+        self, vm: str, *, date: str, lifetime: int | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> bool:
+        """Write ``lifetime`` and tags (also into the day's tag statistics) if the VM hash
+        still exists; False (nothing written) when it is gone."""
+        pairs = [part for item in (tags or {}).items() for part in item]
+        return bool(self._run(
+            "MODIFY_VM", [schema.vm(vm), schema.tag_stats(date)],
+            [vm, "" if lifetime is None else int(lifetime), *pairs],
+        ))
+
+    def queue_task(self, kind: str, member: str) -> None:
+        """SADD ``member`` to the ``disk``, ``snapshot`` or ``snapshot-revert`` task set."""
+        self.client.sadd(_TASK_KEYS[kind](), member)
+
+    # -- reads ------------------------------------------------------------------------------
+    def vm_hash(self, vm: str) -> dict[str, str]:
+        """All fields of the VM's hash, in Redis order ({} when it does not exist)."""
+        return dict(self.client.hgetall(schema.vm(vm)))
+
+    def vm_probe(self, vm: str, fields: Sequence[str]) -> tuple[bool, list[str | None]]:
+        """Whether the VM's hash exists, and the given fields, in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.exists(schema.vm(vm))
+        pipe.hmget(schema.vm(vm), list(fields))
+        exists, values = pipe.execute()
+        return bool(exists), list(values)
+
+    def vm_fields(self, vms: Iterable[str], fields: Sequence[str]) -> dict[str, list[str | None]]:
+        """HMGET ``fields`` of each VM's hash, pipelined."""
+        return read_vm_fields(self.client, vms, fields)

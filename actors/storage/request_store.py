@@ -1,0 +1,329 @@
+"""On-demand requests in Redis (reference §2.4): the records vmpooler writes, and every
+status change as one compare-and-set script
+(:class:`vmpooler.actors.storage.schema.RequestScripts`).
+
+Used by the API (create, read, delete) and by request actors (claim, attach, fulfil, fail).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import redis
+
+from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.schema import RequestScripts
+
+__all__ = [
+    "AttachOutcome",
+    "Claim",
+    "DeleteOutcome",
+    "Entry",
+    "RequestRecord",
+    "RequestStore",
+    "format_requested",
+    "odcreate_member",
+    "parse_requested",
+]
+
+READY_TTL = 2_592_000
+"""Seconds a ready request's hash is kept (30 days, as vmpooler)."""
+DELETED_TTL = 1_296_000
+"""Seconds a deleted request's hash is kept (15 days, as vmpooler)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """``count`` VMs of ``pool`` asked for under the name ``alias`` (a pool or an alias)."""
+
+    alias: str
+    pool: str
+    count: int
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.alias, self.pool)
+
+
+def parse_requested(requested: str) -> tuple[Entry, ...]:
+    """Entries of a ``requested`` field (``"alias:pool:n,alias:pool:n"``); malformed parts are
+    skipped, and a count that is not a number counts as 0 (as vmpooler)."""
+    entries = []
+    for part in requested.split(","):
+        bits = part.split(":")
+        if len(bits) != 3 or not bits[0] or not bits[1]:
+            continue
+        try:
+            count = max(0, int(bits[2]))
+        except ValueError:
+            count = 0
+        entries.append(Entry(bits[0], bits[1], count))
+    return tuple(entries)
+
+
+def format_requested(entries: Iterable[Entry]) -> str:
+    """The ``requested`` field for ``entries``."""
+    return ",".join(f"{e.alias}:{e.pool}:{e.count}" for e in entries)
+
+
+def odcreate_member(request_id: str, alias: str, pool: str, count: int) -> str:
+    """A member of ``vmpooler__odcreate__task`` as vmpooler writes it:
+    ``"<alias>:<pool>:<count>:<request id>"`` — ``count`` clones of the entry not started yet."""
+    return f"{alias}:{pool}:{count}:{request_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What a request actor learns when it takes charge of its request.
+
+    ``status`` is None while the request is in flight; then ``created`` is its creation
+    epoch and ``entries`` what it asks for. ``found`` is False when no such request exists.
+    """
+
+    found: bool
+    status: str | None = None
+    created: float = 0.0
+    entries: tuple[Entry, ...] = ()
+    retry_count: int = 0
+    has_token: bool = False
+
+
+class AttachOutcome(Enum):
+    """Result of :meth:`RequestStore.attach`."""
+
+    ATTACHED = 1
+    ALREADY = 2
+    NOT_PENDING = 0
+    REFUSED = -1
+
+
+class DeleteOutcome(Enum):
+    """Result of :meth:`RequestStore.delete`."""
+
+    DELETED = 1
+    NOT_FOUND = 0
+    ALREADY_DELETED = -1
+    ALREADY_FAILED = -2
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """A request as the API's GET reads it: status (None in flight), entries and the VMs
+    delivered to each entry."""
+
+    request_id: str
+    status: str | None
+    entries: tuple[Entry, ...]
+    delivered: dict[tuple[str, str], tuple[str, ...]]
+    failure_reason: str | None = None
+
+
+class RequestStore:
+    """vmpooler's on-demand request records as methods. Thread-safe (one Redis client)."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self._scripts = {
+            name: client.register_script(getattr(RequestScripts, name))
+            for name in ("CREATE", "CLAIM", "ATTACH", "FULFIL", "FAIL", "DELETE",
+                         "SETTLE_ORPHAN", "IN_FLIGHT")
+        }
+
+    def _run(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        return self._scripts[script](keys=list(keys), args=list(args))
+
+    @staticmethod
+    def _vm_keys(request_id: str, entries: Iterable[Entry]) -> list[str]:
+        keys: list[str] = []
+        for e in entries:
+            keys += [schema.request_vms(request_id, e.alias, e.pool), schema.running(e.pool),
+                     schema.completed(e.pool)]
+        return keys
+
+    # -- API ------------------------------------------------------------------------------------
+    def create(self, request_id: str, entries: Sequence[Entry], *, created: int,
+               token: str | None = None, user: str | None = None) -> bool:
+        """Record a new request and queue it. False (nothing written) if the id is taken."""
+        return bool(self._run(
+            "CREATE", [schema.odrequest(request_id), schema.provisioning_request()],
+            [request_id, created, format_requested(entries), token or "", user or ""],
+        ))
+
+    def read(self, request_id: str) -> RequestRecord | None:
+        """The request and its delivered VMs (two round trips), or None if unknown."""
+        fields = self.client.hgetall(schema.odrequest(request_id))
+        if not fields or "requested" not in fields:
+            return None
+        entries = parse_requested(fields["requested"])
+        pipe = self.client.pipeline(transaction=False)
+        for e in entries:
+            pipe.smembers(schema.request_vms(request_id, e.alias, e.pool))
+        delivered = {e.key: tuple(sorted(vms)) for e, vms in zip(entries, pipe.execute(),
+                                                                 strict=True)}
+        return RequestRecord(request_id, fields.get("status") or None, entries, delivered,
+                             fields.get("failure_reason"))
+
+    def delete(self, request_id: str) -> DeleteOutcome:
+        """Delete a request: its delivered VMs go to completed. Never undoes a failure."""
+        requested = self.client.hget(schema.odrequest(request_id), "requested")
+        if requested is None:
+            return DeleteOutcome.NOT_FOUND
+        entries = parse_requested(requested)
+        result = self._run(
+            "DELETE",
+            [schema.odrequest(request_id), schema.provisioning_request(),
+             schema.provisioning_processing(), *self._vm_keys(request_id, entries)],
+            [request_id, DELETED_TTL],
+        )
+        return DeleteOutcome(int(result[0]))
+
+    # -- request actor --------------------------------------------------------------------------
+    def waiting(self) -> list[str]:
+        """Ids of requests not yet claimed and of requests being provisioned."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zrange(schema.provisioning_request(), 0, -1)
+        pipe.zrange(schema.provisioning_processing(), 0, -1)
+        waiting, processing = pipe.execute()
+        return list(dict.fromkeys([*processing, *waiting]))
+
+    def claim(self, request_id: str, *, now: float) -> Claim:
+        """Move the request to processing (keeping its creation time) and read it."""
+        r = self._run(
+            "CLAIM",
+            [schema.odrequest(request_id), schema.provisioning_request(),
+             schema.provisioning_processing()],
+            [request_id, int(now)],
+        )
+        code = int(r[0])
+        if code == 0:
+            return Claim(found=False)
+        if code == -1:
+            return Claim(found=True, status=r[1])
+        return Claim(found=True, created=float(r[1]), entries=parse_requested(r[2]),
+                     retry_count=int(r[3] or 0), has_token=bool(r[4]))
+
+    def delivered(self, request_id: str, entries: Sequence[Entry]) -> dict[tuple[str, str], int]:
+        """How many VMs each entry has received."""
+        pipe = self.client.pipeline(transaction=False)
+        for e in entries:
+            pipe.scard(schema.request_vms(request_id, e.alias, e.pool))
+        return {e.key: int(n) for e, n in zip(entries, pipe.execute(), strict=True)}
+
+    def in_flight(self, request_id: str, pools: Sequence[str]) -> dict[str, tuple[str, str]]:
+        """``vm -> (alias, pool)`` of the pending VMs cloned for this request."""
+        pools = list(dict.fromkeys(pools))
+        if not pools:
+            return {}
+        found = self._run("IN_FLIGHT", [schema.pending(p) for p in pools],
+                          [request_id, schema.vm("")])
+        out: dict[str, tuple[str, str]] = {}
+        for pool, flat in zip(pools, found, strict=True):
+            for i in range(0, len(flat), 2):
+                out[flat[i]] = (flat[i + 1], pool)
+        return out
+
+    def attach(self, request_id: str, entry: Entry, vm: str, *, now: str,
+               lifetime: int | None) -> AttachOutcome:
+        """Hand a ready VM to the request (pending → running), or retire it if the request
+        cannot take it. See ``RequestScripts.ATTACH``."""
+        return AttachOutcome(int(self._run(
+            "ATTACH",
+            [schema.odrequest(request_id), schema.pending(entry.pool),
+             schema.running(entry.pool), schema.completed(entry.pool),
+             schema.request_vms(request_id, entry.alias, entry.pool), schema.active(entry.pool),
+             schema.vm(vm)],
+            [vm, now, entry.count, "" if lifetime is None else lifetime],
+        )))
+
+    def fulfil(self, request_id: str, entries: Sequence[Entry]) -> tuple[bool, str | None]:
+        """Mark the request ready if every entry is full and it is still in flight.
+
+        Returns ``(True, "ready")``, ``(False, None)`` when not complete yet, or
+        ``(False, status)`` when it had already finished (``""``: it is gone).
+        """
+        r = self._run(
+            "FULFIL",
+            [schema.odrequest(request_id), schema.provisioning_processing(),
+             *(schema.request_vms(request_id, e.alias, e.pool) for e in entries)],
+            [request_id, READY_TTL, *(e.count for e in entries)],
+        )
+        code = int(r[0])
+        if code == 1:
+            return True, "ready"
+        return False, (r[1] if code == 0 else None)
+
+    def fail(self, request_id: str, entries: Sequence[Entry], *, reason: str,
+             ttl: int) -> tuple[bool, str | None]:
+        """Fail the request if it is still in flight; its delivered VMs go to completed.
+
+        Returns ``(True, "failed")`` or ``(False, status it already had)``.
+        """
+        r = self._run(
+            "FAIL",
+            [schema.odrequest(request_id), schema.provisioning_request(),
+             schema.provisioning_processing(), *self._vm_keys(request_id, entries)],
+            [request_id, reason, ttl],
+        )
+        return (True, "failed") if int(r[0]) == 1 else (False, r[1])
+
+    def status(self, request_id: str) -> str | None:
+        """The request's status; None in flight; ``""`` if it is gone."""
+        fields = self.client.hmget(schema.odrequest(request_id), "requested", "status")
+        if fields[0] is None:
+            return ""
+        return fields[1] or None
+
+    def record_retry(self, request_id: str) -> int:
+        """Count one more clone retry; returns the new count."""
+        return int(self.client.hincrby(schema.odrequest(request_id), "retry_count", 1))
+
+    def settle_orphan(self, request_id: str, pool: str, vm: str) -> bool:
+        """A ready VM whose request has no actor: to completed if the request is finished."""
+        return bool(self._run(
+            "SETTLE_ORPHAN",
+            [schema.odrequest(request_id), schema.pending(pool), schema.completed(pool)],
+            [vm],
+        ))
+
+    def write_tasks(self, request_id: str, *, old: dict[tuple[str, str], int],
+                    new: dict[tuple[str, str], int], score: float,
+                    stale: Sequence[Entry] = ()) -> None:
+        """Replace the request's ``vmpooler__odcreate__task`` members: each entry's member
+        with count ``old[key]`` goes, one with ``new[key]`` comes (none for 0), all with
+        ``score``, in one MULTI. For each of ``stale`` (after a restart) members of every
+        count from 1 to its ``count`` go first. Other members are left alone."""
+        remove = [odcreate_member(request_id, *key, n) for key, n in old.items()
+                  if new.get(key, 0) != n]
+        remove += [odcreate_member(request_id, e.alias, e.pool, n) for e in stale
+                   for n in range(1, e.count + 1)]
+        add = {odcreate_member(request_id, *key, n): score for key, n in new.items()
+               if n > 0 and (stale or old.get(key, 0) != n)}
+        if not remove and not add:
+            return
+        pipe = self.client.pipeline(transaction=True)
+        if remove:
+            pipe.zrem(schema.odcreate_task(), *remove)
+        if add:
+            pipe.zadd(schema.odcreate_task(), add)
+        pipe.execute()
+
+    def prune_tasks(self, keep: Collection[str]) -> int:
+        """Remove the ``vmpooler__odcreate__task`` members of requests not in ``keep`` (ids
+        of requests with a live actor), left by an actor that finished while Redis was away.
+        Request ids hold no ``:``, so the id is what follows the last one. Returns how many."""
+        stale = [m for m in self.client.zrange(schema.odcreate_task(), 0, -1)
+                 if m.rsplit(":", 1)[-1] not in keep]
+        if stale:
+            self.client.zrem(schema.odcreate_task(), *stale)
+        return len(stale)
+
+    def ondemand_clones(self) -> int:
+        """On-demand clones in flight (``tasks__ondemandclone``)."""
+        return int(self.client.get(schema.tasks_ondemandclone()) or 0)
+
+    def retire_pending(self, pool: str, vm: str) -> bool:
+        """pending → completed (a finished request's VM still booting)."""
+        return bool(self.client.smove(schema.pending(pool), schema.completed(pool), vm))

@@ -1,0 +1,327 @@
+"""The Redis schema: every key name and every Lua script vmpooler uses, in one place.
+
+Key names are vmpooler 3.9.1's exactly (reference §2.1), so a Redis shared with a Ruby
+vmpooler, dashboards and operators' scripts keep working. Nothing else in the project spells
+``vmpooler__``: everything asks this module.
+
+Each Lua script is one transition that could race with another process (the API, another
+manager). It checks the current state before it writes, and returns a code the caller must
+handle. Scripts document their KEYS and ARGV.
+"""
+
+from __future__ import annotations
+
+from vmpooler.actors.storage.schema.pool_scripts import Scripts
+from vmpooler.actors.storage.schema.request_scripts import RequestScripts
+from vmpooler.actors.storage.schema.status_scripts import StatusScripts
+from vmpooler.actors.storage.schema.upkeep_scripts import UpkeepScripts
+
+__all__ = [
+    "RequestScripts",
+    "Scripts",
+    "StatusScripts",
+    "UpkeepScripts",
+    "active",
+    "boot_stats",
+    "clone_stats",
+    "commands",
+    "completed",
+    "config_clone_target",
+    "config_poolsize",
+    "config_template",
+    "discovered",
+    "dlq",
+    "dlq_pattern",
+    "empty",
+    "health",
+    "history",
+    "history_checkouts",
+    "history_clones",
+    "lastboot",
+    "manager_heartbeat",
+    "migrating",
+    "migration",
+    "odcreate_task",
+    "odrequest",
+    "pending",
+    "pool_hash",
+    "poolreset",
+    "pools",
+    "provider_health",
+    "provisioning_processing",
+    "provisioning_request",
+    "ratelimit",
+    "ready",
+    "request_vms",
+    "running",
+    "tasks_clone",
+    "tasks_disk",
+    "tasks_ondemandclone",
+    "tasks_snapshot",
+    "tasks_snapshot_revert",
+    "template_deltas",
+    "template_prepared",
+    "token",
+    "undo_size_override",
+    "undo_template_override",
+    "vm",
+    "vm_name",
+    "vm_pattern",
+]
+
+_P = "vmpooler__"
+
+
+# -- per-pool VM queues (sets) -------------------------------------------------------------
+def pending(pool: str) -> str:
+    """Set of VMs being cloned or booting."""
+    return f"{_P}pending__{pool}"
+
+
+def ready(pool: str) -> str:
+    """Set of VMs ready for checkout."""
+    return f"{_P}ready__{pool}"
+
+
+def running(pool: str) -> str:
+    """Set of checked-out VMs."""
+    return f"{_P}running__{pool}"
+
+
+def completed(pool: str) -> str:
+    """Set of VMs waiting to be destroyed."""
+    return f"{_P}completed__{pool}"
+
+
+def discovered(pool: str) -> str:
+    """Set of provider VMs found in no queue (destroyed on the next pass unless claimed)."""
+    return f"{_P}discovered__{pool}"
+
+
+def migrating(pool: str) -> str:
+    """Set of checked-out VMs the provider may migrate (a side set: they stay in running)."""
+    return f"{_P}migrating__{pool}"
+
+
+def active(pool: str) -> str:
+    """Hash VM -> checkout time of checked-out VMs."""
+    return f"{_P}active__{pool}"
+
+
+def empty(pool: str) -> str:
+    """String ``"true"`` while the pool has no ready VM."""
+    return f"{_P}empty__{pool}"
+
+
+# -- per-VM and per-token hashes ------------------------------------------------------------
+def vm(name: str) -> str:
+    """Hash of one VM's fields (reference §2.2)."""
+    return f"{_P}vm__{name}"
+
+
+def token(value: str) -> str:
+    """Hash ``user``, ``created``, ``last`` of one API token."""
+    return f"{_P}token__{value}"
+
+
+def ratelimit(cls: str, client: str) -> str:
+    """Integer request counter of one rate-limit class and client (``ip:<addr>`` or
+    ``token:<token>``); expires ``period`` seconds after it was created."""
+    return f"{_P}ratelimit__{cls}__{client}"
+
+
+# -- global counters and task queues --------------------------------------------------------
+def tasks_clone() -> str:
+    """Integer: pooled clones in flight."""
+    return f"{_P}tasks__clone"
+
+
+def tasks_ondemandclone() -> str:
+    """Integer: on-demand clones in flight."""
+    return f"{_P}tasks__ondemandclone"
+
+
+def tasks_disk() -> str:
+    """Set of ``"<vm>:<gb>"`` disk requests."""
+    return f"{_P}tasks__disk"
+
+
+def tasks_snapshot() -> str:
+    """Set of ``"<vm>:<name>"`` snapshot requests."""
+    return f"{_P}tasks__snapshot"
+
+
+def tasks_snapshot_revert() -> str:
+    """Set of ``"<vm>:<name>"`` snapshot-revert requests."""
+    return f"{_P}tasks__snapshot-revert"
+
+
+# -- on-demand request queues (global sorted sets) -------------------------------------------
+def provisioning_request() -> str:
+    """Sorted set of on-demand request ids not yet expanded, score = creation epoch."""
+    return f"{_P}provisioning__request"
+
+
+def provisioning_processing() -> str:
+    """Sorted set of on-demand request ids being provisioned, score = creation epoch."""
+    return f"{_P}provisioning__processing"
+
+
+def odrequest(request_id: str) -> str:
+    """Hash of one on-demand request: ``requested``, ``token:token``, ``token:user``,
+    ``status``, ``retry_count``, ``failure_reason`` (reference §2.4)."""
+    return f"{_P}odrequest__{request_id}"
+
+
+def request_vms(request_id: str, alias: str, pool: str) -> str:
+    """Set of the VMs delivered to a request for one ``alias:pool`` entry."""
+    return f"{_P}{request_id}__{alias}__{pool}"
+
+
+def odcreate_task() -> str:
+    """Sorted set of clone tasks ``"<name>:<pool>:<count>:<id>"``.
+
+    Score: queueing epoch; 1 for retries, 0 for a cancel marker.
+    """
+    return f"{_P}odcreate__task"
+
+
+# -- statistics -------------------------------------------------------------------------------
+def clone_stats(date: str) -> str:
+    """Hash ``"<pool>:<vm>"`` -> clone seconds, per day (``YYYY-MM-DD``)."""
+    return f"{_P}clone__{date}"
+
+
+def boot_stats(date: str) -> str:
+    """Hash ``"<pool>:<vm>"`` -> seconds from clone to ready, per day."""
+    return f"{_P}boot__{date}"
+
+
+def tag_stats(date: str) -> str:
+    """Hash ``"<vm>:<tag>"`` -> value, per day."""
+    return f"{_P}tag__{date}"
+
+
+def lastboot() -> str:
+    """Hash pool -> time its last VM became ready."""
+    return f"{_P}lastboot"
+
+
+# -- pool configuration and overrides -------------------------------------------------------
+def pools() -> str:
+    """Set of configured pool names (published by the manager at start)."""
+    return f"{_P}pools"
+
+
+def pool_hash(pool: str) -> str:
+    """Hash of a pool's configuration as published by the manager."""
+    return f"{_P}pool__{pool}"
+
+
+def config_poolsize() -> str:
+    """Hash pool -> size override."""
+    return f"{_P}config__poolsize"
+
+
+def config_template() -> str:
+    """Hash pool -> template override."""
+    return f"{_P}config__template"
+
+
+def config_clone_target() -> str:
+    """Hash pool -> clone target override."""
+    return f"{_P}config__clone_target"
+
+
+def undo_size_override() -> str:
+    """Set of pools whose size override was removed."""
+    return f"{_P}pool__undo_size_override"
+
+
+def undo_template_override() -> str:
+    """Set of pools whose template override was removed."""
+    return f"{_P}pool__undo_template_override"
+
+
+def poolreset() -> str:
+    """Set of pools asked to drain and refill."""
+    return f"{_P}poolreset"
+
+
+def template_prepared() -> str:
+    """Hash pool -> template last prepared."""
+    return f"{_P}template__prepared"
+
+
+def template_deltas() -> str:
+    """Set of templates that have delta disks."""
+    return f"{_P}template__deltas"
+
+
+def migration() -> str:
+    """Set of VMs migrating now (vSphere provider)."""
+    return f"{_P}migration"
+
+
+def dlq(queue: str) -> str:
+    """Sorted set of dead-letter entries for ``pending``, ``ready`` or ``clone``."""
+    return f"{_P}dlq__{queue}"
+
+
+def dlq_pattern() -> str:
+    """SCAN pattern matching every dead-letter queue."""
+    return f"{_P}dlq__*"
+
+
+def vm_pattern() -> str:
+    """SCAN pattern matching every VM hash (``vm(name)`` for any name)."""
+    return f"{_P}vm__*"
+
+
+def vm_name(key: str) -> str:
+    """The VM name of a VM hash key (the inverse of :func:`vm`)."""
+    return key.removeprefix(f"{_P}vm__")
+
+
+def health() -> str:
+    """Hash ``metrics`` (JSON), ``status`` (healthy, degraded, unhealthy), ``last_check``
+    (RFC 3339): the manager's queue health check (reference §4.11); expires after 1 h."""
+    return f"{_P}health"
+
+
+def history(pool: str) -> str:
+    """Sorted set of one pool's recorded history (ours): one member per point,
+    ``"<t>:<ready>:<running>:<pending>:<checkouts>:<clones>"`` scored by ``t``, the epoch start
+    of the point's interval; the last two are the cumulative counters read at that time
+    (:mod:`vmpooler.actors.storage.history_store`). Trimmed to 24 h and a fixed number of points."""
+    return f"{_P}history__pool__{pool}"
+
+
+def history_checkouts() -> str:
+    """Hash pool -> checkouts ever served from it (ours; ``HINCRBY`` in the checkout script)."""
+    return f"{_P}history__checkouts"
+
+
+def history_clones() -> str:
+    """Hash pool -> clones ever finished for it (ours; ``HINCRBY`` when a clone succeeds)."""
+    return f"{_P}history__clones"
+
+
+def manager_heartbeat() -> str:
+    """Sorted set of live managers (ours): member = manager id (``host:pid:started``),
+    score = epoch seconds of its last beat. Each manager beats its own member, prunes
+    members older than the prune age and re-arms the key's expiry, so the key vanishes
+    once no manager beats (:mod:`vmpooler.actors.storage.heartbeat_store`)."""
+    return f"{_P}manager__heartbeat"
+
+
+def provider_health(provider: str) -> str:
+    """Hash of one provider's breaker, connection pool and last error, written by its
+    provider actor for ``/status`` (ours; expires when no manager refreshes it)."""
+    return f"{_P}provider__{provider}"
+
+
+# -- API -> manager commands ------------------------------------------------------------------
+def commands() -> str:
+    """Stream of API commands for the managers' consumer group (ours; vmpooler has none)."""
+    return f"{_P}commands"

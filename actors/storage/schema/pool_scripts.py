@@ -1,0 +1,305 @@
+"""Lua scripts of the pooled-VM lifecycle, the checkout and the API's VM writes.
+
+Part of :mod:`vmpooler.actors.storage.schema`: import ``Scripts`` from there.
+"""
+
+from __future__ import annotations
+
+__all__ = ["Scripts"]
+
+
+class Scripts:
+    """Lua sources of every compare-and-set transition, registered once by the store.
+
+    Return codes: ``1`` applied; ``0`` the VM was not in the expected state (nothing written);
+    negative values are documented per script.
+    """
+
+    # KEYS[1] counter, KEYS[2] vm hash, KEYS[3] pending set
+    # ARGV[1] limit, ARGV[2] vm name, ARGV[3] clone time, ARGV[4] pool, ARGV[5] domain ('' = none),
+    # ARGV[6] on-demand request id ('' = a pooled clone), ARGV[7] the request's alias
+    # The counter is ``tasks__clone`` for pooled clones, ``tasks__ondemandclone`` for requests.
+    # Returns 1 reserved (counter incremented, hash written, VM in pending),
+    #         0 no clone slot (counter >= limit), -1 name taken (hash exists).
+    START_CLONE = """
+local n = tonumber(redis.call('GET', KEYS[1]) or '0')
+if n >= tonumber(ARGV[1]) then return 0 end
+if redis.call('EXISTS', KEYS[2]) == 1 then return -1 end
+redis.call('INCR', KEYS[1])
+redis.call('HSET', KEYS[2], 'clone', ARGV[3], 'template', ARGV[4], 'pool', ARGV[4])
+if ARGV[5] ~= '' then redis.call('HSET', KEYS[2], 'domain', ARGV[5]) end
+if ARGV[6] and ARGV[6] ~= '' then
+  redis.call('HSET', KEYS[2], 'request_id', ARGV[6], 'pool_alias', ARGV[7])
+end
+redis.call('SADD', KEYS[3], ARGV[2])
+return 1
+"""
+
+    # KEYS[1] migrations-in-flight set (``vmpooler__migration``)
+    # ARGV[1] limit, ARGV[2] vm name
+    # Returns 1 when the VM may migrate (it is now in the set), 0 when ``limit`` VMs already
+    # migrate. The check and the SADD are one step, so concurrent pools never overshoot
+    # (vmpooler read SCARD and SADDed later).
+    RESERVE_MIGRATION = """
+if redis.call('SISMEMBER', KEYS[1], ARGV[2]) == 1 then return 1 end
+if redis.call('SCARD', KEYS[1]) >= tonumber(ARGV[1]) then return 0 end
+redis.call('SADD', KEYS[1], ARGV[2])
+return 1
+"""
+
+    # KEYS[1] vm hash; ARGV field, value, field, value...
+    # Returns 1 when written, 0 when the hash does not exist (the VM is gone: not recreated).
+    SET_FIELDS_IF_EXISTS = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV))
+return 1
+"""
+
+    # KEYS[1] counter, KEYS[2] vm hash, KEYS[3] clone stats hash of the day
+    # ARGV[1] "<pool>:<vm>", ARGV[2] clone seconds, ARGV[3] ip
+    # Releases the clone slot (never below 0) and records the clone; counts it in the pool's
+    # field of ``vmpooler__history__clones`` (schema.history_clones). Returns 1.
+    CLONE_SUCCEEDED = """
+local n = tonumber(redis.call('GET', KEYS[1]) or '0')
+if n > 0 then redis.call('DECR', KEYS[1]) else redis.call('SET', KEYS[1], 0) end
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('HSET', KEYS[2], 'clone_time', ARGV[2], 'ip', ARGV[3])
+end
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
+redis.call('HINCRBY', 'vmpooler__history__clones', string.match(ARGV[1], '^(.*):') or ARGV[1], 1)
+return 1
+"""
+
+    # KEYS[1] counter, KEYS[2] vm hash, KEYS[3] pending set
+    # ARGV[1] vm, ARGV[2] error message, ARGV[3] error class, ARGV[4] hash ttl seconds,
+    # ARGV[5] '1' to release a clone slot
+    # Removes the VM from pending and lets its hash expire. Returns 1 if it was pending, else 0.
+    CLONE_FAILED = """
+if ARGV[5] == '1' then
+  local n = tonumber(redis.call('GET', KEYS[1]) or '0')
+  if n > 0 then redis.call('DECR', KEYS[1]) else redis.call('SET', KEYS[1], 0) end
+end
+local was = redis.call('SREM', KEYS[3], ARGV[1])
+redis.call('HSET', KEYS[2], 'clone_error', ARGV[2], 'clone_error_class', ARGV[3])
+redis.call('EXPIRE', KEYS[2], tonumber(ARGV[4]))
+return was
+"""
+
+    # KEYS[1] pending, KEYS[2] ready, KEYS[3] vm hash, KEYS[4] boot stats of the day,
+    # KEYS[5] lastboot hash
+    # ARGV[1] vm, ARGV[2] pool, ARGV[3] now (vmpooler time string), ARGV[4] boot seconds
+    # Moves pending -> ready only if the VM is pending and was not cloned for an on-demand
+    # request (its request takes it instead).
+    # Returns 1 moved, 0 not pending, -1 a request's VM (nothing written).
+    MARK_READY = """
+if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 0 then return 0 end
+if redis.call('HEXISTS', KEYS[3], 'request_id') == 1 then return -1 end
+redis.call('SMOVE', KEYS[1], KEYS[2], ARGV[1])
+redis.call('HSET', KEYS[3], 'ready', ARGV[3])
+redis.call('HSET', KEYS[4], ARGV[2] .. ':' .. ARGV[1], ARGV[4])
+redis.call('HSET', KEYS[5], ARGV[2], ARGV[3])
+return 1
+"""
+
+    # KEYS[1] source set, KEYS[2] completed set, KEYS[3] vm hash
+    # ARGV[1] vm, ARGV[2] field to set ('' = none), ARGV[3] its value
+    # Moves the VM to completed only if it is in the source set. Returns 1 moved, 0 not there.
+    RETIRE = """
+if redis.call('SMOVE', KEYS[1], KEYS[2], ARGV[1]) == 0 then return 0 end
+if ARGV[2] ~= '' then redis.call('HSET', KEYS[3], ARGV[2], ARGV[3]) end
+return 1
+"""
+
+    # KEYS[1] completed, KEYS[2] active hash, KEYS[3] vm hash
+    # ARGV[1] vm, ARGV[2] now, ARGV[3] hash ttl seconds
+    # Marks a completed VM as being destroyed. Returns 1, or 0 if it is not in completed.
+    BEGIN_DESTROY = """
+if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('HSET', KEYS[3], 'destroy', ARGV[2])
+redis.call('EXPIRE', KEYS[3], tonumber(ARGV[3]))
+return 1
+"""
+
+    # KEYS[1] completed, KEYS[2] active hash, KEYS[3] vm hash
+    # ARGV[1] vm, ARGV[2] '1' to delete the VM hash now (the VM was not in the inventory)
+    # Forgets a destroyed VM. Returns 1 if it was in completed, else 0.
+    FORGET = """
+local was = redis.call('SREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+if ARGV[2] == '1' then redis.call('DEL', KEYS[3]) end
+return was
+"""
+
+    # KEYS[1] pending, KEYS[2] ready, KEYS[3] running, KEYS[4] completed, KEYS[5] discovered
+    # ARGV: VM names found in the provider's inventory for this pool
+    # Adds to discovered every VM that is in no queue. Returns the list of VMs added.
+    DISCOVER = """
+local added = {}
+for _, name in ipairs(ARGV) do
+  local known = false
+  for i = 1, 5 do
+    if redis.call('SISMEMBER', KEYS[i], name) == 1 then known = true; break end
+  end
+  if not known then
+    redis.call('SADD', KEYS[5], name)
+    table.insert(added, name)
+  end
+end
+return added
+"""
+
+    # KEYS[1] pending, KEYS[2] ready, KEYS[3] running, KEYS[4] completed, KEYS[5] discovered
+    # ARGV[1] vm
+    # A discovered VM still in no other queue moves to completed (to be destroyed); one that
+    # appeared in another queue meanwhile is only removed from discovered.
+    # Returns 1 moved to completed, 2 claimed elsewhere, 0 not in discovered.
+    RESOLVE_DISCOVERED = """
+if redis.call('SISMEMBER', KEYS[5], ARGV[1]) == 0 then return 0 end
+for i = 1, 3 do
+  if redis.call('SISMEMBER', KEYS[i], ARGV[1]) == 1 then
+    redis.call('SREM', KEYS[5], ARGV[1]); return 2
+  end
+end
+redis.call('SMOVE', KEYS[5], KEYS[4], ARGV[1])
+return 1
+"""
+
+    # KEYS[1] ready, KEYS[2] pending, KEYS[3] completed
+    # ARGV[1] '1' to drain ready too ('0' = pending only), ARGV[2] VM hash key prefix
+    # Moves every pending (and ready) VM to completed atomically, except pending VMs cloned
+    # for an on-demand request (their request owns them). Returns the number moved.
+    DRAIN = """
+local moved = 0
+local sources = {KEYS[2]}
+if ARGV[1] == '1' then sources = {KEYS[1], KEYS[2]} end
+for _, key in ipairs(sources) do
+  for _, name in ipairs(redis.call('SMEMBERS', key)) do
+    if key == KEYS[1] or redis.call('HEXISTS', ARGV[2] .. name, 'request_id') == 0 then
+      redis.call('SMOVE', key, KEYS[3], name)
+      moved = moved + 1
+    end
+  end
+end
+return moved
+"""
+
+    # KEYS[1] counter
+    # Releases one slot, never going below zero. Returns the new value.
+    RELEASE_SLOT = """
+local n = tonumber(redis.call('GET', KEYS[1]) or '0')
+if n > 0 then return redis.call('DECR', KEYS[1]) end
+redis.call('SET', KEYS[1], 0)
+return 0
+"""
+
+    # KEYS[1] token hash (any key when ARGV[3] is ''), then five keys per pool i (1-based) at
+    # KEYS[2 + 5*(i-1)] ..: ready, running, completed, migrating, active
+    # ARGV[1] now, ARGV[2] VM hash key prefix, ARGV[3] owner token ('' = none), ARGV[4] lifetime
+    # ('' = none), ARGV[5] number of units, then per unit: n, then n pool indexes in preference
+    # order. Each unit takes one ready VM of the first of its pools that has one; a ready VM
+    # whose hash is gone is moved to completed and never handed out. All or nothing: if a unit
+    # finds no VM, every VM taken in this call goes back to ready and nothing else is written
+    # (apart from vanished VMs moved to completed and the token's ``last``).
+    # Each VM handed out counts in its pool's field of ``vmpooler__history__checkouts``
+    # (schema.history_checkouts; the pool name is its ready key's after ``vmpooler__ready__``).
+    # Returns {-1} token unknown (nothing written), {0, u} unit u (1-based) found no VM,
+    #         {1, p1, vm1, p2, vm2, ...} the pool index and VM of every unit, in unit order.
+    CHECKOUT = """
+if redis.replicate_commands then redis.replicate_commands() end
+local now, prefix, token, lifetime = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local user = false
+if token ~= '' then
+  if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
+  redis.call('HSET', KEYS[1], 'last', now)
+  user = redis.call('HGET', KEYS[1], 'user')
+end
+local function key(p, k) return KEYS[1 + 5 * (p - 1) + k] end
+local taken = {}
+local pos = 6
+for u = 1, tonumber(ARGV[5]) do
+  local n = tonumber(ARGV[pos])
+  local got = false
+  for c = 1, n do
+    local p = tonumber(ARGV[pos + c])
+    while not got do
+      local vm = redis.call('SPOP', key(p, 1))
+      if not vm then break end
+      if redis.call('EXISTS', prefix .. vm) == 1 then
+        got = {p, vm}
+      else
+        redis.call('SADD', key(p, 3), vm)
+      end
+    end
+    if got then break end
+  end
+  if not got then
+    for _, t in ipairs(taken) do redis.call('SADD', key(t[1], 1), t[2]) end
+    return {0, u}
+  end
+  taken[#taken + 1] = got
+  pos = pos + n + 1
+end
+local out = {1}
+for _, t in ipairs(taken) do
+  local p, vm = t[1], t[2]
+  local h = prefix .. vm
+  redis.call('SADD', key(p, 2), vm)
+  redis.call('SADD', key(p, 4), vm)
+  redis.call('HSET', key(p, 5), vm, now)
+  redis.call('HSET', h, 'checkout', now)
+  redis.call('HINCRBY', 'vmpooler__history__checkouts', string.sub(key(p, 1), 18), 1)
+  if token ~= '' then
+    redis.call('HSET', h, 'token:token', token)
+    if user then redis.call('HSET', h, 'token:user', user) end
+  end
+  if lifetime ~= '' then redis.call('HSET', h, 'lifetime', lifetime) end
+  out[#out + 1] = p
+  out[#out + 1] = vm
+end
+return out
+"""
+
+    # KEYS[1] token hash
+    # ARGV[1] now
+    # Returns {0} the token does not exist (nothing written), else records ``last`` = now and
+    # returns {1, user} ('' when the hash has no user).
+    TOUCH_TOKEN = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0} end
+redis.call('HSET', KEYS[1], 'last', ARGV[1])
+return {1, redis.call('HGET', KEYS[1], 'user') or ''}
+"""
+
+    # KEYS[1] running, KEYS[2] ready, KEYS[3] completed, KEYS[4] active hash, KEYS[5] migrating
+    # ARGV[1] vm
+    # A returned VM leaves running (or ready) for completed, and its active and migrating
+    # entries go. Returns 1 moved from running, 2 moved from ready, 3 already in completed
+    # (nothing written), 0 in none of these queues (nothing written).
+    RETURN_VM = """
+local vm = ARGV[1]
+local from_running = redis.call('SREM', KEYS[1], vm)
+local from_ready = redis.call('SREM', KEYS[2], vm)
+if from_running + from_ready == 0 then
+  if redis.call('SISMEMBER', KEYS[3], vm) == 1 then return 3 end
+  return 0
+end
+redis.call('SADD', KEYS[3], vm)
+redis.call('HDEL', KEYS[4], vm)
+redis.call('SREM', KEYS[5], vm)
+if from_running == 1 then return 1 end
+return 2
+"""
+
+    # KEYS[1] vm hash, KEYS[2] tag statistics hash of the day
+    # ARGV[1] vm, ARGV[2] lifetime ('' = unchanged), ARGV[3..] tag name, value pairs
+    # Writes ``lifetime`` and ``tag:<name>`` (and ``<vm>:<name>`` in the day's statistics) only
+    # if the VM hash still exists. Returns 1 written, 0 the VM is gone (nothing written).
+    MODIFY_VM = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'lifetime', ARGV[2]) end
+for i = 3, #ARGV, 2 do
+  redis.call('HSET', KEYS[1], 'tag:' .. ARGV[i], ARGV[i + 1])
+  redis.call('HSET', KEYS[2], ARGV[1] .. ':' .. ARGV[i], ARGV[i + 1])
+end
+return 1
+"""

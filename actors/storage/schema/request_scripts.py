@@ -1,0 +1,194 @@
+"""Lua scripts of the on-demand request lifecycle (reference §2.4).
+
+Part of :mod:`vmpooler.actors.storage.schema`: import ``RequestScripts`` from there.
+
+Every write of a request's ``status`` — by its actor, by the API, by anyone — goes through
+one of these scripts, and each checks the current status first (compare-and-set):
+
+* ``failed`` and ``deleted`` are final: no script ever changes them;
+* ``ready`` is only ever followed by ``deleted`` (a client returning the request's VMs);
+* a request becomes ``ready`` only when every entry's delivered-VM set is full and its status
+  is still unset.
+
+So a writer outside the actor system — an API process, a second manager, a Ruby vmpooler
+sharing the Redis — cannot resurrect a finished request or hand its VMs to anyone else.
+
+Entries of a request are ``alias:pool:count`` (the ``requested`` field). Scripts that touch
+an entry's VMs take three keys per entry: its delivered set, the pool's running set and the
+pool's completed set.
+"""
+
+from __future__ import annotations
+
+__all__ = ["RequestScripts"]
+
+
+class RequestScripts:
+    """Lua sources of the request transitions, registered once by the request store."""
+
+    # KEYS[1] request hash, KEYS[2] provisioning__request
+    # ARGV[1] id, ARGV[2] score (creation epoch), ARGV[3] requested, ARGV[4] token ('' = none),
+    # ARGV[5] user
+    # Returns 1 created, 0 the id is taken (nothing written).
+    CREATE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'requested', ARGV[3])
+if ARGV[4] ~= '' then
+  redis.call('HSET', KEYS[1], 'token:token', ARGV[4], 'token:user', ARGV[5])
+end
+redis.call('ZADD', KEYS[2], tonumber(ARGV[2]), ARGV[1])
+return 1
+"""
+
+    # KEYS[1] request hash, KEYS[2] provisioning__request, KEYS[3] provisioning__processing
+    # ARGV[1] id, ARGV[2] now (epoch; the score when the request is in neither queue)
+    # Moves the request from the waiting queue to processing, keeping its creation score.
+    # Returns {0} no such request (dropped from both queues),
+    #         {-1, status} already finished (dropped from both queues),
+    #         {1, score, requested, retry_count, token}.
+    CLAIM = """
+local requested = redis.call('HGET', KEYS[1], 'requested')
+if not requested then
+  redis.call('ZREM', KEYS[2], ARGV[1]); redis.call('ZREM', KEYS[3], ARGV[1])
+  return {0}
+end
+local status = redis.call('HGET', KEYS[1], 'status')
+if status and status ~= '' then
+  redis.call('ZREM', KEYS[2], ARGV[1]); redis.call('ZREM', KEYS[3], ARGV[1])
+  return {-1, status}
+end
+local score = redis.call('ZSCORE', KEYS[3], ARGV[1]) or redis.call('ZSCORE', KEYS[2], ARGV[1])
+if not score then score = ARGV[2] end
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZADD', KEYS[3], tonumber(score), ARGV[1])
+return {1, tostring(score), requested, redis.call('HGET', KEYS[1], 'retry_count') or '0',
+        redis.call('HGET', KEYS[1], 'token:token') or ''}
+"""
+
+    # KEYS[1] request hash, KEYS[2] pool's pending set, KEYS[3] running, KEYS[4] completed,
+    # KEYS[5] the entry's delivered set, KEYS[6] pool's active hash, KEYS[7] VM hash
+    # ARGV[1] vm, ARGV[2] now (vmpooler time string), ARGV[3] entry count,
+    # ARGV[4] lifetime hours for a request with a token ('' = leave unset)
+    # Hands a ready VM to its request: pending -> running, recorded as delivered and checked
+    # out under the request's token. A VM the request cannot take (request finished or gone,
+    # entry already full) goes pending -> completed instead.
+    # Returns 1 attached, 2 already attached, 0 the VM is not pending (nothing written),
+    #         -1 refused and moved to completed.
+    ATTACH = """
+if redis.call('SISMEMBER', KEYS[5], ARGV[1]) == 1 then return 2 end
+local status = redis.call('HGET', KEYS[1], 'status')
+local refuse = redis.call('HEXISTS', KEYS[1], 'requested') == 0
+  or (status and status ~= '')
+  or redis.call('SCARD', KEYS[5]) >= tonumber(ARGV[3])
+if refuse then
+  if redis.call('SMOVE', KEYS[2], KEYS[4], ARGV[1]) == 1 then return -1 end
+  return 0
+end
+if redis.call('SMOVE', KEYS[2], KEYS[3], ARGV[1]) == 0 then return 0 end
+redis.call('SADD', KEYS[5], ARGV[1])
+redis.call('HSET', KEYS[6], ARGV[1], ARGV[2])
+redis.call('HSET', KEYS[7], 'checkout', ARGV[2])
+local token = redis.call('HGET', KEYS[1], 'token:token')
+if token then
+  redis.call('HSET', KEYS[7], 'token:token', token,
+             'token:user', redis.call('HGET', KEYS[1], 'token:user') or '')
+  if ARGV[4] ~= '' then redis.call('HSET', KEYS[7], 'lifetime', ARGV[4]) end
+end
+return 1
+"""
+
+    # KEYS[1] request hash, KEYS[2] provisioning__processing, KEYS[3..] delivered sets
+    # ARGV[1] id, ARGV[2] hash ttl seconds, ARGV[3..] the count of each set
+    # Marks the request ready if its status is unset and every set is full.
+    # Returns {1} ready, {0, status} already finished ('' = request gone), {-1} not complete.
+    FULFIL = """
+if redis.call('HEXISTS', KEYS[1], 'requested') == 0 then return {0, ''} end
+local status = redis.call('HGET', KEYS[1], 'status')
+if status and status ~= '' then return {0, status} end
+for i = 3, #KEYS do
+  if redis.call('SCARD', KEYS[i]) < tonumber(ARGV[i]) then return {-1} end
+end
+redis.call('HSET', KEYS[1], 'status', 'ready')
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
+redis.call('ZREM', KEYS[2], ARGV[1])
+return {1}
+"""
+
+    # KEYS[1] request hash, KEYS[2] provisioning__request, KEYS[3] provisioning__processing,
+    # then per entry: delivered set, pool's running set, pool's completed set
+    # ARGV[1] id, ARGV[2] failure reason, ARGV[3] ttl seconds of the hash and the sets
+    # Fails a request whose status is unset: its delivered VMs running -> completed.
+    # Returns {1, moved} failed, {0, status} already finished ('' = request gone).
+    FAIL = """
+if redis.call('HEXISTS', KEYS[1], 'requested') == 0 then return {0, ''} end
+local status = redis.call('HGET', KEYS[1], 'status')
+if status and status ~= '' then return {0, status} end
+redis.call('HSET', KEYS[1], 'status', 'failed', 'failure_reason', ARGV[2])
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[3]))
+redis.call('ZREM', KEYS[2], ARGV[1]); redis.call('ZREM', KEYS[3], ARGV[1])
+local moved = 0
+for i = 4, #KEYS, 3 do
+  for _, vm in ipairs(redis.call('SMEMBERS', KEYS[i])) do
+    moved = moved + redis.call('SMOVE', KEYS[i + 1], KEYS[i + 2], vm)
+  end
+  redis.call('EXPIRE', KEYS[i], tonumber(ARGV[3]))
+end
+return {1, moved}
+"""
+
+    # KEYS[1] request hash, KEYS[2] provisioning__request, KEYS[3] provisioning__processing,
+    # then per entry: delivered set, pool's running set, pool's completed set
+    # ARGV[1] id, ARGV[2] ttl seconds of the hash
+    # Deletes a request (the API's DELETE): status -> deleted unless it failed; its delivered
+    # VMs running -> completed; the sets removed.
+    # Returns {1, moved} deleted, {0} no such request, {-1} already deleted,
+    #         {-2} it had failed (status kept).
+    DELETE = """
+if redis.call('HEXISTS', KEYS[1], 'requested') == 0 then return {0} end
+local status = redis.call('HGET', KEYS[1], 'status')
+if status == 'deleted' then return {-1} end
+if status == 'failed' then return {-2} end
+redis.call('HSET', KEYS[1], 'status', 'deleted')
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
+redis.call('ZREM', KEYS[2], ARGV[1]); redis.call('ZREM', KEYS[3], ARGV[1])
+local moved = 0
+for i = 4, #KEYS, 3 do
+  for _, vm in ipairs(redis.call('SMEMBERS', KEYS[i])) do
+    moved = moved + redis.call('SMOVE', KEYS[i + 1], KEYS[i + 2], vm)
+  end
+  redis.call('DEL', KEYS[i])
+end
+return {1, moved}
+"""
+
+    # KEYS[1] request hash, KEYS[2] pool's pending set, KEYS[3] pool's completed set
+    # ARGV[1] vm
+    # A ready VM whose request has no actor: completed if the request is finished or gone,
+    # else left pending (its actor is being started and will take it).
+    # Returns 1 moved to completed, 0 left alone.
+    SETTLE_ORPHAN = """
+local status = redis.call('HGET', KEYS[1], 'status')
+if redis.call('HEXISTS', KEYS[1], 'requested') == 1 and not (status and status ~= '') then
+  return 0
+end
+return redis.call('SMOVE', KEYS[2], KEYS[3], ARGV[1])
+"""
+
+    # KEYS: the pending set of each pool the request uses
+    # ARGV[1] id, ARGV[2] VM hash key prefix
+    # Returns, per key, a list {vm1, alias1, vm2, alias2, ...} of the pending VMs cloned for
+    # this request (from each VM hash's ``request_id`` and ``pool_alias``).
+    IN_FLIGHT = """
+local out = {}
+for i, key in ipairs(KEYS) do
+  local found = {}
+  for _, vm in ipairs(redis.call('SMEMBERS', key)) do
+    local f = redis.call('HMGET', ARGV[2] .. vm, 'request_id', 'pool_alias')
+    if f[1] == ARGV[1] then
+      table.insert(found, vm); table.insert(found, f[2] or '')
+    end
+  end
+  out[i] = found
+end
+return out
+"""

@@ -1,0 +1,423 @@
+"""Typed operations on vmpooler's Redis schema.
+
+Every write that could race is one of the Lua scripts of :mod:`vmpooler.actors.storage.schema`;
+methods return whether the transition applied. Methods may raise ``redis.RedisError``
+(connection lost, timeout): callers decide how to back off. All methods are thread-safe
+(the client's connection pool is).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.retry import Retry
+
+from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.schema import Scripts
+
+__all__ = ["RECONNECT_BACKOFF", "CloneReservation", "PoolSnapshot", "Store", "connect",
+           "read_vm_fields"]
+
+RECONNECT_BACKOFF = (0.1, 0.002)
+"""``(cap, base)`` seconds of the reconnect back-off: the n-th retry waits a random time
+up to ``min(cap, base * 2**n)``. Ten retries wait at most about 0.6 s in all, so a Redis
+that is down fails a caller fast (as redis-rb's immediate reconnects did for vmpooler),
+while a connection reset or a server restarting in well under a second is ridden out."""
+
+
+def connect(
+    host: str,
+    port: int,
+    *,
+    password: str | None = None,
+    username: str | None = None,
+    db: int = 0,
+    pool_size: int = 10,
+    pool_timeout: float = 5.0,
+    reconnect_attempts: int = 10,
+) -> redis.Redis:
+    """A client with a blocking connection pool of ``pool_size`` connections.
+
+    A caller waits at most ``pool_timeout`` seconds for a free connection, then gets
+    ``redis.ConnectionError``. A command whose connection fails (refused, reset, timed
+    out) is retried on a fresh connection up to ``reconnect_attempts`` times (``:redis:
+    reconnect_attempts``) with exponential back-off and jitter (:data:`RECONNECT_BACKOFF`),
+    then raises. Responses are decoded as UTF-8 strings.
+    """
+    pool = redis.BlockingConnectionPool(
+        host=host,
+        port=port,
+        db=db,
+        password=password,
+        username=username,
+        max_connections=max(1, pool_size),
+        timeout=pool_timeout,
+        decode_responses=True,
+        socket_connect_timeout=5,
+        socket_timeout=30,
+        health_check_interval=30,
+        retry=Retry(ExponentialWithJitterBackoff(*RECONNECT_BACKOFF), max(0, reconnect_attempts)),
+        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
+    )
+    return redis.Redis(connection_pool=pool)
+
+
+def read_vm_fields(
+    client: redis.Redis, vms: Iterable[str], fields: Sequence[str]
+) -> dict[str, list[str | None]]:
+    """HMGET ``fields`` of each VM's hash in one pipelined round trip (none for no VM)."""
+    names = list(vms)
+    if not names:
+        return {}
+    pipe = client.pipeline(transaction=False)
+    for name in names:
+        pipe.hmget(schema.vm(name), list(fields))
+    return dict(zip(names, pipe.execute(), strict=True))
+
+
+class CloneReservation:
+    """Outcome codes of :meth:`Store.reserve_clone`."""
+
+    RESERVED = 1
+    NO_SLOT = 0
+    NAME_TAKEN = -1
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSnapshot:
+    """One pool's queues and overrides, read in a single round trip."""
+
+    pending: frozenset[str]
+    ready: frozenset[str]
+    running: frozenset[str]
+    completed: frozenset[str]
+    discovered: frozenset[str]
+    migrating: frozenset[str]
+    size_override: str | None
+    template_override: str | None
+    clone_target_override: str | None
+    reset_requested: bool
+    undo_size: bool
+    undo_template: bool
+    prepared_template: str | None
+    empty_flag: bool
+
+    def queue_of(self, vm: str) -> str | None:
+        """The first queue holding ``vm``, or None."""
+        for name in ("pending", "ready", "running", "completed", "discovered"):
+            if vm in getattr(self, name):
+                return name
+        return None
+
+
+class Store:
+    """vmpooler's Redis schema as methods. One instance is shared by every actor."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self._scripts = {
+            name: client.register_script(getattr(Scripts, name))
+            for name in (
+                "START_CLONE", "CLONE_SUCCEEDED", "CLONE_FAILED", "MARK_READY", "RETIRE",
+                "BEGIN_DESTROY", "FORGET", "DISCOVER", "RESOLVE_DISCOVERED", "DRAIN",
+                "RELEASE_SLOT",
+            )
+        }
+
+    def _run(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        return self._scripts[script](keys=list(keys), args=list(args))
+
+    # -- start-up ---------------------------------------------------------------------------
+    def reset_task_counters(self) -> None:
+        """Zero the clone counters and forget in-flight migrations (a manager start)."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.set(schema.tasks_clone(), 0)
+        pipe.set(schema.tasks_ondemandclone(), 0)
+        pipe.delete(schema.migration())
+        pipe.execute()
+
+    def publish_pools(self, pools: Mapping[str, Mapping[str, str]]) -> list[str]:
+        """Publish the configured pools; forget the ones no longer configured (returned)."""
+        known = self.client.smembers(schema.pools())
+        removed = sorted(set(known) - set(pools))
+        pipe = self.client.pipeline(transaction=True)
+        for name in removed:
+            pipe.srem(schema.pools(), name)
+            pipe.delete(schema.pool_hash(name))
+        for name, fields in pools.items():
+            pipe.sadd(schema.pools(), name)
+            pipe.delete(schema.pool_hash(name))
+            if fields:
+                pipe.hset(schema.pool_hash(name), mapping=dict(fields))
+        pipe.execute()
+        return removed
+
+    # -- reads ------------------------------------------------------------------------------
+    def snapshot(self, pool: str) -> PoolSnapshot:
+        """The pool's queues and overrides in one pipelined round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for key in (
+            schema.pending(pool), schema.ready(pool), schema.running(pool),
+            schema.completed(pool), schema.discovered(pool), schema.migrating(pool),
+        ):
+            pipe.smembers(key)
+        pipe.hget(schema.config_poolsize(), pool)
+        pipe.hget(schema.config_template(), pool)
+        pipe.hget(schema.config_clone_target(), pool)
+        pipe.sismember(schema.poolreset(), pool)
+        pipe.sismember(schema.undo_size_override(), pool)
+        pipe.sismember(schema.undo_template_override(), pool)
+        pipe.hget(schema.template_prepared(), pool)
+        pipe.exists(schema.empty(pool))
+        r = pipe.execute()
+        return PoolSnapshot(
+            pending=frozenset(r[0]), ready=frozenset(r[1]), running=frozenset(r[2]),
+            completed=frozenset(r[3]), discovered=frozenset(r[4]), migrating=frozenset(r[5]),
+            size_override=r[6], template_override=r[7], clone_target_override=r[8],
+            reset_requested=bool(r[9]), undo_size=bool(r[10]), undo_template=bool(r[11]),
+            prepared_template=r[12], empty_flag=bool(r[13]),
+        )
+
+    def vm_fields(self, vms: Iterable[str], fields: Sequence[str]) -> dict[str, list[str | None]]:
+        """HMGET ``fields`` of each VM's hash, pipelined."""
+        return read_vm_fields(self.client, vms, fields)
+
+    def active_members(self, pool: str, vms: Iterable[str]) -> set[str]:
+        """The subset of ``vms`` present in the pool's ``active`` hash."""
+        names = list(vms)
+        if not names:
+            return set()
+        values = self.client.hmget(schema.active(pool), names)
+        return {n for n, v in zip(names, values, strict=True) if v is not None}
+
+    def vm_exists(self, vm: str) -> bool:
+        """Whether the VM's hash exists (the name is taken)."""
+        return bool(self.client.exists(schema.vm(vm)))
+
+    # -- transitions ------------------------------------------------------------------------
+    def reserve_clone(
+        self, pool: str, vm: str, *, limit: int, clone_time: str, domain: str | None,
+        request: tuple[str, str] | None = None,
+    ) -> int:
+        """Take a clone slot and the name, and put the VM in pending, atomically.
+
+        ``request`` is ``(request_id, alias)`` for an on-demand clone: it takes a slot of
+        ``tasks__ondemandclone`` instead and is recorded in the VM hash. Returns a
+        :class:`CloneReservation` code.
+        """
+        request_id, alias = request or ("", "")
+        return int(self._run(
+            "START_CLONE",
+            [_clone_counter(request is not None), schema.vm(vm), schema.pending(pool)],
+            [limit, vm, clone_time, pool, domain or "", request_id, alias],
+        ))
+
+    def clone_succeeded(
+        self, pool: str, vm: str, *, seconds: float, ip: str, date: str, ondemand: bool = False
+    ) -> None:
+        """Release the clone slot and record the clone's duration and IP."""
+        self._run(
+            "CLONE_SUCCEEDED",
+            [_clone_counter(ondemand), schema.vm(vm), schema.clone_stats(date)],
+            [f"{pool}:{vm}", f"{seconds:.2f}", ip],
+        )
+
+    def clone_failed(
+        self, pool: str, vm: str, *, error: str, error_class: str, ttl: int, release_slot: bool,
+        ondemand: bool = False,
+    ) -> bool:
+        """Remove a failed clone from pending and let its hash expire in ``ttl`` seconds."""
+        return bool(self._run(
+            "CLONE_FAILED",
+            [_clone_counter(ondemand), schema.vm(vm), schema.pending(pool)],
+            [vm, error, error_class, ttl, "1" if release_slot else "0"],
+        ))
+
+    def ondemand_owners(self, vms: Iterable[str]) -> dict[str, tuple[str, str]]:
+        """``vm -> (request_id, alias)`` for those of ``vms`` cloned for a request."""
+        names = list(vms)
+        if not names:
+            return {}
+        pipe = self.client.pipeline(transaction=False)
+        for name in names:
+            pipe.hmget(schema.vm(name), "request_id", "pool_alias")
+        owners = {}
+        for name, (request_id, alias) in zip(names, pipe.execute(), strict=True):
+            if request_id:
+                owners[name] = (request_id, alias or "")
+        return owners
+
+    def release_clone_slot(self) -> int:
+        """Give back one clone slot (never below zero)."""
+        return int(self._run("RELEASE_SLOT", [schema.tasks_clone()], []))
+
+    def mark_ready(self, pool: str, vm: str, *, now: str, boot_seconds: float, date: str) -> int:
+        """pending → ready, with the boot statistics: 1. 0 if the VM was not pending; -1
+        (nothing written) if it was cloned for an on-demand request."""
+        return int(self._run(
+            "MARK_READY",
+            [schema.pending(pool), schema.ready(pool), schema.vm(vm),
+             schema.boot_stats(date), schema.lastboot()],
+            [vm, pool, now, f"{boot_seconds:.2f}"],
+        ))
+
+    def retire(
+        self, pool: str, vm: str, source: str, *, field: str = "", value: str = ""
+    ) -> bool:
+        """``source`` queue → completed (optionally setting one hash field). False if absent."""
+        keys = {
+            "pending": schema.pending(pool), "ready": schema.ready(pool),
+            "running": schema.running(pool), "discovered": schema.discovered(pool),
+        }
+        return bool(self._run(
+            "RETIRE", [keys[source], schema.completed(pool), schema.vm(vm)], [vm, field, value]
+        ))
+
+    def begin_destroy(self, pool: str, vm: str, *, now: str, ttl: int) -> bool:
+        """Mark a completed VM as being destroyed; its hash expires in ``ttl`` seconds."""
+        return bool(self._run(
+            "BEGIN_DESTROY",
+            [schema.completed(pool), schema.active(pool), schema.vm(vm)], [vm, now, ttl],
+        ))
+
+    def forget(self, pool: str, vm: str, *, delete_hash: bool) -> bool:
+        """Remove a destroyed (or vanished) VM from completed."""
+        return bool(self._run(
+            "FORGET",
+            [schema.completed(pool), schema.active(pool), schema.vm(vm)],
+            [vm, "1" if delete_hash else "0"],
+        ))
+
+    def _queue_keys(self, pool: str) -> list[str]:
+        return [
+            schema.pending(pool), schema.ready(pool), schema.running(pool),
+            schema.completed(pool), schema.discovered(pool),
+        ]
+
+    def discover(self, pool: str, inventory: Iterable[str]) -> list[str]:
+        """Put every inventory VM that is in no queue into discovered; return those added."""
+        names = list(inventory)
+        if not names:
+            return []
+        return list(self._run("DISCOVER", self._queue_keys(pool), names))
+
+    def resolve_discovered(self, pool: str, vm: str) -> int:
+        """1: discovered → completed; 2: it was claimed by another queue; 0: not discovered."""
+        return int(self._run("RESOLVE_DISCOVERED", self._queue_keys(pool), [vm]))
+
+    def drain(self, pool: str, *, include_ready: bool = True) -> int:
+        """Every pending (and ready) VM → completed, atomically. Returns how many moved."""
+        return int(self._run(
+            "DRAIN",
+            [schema.ready(pool), schema.pending(pool), schema.completed(pool)],
+            ["1" if include_ready else "0", schema.vm("")],
+        ))
+
+    # -- small writes -----------------------------------------------------------------------
+    def set_vm_fields(self, vm: str, fields: Mapping[str, str]) -> None:
+        """HSET fields of a VM hash."""
+        self.client.hset(schema.vm(vm), mapping=dict(fields))
+
+    def set_check_times(self, stamps: Mapping[str, str]) -> None:
+        """HSET ``check`` on several VM hashes, pipelined."""
+        if not stamps:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for name, value in stamps.items():
+            pipe.hset(schema.vm(name), "check", value)
+        pipe.execute()
+
+    def leave_migrating(self, pool: str, vm: str) -> bool:
+        """SREM the VM from the pool's migrating set."""
+        return bool(self.client.srem(schema.migrating(pool), vm))
+
+    def set_empty_flag(self, pool: str, empty: bool) -> None:
+        """Set or clear ``vmpooler__empty__<pool>``."""
+        if empty:
+            self.client.set(schema.empty(pool), "true")
+        else:
+            self.client.delete(schema.empty(pool))
+
+    def ack_reset(self, pool: str) -> bool:
+        """Take the pool out of the reset set; True if it was there (the reset is ours)."""
+        return bool(self.client.srem(schema.poolreset(), pool))
+
+    def ack_undo(self, pool: str, *, size: bool = False, template: bool = False) -> None:
+        """Acknowledge undo-override markers."""
+        if size:
+            self.client.srem(schema.undo_size_override(), pool)
+        if template:
+            self.client.srem(schema.undo_template_override(), pool)
+
+    def set_prepared_template(self, pool: str, template: str) -> None:
+        """Record the template last prepared for the pool."""
+        self.client.hset(schema.template_prepared(), pool, template)
+
+    def has_delta_disks(self, template: str) -> bool:
+        """Whether delta disks were created for ``template``."""
+        return bool(self.client.sismember(schema.template_deltas(), template))
+
+    def add_delta_disks(self, template: str) -> None:
+        """Record that ``template`` has delta disks."""
+        self.client.sadd(schema.template_deltas(), template)
+
+    def pop_task(self, kind: str) -> str | None:
+        """SPOP one ``disk``, ``snapshot`` or ``snapshot-revert`` task."""
+        return self.client.spop(_task_key(kind))
+
+    def push_task(self, kind: str, task: str) -> None:
+        """Queue a task again (SADD), e.g. one that met another call on its VM."""
+        self.client.sadd(_task_key(kind), task)
+
+    def vm_field(self, vm: str, field: str) -> str | None:
+        """HGET one field of a VM hash."""
+        return self.client.hget(schema.vm(vm), field)
+
+    def append_disk(self, vm: str, size_gb: int) -> None:
+        """Append ``+<n>gb`` to the VM's ``disk`` field."""
+        current = self.client.hget(schema.vm(vm), "disk")
+        entry = f"+{size_gb}gb"
+        self.client.hset(schema.vm(vm), "disk", f"{current}:{entry}" if current else entry)
+
+    def dlq_add(self, queue: str, member: str, score: float, *, ttl: int, max_entries: int) -> None:
+        """Add a dead-letter entry, trim to ``max_entries`` oldest-first, refresh the TTL."""
+        key = schema.dlq(queue)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.zadd(key, {member: score})
+        pipe.zremrangebyrank(key, 0, -(max_entries + 1))
+        pipe.expire(key, ttl)
+        pipe.execute()
+
+    def queue_sizes(self, pool: str) -> dict[str, int]:
+        """SCARD of each queue of the pool."""
+        pipe = self.client.pipeline(transaction=False)
+        names = ("pending", "ready", "running", "completed", "discovered", "migrating")
+        for name in names:
+            pipe.scard(getattr(schema, name)(pool))
+        return dict(zip(names, pipe.execute(), strict=True))
+
+    def counts(self, pool: str, queues: tuple[str, ...]) -> dict[str, int]:
+        """SCARD of the named queues of the pool, pipelined."""
+        pipe = self.client.pipeline(transaction=False)
+        for name in queues:
+            pipe.scard(getattr(schema, name)(pool))
+        return dict(zip(queues, pipe.execute(), strict=True))
+
+    def members(self, pool: str, queue: str) -> set[str]:
+        """SMEMBERS of one queue of the pool."""
+        return set(self.client.smembers(getattr(schema, queue)(pool)))
+
+
+def _clone_counter(ondemand: bool) -> str:
+    return schema.tasks_ondemandclone() if ondemand else schema.tasks_clone()
+
+
+def _task_key(kind: str) -> str:
+    return {
+        "disk": schema.tasks_disk(), "snapshot": schema.tasks_snapshot(),
+        "snapshot-revert": schema.tasks_snapshot_revert(),
+    }[kind]
