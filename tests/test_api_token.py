@@ -10,7 +10,8 @@ import redis
 
 from tests.api_harness import TOKEN, USER, Api, api, api_config, api_pool
 from vmpooler.actors.storage import schema
-from vmpooler.web.resources.token import BATCH, new_token
+from vmpooler.actors.storage.token_store import BATCH
+from vmpooler.web.resources.token import new_token
 
 PREFIX = "/api/v3"
 REALM = 'Basic realm="Authentication required"'

@@ -152,6 +152,10 @@ class RequestStore:
             [request_id, created, format_requested(entries), token or "", user or ""],
         ))
 
+    def owner_token(self, request_id: str) -> str | None:
+        """The token the request was created with (``token:token``), or None."""
+        return self.client.hget(schema.odrequest(request_id), "token:token")
+
     def read(self, request_id: str) -> RequestRecord | None:
         """The request and its delivered VMs (two round trips), or None if unknown."""
         fields = self.client.hgetall(schema.odrequest(request_id))

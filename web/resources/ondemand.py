@@ -33,8 +33,8 @@ from typing import Any
 
 import falcon
 
-from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.request_store import DeleteOutcome, RequestRecord, RequestStore
+from vmpooler.actors.storage.token_store import TokenStore
 from vmpooler.web import checkout, ondemand
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import ApiError, json_body
@@ -63,7 +63,7 @@ def _create(ctx: ApiContext, store: RequestStore, token: str | None,
     """Check the order, draw the pools and record the request (with ``token`` and its user);
     the 201 body."""
     counts, chosen = ondemand.check_order(ctx, payload, request_id=request_id)
-    user = ctx.redis.hget(schema.token(token), "user") if token else None
+    user = TokenStore(ctx.redis).user_of(token) if token else None
     entries = ondemand.plan(ctx, counts)
     if not store.create(chosen, entries, created=int(ctx.clock.now()), token=token, user=user):
         ctx.metrics.increment("ondemandrequest_generate.duplicaterequests")
@@ -144,7 +144,7 @@ class OnDemandItem:
         ctx = self.ctx
         _authorised(req, ctx)
         if ownership_enforced(ctx):
-            owner = ctx.redis.hget(schema.odrequest(requestid), "token:token")
+            owner = self.store.owner_token(requestid)
             if owner and presented_token(req) != owner:
                 raise ApiError(403, {"ok": False,
                                      "message": "This request was created with another token"})

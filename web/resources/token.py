@@ -15,7 +15,8 @@ Documented differences from vmpooler 3.9.1:
   answers 401, which clients misread as bad credentials (its own spec asks "should this
   be 404?"). Without valid credentials it is still 401, checked first.
 * The ``vms.running`` lookup walks the configured pools' running sets with ``SSCAN`` and
-  one pipelined ``HGET`` per batch of :data:`BATCH` VMs, instead of one round trip per VM.
+  one pipelined ``HGET`` per batch of VMs (:mod:`vmpooler.actors.storage.token_store`),
+  instead of one round trip per VM.
 * New tokens come from :mod:`secrets` (a CSPRNG), never from ``ctx.rng``; creation uses
   ``HSETNX`` so an (astronomically unlikely) collision can never hand out a live token.
 """
@@ -26,21 +27,19 @@ import hmac
 import re
 import secrets
 import string
-from collections.abc import Iterator
 from typing import Any
 
 import falcon
 
-from vmpooler.actors.storage import schema, timefmt
+from vmpooler.actors.storage import timefmt
+from vmpooler.actors.storage.token_store import TokenStore
 from vmpooler.web.auth import authenticate
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import ApiError, json_body
 
-__all__ = ["BATCH", "TOKEN_LENGTH", "new_token", "register"]
+__all__ = ["TOKEN_LENGTH", "new_token", "register"]
 
 TOKEN_LENGTH = 32
-BATCH = 500
-"""Keys or VMs handled per SCAN step and per pipeline."""
 
 _FIRST = string.ascii_lowercase[:25]  # a-y, as vmpooler
 _REST = string.ascii_lowercase + string.digits
@@ -68,93 +67,62 @@ def _require_auth(ctx: ApiContext) -> None:
 class TokenCollection:
     """``GET /token`` (my tokens) and ``POST /token`` (a new token for me)."""
 
-    def __init__(self, ctx: ApiContext) -> None:
+    def __init__(self, ctx: ApiContext, store: TokenStore) -> None:
         self.ctx = ctx
+        self.store = store
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         """200 ``{"ok": true, <token>: {created, last}}`` for the caller's tokens, else 404."""
         _require_auth(self.ctx)
         user = authenticate(req, self.ctx)
         found = {token: {"created": created, "last": last if last is not None else "never"}
-                 for token, created, last in self._tokens_of(user)}  # SCAN may repeat keys
+                 for token, created, last in self.store.tokens_of(user)}  # SCAN may repeat
         result: dict[str, Any] = {"ok": bool(found)}
         result.update(sorted(found.items()))
         json_body(resp, 200 if result["ok"] else 404, result)
-
-    def _tokens_of(self, user: str) -> Iterator[tuple[str, str | None, str | None]]:
-        prefix = schema.token("")
-        cursor: int | str = 0
-        while True:
-            cursor, keys = self.ctx.redis.scan(cursor, match=schema.token("*"), count=BATCH)
-            if keys:
-                pipe = self.ctx.redis.pipeline(transaction=False)
-                for key in keys:
-                    pipe.hmget(key, "user", "created", "last")
-                for key, (owner, created, last) in zip(keys, pipe.execute(), strict=True):
-                    if owner == user and key.startswith(prefix):
-                        yield key[len(prefix):], created, last
-            if int(cursor) == 0:
-                return
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         """200 ``{"ok": true, "token": <new token>}`` owned by the caller."""
         _require_auth(self.ctx)
         user = authenticate(req, self.ctx)
-        while True:
-            token = new_token()
-            key = schema.token(token)
-            if self.ctx.redis.hsetnx(key, "user", user):
-                break
-        self.ctx.redis.hset(key, "created", timefmt.format_epoch(self.ctx.clock.now()))
+        token = self.store.create(user, created=timefmt.format_epoch(self.ctx.clock.now()),
+                                  new_token=new_token)
         json_body(resp, 200, {"ok": True, "token": token})
 
 
 class TokenItem:
     """``GET /token/{token}`` (details, no auth) and ``DELETE /token/{token}``."""
 
-    def __init__(self, ctx: ApiContext) -> None:
+    def __init__(self, ctx: ApiContext, store: TokenStore) -> None:
         self.ctx = ctx
+        self.store = store
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, token: str) -> None:
         """200 ``{"ok": true, <token>: {<fields>, "vms"?: {"running": [...]}}}``, else 404."""
         _require_auth(self.ctx)
         if not _WELL_FORMED.fullmatch(token):
             raise ApiError(404)
-        details: dict[str, Any] = dict(self.ctx.redis.hgetall(schema.token(token)))
+        details: dict[str, Any] = self.store.details(token)
         if not details:
             raise ApiError(404)
-        running = list(dict.fromkeys(self._running_vms(token)))  # SSCAN may repeat members
+        pools = [pool.name for pool in self.ctx.config.pools]
+        running = list(dict.fromkeys(  # SSCAN may repeat members
+            self.store.running_vms(token, pools, _same_token)))
         if running:
             details["vms"] = {"running": running}
         json_body(resp, 200, {"ok": True, token: details})
-
-    def _running_vms(self, token: str) -> Iterator[str]:
-        """VMs in any configured pool's running set checked out with ``token``."""
-        redis = self.ctx.redis
-        for pool in self.ctx.config.pools:
-            cursor: int | str = 0
-            while True:
-                cursor, vms = redis.sscan(schema.running(pool.name), cursor, count=BATCH)
-                if vms:
-                    pipe = redis.pipeline(transaction=False)
-                    for vm in vms:
-                        pipe.hget(schema.vm(vm), "token:token")
-                    for vm, owner in zip(vms, pipe.execute(), strict=True):
-                        if _same_token(owner, token):
-                            yield vm
-                if int(cursor) == 0:
-                    break
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, token: str) -> None:
         """200 ``{"ok": true}`` once deleted; 401 without credentials; 404 if missing."""
         _require_auth(self.ctx)
         authenticate(req, self.ctx)
-        if not _WELL_FORMED.fullmatch(token) or not self.ctx.redis.delete(schema.token(token)):
+        if not _WELL_FORMED.fullmatch(token) or not self.store.delete(token):
             raise ApiError(404)
         json_body(resp, 200, {"ok": True})
 
 
 def register(app: falcon.App, ctx: ApiContext, prefix: str) -> None:
     """Add ``/token`` and ``/token/{token}`` under ``prefix``."""
-    app.add_route(f"{prefix}/token", TokenCollection(ctx))
-    app.add_route(f"{prefix}/token/{{token}}", TokenItem(ctx))
+    store = TokenStore(ctx.redis)
+    app.add_route(f"{prefix}/token", TokenCollection(ctx, store))
+    app.add_route(f"{prefix}/token/{{token}}", TokenItem(ctx, store))
