@@ -17,8 +17,9 @@ import pykka
 import redis
 
 from vmpooler.actors.messages import SendHeartbeat
-from vmpooler.actors.runtime.clock import Clock, Scheduler, Timer
+from vmpooler.actors.runtime.clock import Clock, Scheduler
 from vmpooler.actors.runtime.supervisor import SupervisedActor
+from vmpooler.actors.service.periodic import OutageLog, Ticks
 from vmpooler.actors.storage.heartbeat_store import HeartbeatStore
 
 __all__ = ["Heartbeat"]
@@ -47,15 +48,15 @@ class Heartbeat(SupervisedActor):
         self.prune_after = prune_after
         self.clock = clock
         self.scheduler = scheduler
-        self.timer: Timer | None = None
-        self.failing = False
+        self.ticks = Ticks(scheduler, self.actor_ref)
+        self.outage = OutageLog(log, "heartbeat", failed="not written", recovered="written again",
+                                interval=interval)
 
     def setup(self) -> None:
         self.actor_ref.tell(SendHeartbeat())
 
     def on_stop(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
+        self.ticks.cancel_all()
         try:
             self.store.remove(self.manager)
         except redis.RedisError as exc:
@@ -65,10 +66,7 @@ class Heartbeat(SupervisedActor):
 
     def handle(self, message: Any) -> Any:
         if isinstance(message, SendHeartbeat):
-            if self.timer is not None:
-                self.timer.cancel()
-            self.timer = self.scheduler.tell_later(self.interval, self.actor_ref,
-                                                   SendHeartbeat())
+            self.ticks.arm(self.interval, SendHeartbeat())
             self._beat()
         return None
 
@@ -77,14 +75,9 @@ class Heartbeat(SupervisedActor):
             pruned = self.store.beat(self.manager, self.clock.now(),
                                      prune_after=self.prune_after)
         except redis.RedisError as exc:
-            if not self.failing:
-                log.error("[!] [heartbeat] not written: redis unavailable: %s; trying again "
-                          "every %gs", exc, self.interval)
-            self.failing = True
+            self.outage.failed(exc)
             return
-        if self.failing:
-            log.info("[*] [heartbeat] written again")
-        self.failing = False
+        self.outage.succeeded()
         if pruned:
             log.info("[*] [heartbeat] pruned %d manager heartbeat(s) older than %gs", pruned,
                      self.prune_after)

@@ -17,8 +17,9 @@ import pykka
 import redis
 
 from vmpooler.actors.messages import RecordHistory
-from vmpooler.actors.runtime.clock import Clock, Scheduler, Timer
+from vmpooler.actors.runtime.clock import Clock, Scheduler
 from vmpooler.actors.runtime.supervisor import SupervisedActor
+from vmpooler.actors.service.periodic import OutageLog, Ticks
 from vmpooler.actors.storage.history_store import HistoryStore
 
 __all__ = ["DEFAULT_INTERVAL", "HistoryRecorder", "next_delay"]
@@ -55,23 +56,20 @@ class HistoryRecorder(SupervisedActor):
         self.interval = max(1.0, float(interval))
         self.clock = clock
         self.scheduler = scheduler
-        self.timer: Timer | None = None
-        self.failing = False
+        self.ticks = Ticks(scheduler, self.actor_ref)
+        self.outage = OutageLog(log, "history", failed="not recorded",
+                                recovered="recorded again", interval=self.interval)
 
     def setup(self) -> None:
         self.actor_ref.tell(RecordHistory())
 
     def on_stop(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
+        self.ticks.cancel_all()
 
     def handle(self, message: Any) -> Any:
         if isinstance(message, RecordHistory):
-            if self.timer is not None:
-                self.timer.cancel()
             now = self.clock.now()
-            self.timer = self.scheduler.tell_later(next_delay(now, self.interval),
-                                                   self.actor_ref, RecordHistory())
+            self.ticks.arm(next_delay(now, self.interval), RecordHistory())
             self._record(now)
         return None
 
@@ -79,11 +77,6 @@ class HistoryRecorder(SupervisedActor):
         try:
             self.store.record(self.pools, now, self.interval)
         except redis.RedisError as exc:
-            if not self.failing:
-                log.error("[!] [history] not recorded: redis unavailable: %s; trying again "
-                          "every %gs", exc, self.interval)
-            self.failing = True
+            self.outage.failed(exc)
             return
-        if self.failing:
-            log.info("[*] [history] recorded again")
-        self.failing = False
+        self.outage.succeeded()

@@ -37,7 +37,7 @@ from vmpooler.actors.messages import (
     RunPurge,
 )
 from vmpooler.actors.metrics.backends import Metrics
-from vmpooler.actors.runtime.clock import Clock, Scheduler, Timer
+from vmpooler.actors.runtime.clock import Clock, Scheduler
 from vmpooler.actors.runtime.supervisor import ActorDirectory, SupervisedActor
 from vmpooler.actors.service.health import (
     emit_gauges,
@@ -46,6 +46,7 @@ from vmpooler.actors.service.health import (
     metrics_json,
     summary,
 )
+from vmpooler.actors.service.periodic import Ticks
 from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.upkeep_store import UpkeepStore
 
@@ -79,12 +80,12 @@ class Housekeeper(SupervisedActor):
         self.directory = directory
         self.clock = clock
         self.scheduler = scheduler
+        self.ticks = Ticks(scheduler, self.actor_ref)
         self.metrics = metrics
         self.round = 0
         self.outstanding: set[str] = set()
         self.purged = 0
         self.round_started = 0.0
-        self.timers: dict[type, Timer] = {}
 
     def setup(self) -> None:
         if self.settings.purge_enabled:
@@ -93,28 +94,20 @@ class Housekeeper(SupervisedActor):
             self.actor_ref.tell(RunHealthCheck())
 
     def on_stop(self) -> None:
-        for timer in self.timers.values():
-            timer.cancel()
+        self.ticks.cancel_all()
 
     def handle(self, message: Any) -> Any:
         if isinstance(message, RunPurge):
-            self._later(self.settings.purge_interval, RunPurge())
+            self.ticks.arm(self.settings.purge_interval, RunPurge())
             self._guard("purge", self._start_purge)
         elif isinstance(message, PoolPurged):
             self._pool_purged(message)
         elif isinstance(message, RunHealthCheck):
-            self._later(self.settings.health_check_interval, RunHealthCheck())
+            self.ticks.arm(self.settings.health_check_interval, RunHealthCheck())
             self._guard("health", self._health_check)
         elif isinstance(message, ProviderCallFinished):
             self._provider_answered(message)
         return None
-
-    def _later(self, delay: float, message: Any) -> None:
-        """Arm the next tick of this kind (replacing one armed earlier, e.g. by setup)."""
-        old = self.timers.pop(type(message), None)
-        if old is not None:
-            old.cancel()
-        self.timers[type(message)] = self.scheduler.tell_later(delay, self.actor_ref, message)
 
     @staticmethod
     def _guard(what: str, fn: Any) -> None:
