@@ -30,7 +30,8 @@ import redis
 
 from vmpooler.actors.config import Config, PoolConfig
 from vmpooler.actors.messages import PoolChanged, RequestChanged, StartDrain, StopSupervising
-from vmpooler.actors.metrics.backends import Metrics, create_metrics
+from vmpooler.actors.metrics.backends import Metrics
+from vmpooler.actors.metrics.factory import create_metrics
 from vmpooler.actors.ondemand.manager import OnDemandManager
 from vmpooler.actors.ondemand.request import RequestActor
 from vmpooler.actors.pool.actor import PoolActor

@@ -125,7 +125,8 @@ def checkout_samples(metrics: Any) -> None:
 def sample_cost(backends: list[str], runs: int = 7, calls: int = 20_000) -> dict[str, float]:
     """Microseconds of this process's CPU per checkout's samples, by backend (``off``: the
     no-op backend); the sinks run in another process so that their CPU is not counted."""
-    from vmpooler.actors.metrics.backends import NullMetrics, create_metrics
+    from vmpooler.actors.metrics.backends import NullMetrics
+    from vmpooler.actors.metrics.factory import create_metrics
 
     sink = subprocess.Popen([sys.executable, "-c", SINK], stdout=subprocess.PIPE, text=True)
     try:

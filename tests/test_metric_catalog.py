@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from tests.harness import wait_until
 from tests.metric_sinks import GraphiteSink
-from vmpooler.actors.metrics.backends import GraphiteMetrics
 from vmpooler.actors.metrics.catalog import CATALOG, find, plain_unit
+from vmpooler.actors.metrics.push import GraphiteMetrics
 
 
 def test_graphite_writes_each_timing_in_vmpoolers_unit() -> None:

@@ -8,16 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from vmpooler.actors.metrics.backends import (
-    DatadogMetrics,
-    GraphiteMetrics,
-    Metrics,
-    NullMetrics,
-    RecordingMetrics,
-    StatsdMetrics,
-    create_metrics,
-    dotted_name,
-)
+from vmpooler.actors.metrics.backends import Metrics, NullMetrics, RecordingMetrics, dotted_name
+from vmpooler.actors.metrics.factory import create_metrics
+from vmpooler.actors.metrics.push import DatadogMetrics, GraphiteMetrics, StatsdMetrics
 
 WAIT = 5.0
 DD_ENV = ("DD_ENV", "DD_SERVICE", "DD_VERSION", "DD_ENTITY_ID", "DATADOG_TAGS", "DD_EXTERNAL_ENV")

@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.api_harness import api_config, api_pool
 from vmpooler.actors.config import MetricsSettings, load_config
 from vmpooler.actors.config.model import PrometheusSettings
-from vmpooler.actors.metrics.backends import create_metrics
+from vmpooler.actors.metrics.factory import create_metrics
 from vmpooler.actors.metrics.prometheus import PrometheusMetrics
 from vmpooler.actors.metrics.prometheus_families import resolve
 from vmpooler.actors.runtime.clock import FakeClock

@@ -26,7 +26,8 @@ import redis
 from gunicorn.app.base import BaseApplication
 
 from vmpooler.actors.config import Config
-from vmpooler.actors.metrics.backends import Metrics, create_metrics
+from vmpooler.actors.metrics.backends import Metrics
+from vmpooler.actors.metrics.factory import create_metrics
 from vmpooler.actors.metrics.prometheus import mark_process_dead, multiprocess_dir
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 from vmpooler.actors.storage.store import connect
