@@ -47,11 +47,12 @@ from vmpooler.actors.service.command_stream import consumer_factory
 from vmpooler.actors.service.heartbeat import Heartbeat
 from vmpooler.actors.service.history import DEFAULT_INTERVAL, HistoryRecorder
 from vmpooler.actors.service.housekeeping import Housekeeper
+from vmpooler.actors.storage.connection import connect
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, manager_id, prune_age
 from vmpooler.actors.storage.history_store import HistoryStore
 from vmpooler.actors.storage.request_store import DeleteOutcome, Entry, RequestRecord, RequestStore
-from vmpooler.actors.storage.store import Store, connect
+from vmpooler.actors.storage.store import Store
 from vmpooler.actors.storage.upkeep_store import UpkeepStore
 from vmpooler.providers.base import Provider, ProviderContext
 from vmpooler.providers.dns import DnsPlugin

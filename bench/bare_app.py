@@ -12,7 +12,7 @@ Two endpoints, nothing else (no middleware, error handlers, sink, metrics or com
 gunicorn runs with the settings :meth:`vmpooler.web.server.ApiServer.load_config` uses for
 ``vmpooler api`` (gthread workers, ``--workers``, ``--threads``, timeouts, no access log),
 and each worker builds its Redis client after the fork with
-:func:`vmpooler.actors.storage.store.connect` and the default ``:redis:`` pool settings, as
+:func:`vmpooler.actors.storage.connection.connect` and the default ``:redis:`` pool settings, as
 ``ApiServer.load`` does. ``bench/api.py`` starts this as a subprocess next to ``vmpooler api``.
 """
 
@@ -26,7 +26,7 @@ import falcon
 from gunicorn.app.base import BaseApplication
 
 from vmpooler.actors.config import RedisSettings
-from vmpooler.actors.storage.store import connect
+from vmpooler.actors.storage.connection import connect
 
 BODY = {"ok": True, "bench-000": {"hostname": "abcdefghijklmno.example.test"}}
 KEY = "bench__bare__key"

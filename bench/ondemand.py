@@ -75,8 +75,8 @@ from vmpooler.actors.config import (
     RedisSettings,
 )
 from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.connection import connect
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
-from vmpooler.actors.storage.store import connect
 from vmpooler.actors.system import PoolerSystem
 from vmpooler.providers.base import ProviderContext
 from vmpooler.providers.dummy import DummyProvider

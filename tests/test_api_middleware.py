@@ -24,8 +24,8 @@ from tests.api_harness import TOKEN, Api, api, api_config, api_pool
 from vmpooler.actors.config import Config
 from vmpooler.actors.metrics.backends import RecordingMetrics
 from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.connection import connect
 from vmpooler.actors.storage.ratelimit_store import RateLimitDecision, RateLimitStore
-from vmpooler.actors.storage.store import connect
 from vmpooler.web.app import create_app
 from vmpooler.web.context import ApiContext
 from vmpooler.web.middleware import client_id, limit_class

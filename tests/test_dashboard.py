@@ -19,7 +19,7 @@ from tests.test_api_middleware import REQUESTS, with_limits
 from tests.test_api_status import CountingRedis
 from vmpooler.actors.config import GlobalSettings, PoolConfig
 from vmpooler.actors.storage import schema
-from vmpooler.actors.storage.store import connect
+from vmpooler.actors.storage.connection import connect
 from vmpooler.web.resources.dashboard import ASSETS, major, site_title
 
 POOL = "/dashboard/stats/vmpooler/pool"

@@ -12,8 +12,8 @@ import redis
 
 from tests.harness import make_config, pool
 from vmpooler.actors.config import RedisSettings
+from vmpooler.actors.storage.connection import connect
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
-from vmpooler.actors.storage.store import connect
 from vmpooler.actors.system import PoolerSystem
 
 

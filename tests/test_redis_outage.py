@@ -27,8 +27,8 @@ from tests.harness import (
     wait_until,
 )
 from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.connection import connect
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, find_redis_server
-from vmpooler.actors.storage.store import connect
 from vmpooler.providers.dummy import DummyProvider
 
 SIZE = 3

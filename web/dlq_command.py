@@ -33,8 +33,8 @@ from typing import Any
 import redis
 
 from vmpooler.actors.config import Config
+from vmpooler.actors.storage.connection import connect
 from vmpooler.actors.storage.dlq import QUEUES, DeadLetter
-from vmpooler.actors.storage.store import connect
 from vmpooler.actors.storage.upkeep_store import ReplayOutcome, UpkeepStore
 
 __all__ = ["add_parser", "run"]

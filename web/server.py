@@ -29,8 +29,8 @@ from vmpooler.actors.config import Config
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.metrics.factory import create_metrics
 from vmpooler.actors.metrics.prometheus import mark_process_dead, multiprocess_dir
+from vmpooler.actors.storage.connection import connect
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
-from vmpooler.actors.storage.store import connect
 from vmpooler.actors.system import PoolerSystem
 from vmpooler.web.app import create_app
 from vmpooler.web.commands import DirectCommands, StreamCommands
