@@ -31,7 +31,7 @@ class _NotFound:
 def create_app(ctx: ApiContext) -> falcon.App:
     """A WSGI application serving vmpooler's API v3 over ``ctx``."""
     app = falcon.App(media_type="application/json",
-                     middleware=[*prometheus.middleware(ctx), *build_middleware(ctx)])
+                     middleware=build_middleware(ctx, prometheus.observers(ctx)))
     app.req_options.strip_url_path_trailing_slash = True
     app.req_options.auto_parse_form_urlencoded = False
     install_error_handlers(app)

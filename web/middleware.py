@@ -4,7 +4,9 @@
 calls ``process_request`` in list order and ``process_response`` in reverse, and runs every
 ``process_response`` even when a ``process_request`` raised):
 
-1. :class:`RequestTimer`, always: ``http_request`` timing per response;
+1. :class:`RequestTimer`, always: one start stamp per request, and per response the
+   ``http_request`` timing and every other observer of the duration (the Prometheus HTTP
+   families, :mod:`vmpooler.web.prometheus`);
 2. :class:`RequestLogger` if ``request_logger`` is set (reference §1.7);
 3. :class:`RateLimiter` if ``rate_limiting_enabled`` is set (reference §1.6).
 
@@ -29,7 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import falcon
@@ -44,6 +46,7 @@ __all__ = [
     "EXEMPT_PATHS",
     "RateLimiter",
     "RequestLogger",
+    "RequestObserver",
     "RequestTimer",
     "build_middleware",
     "client_id",
@@ -61,6 +64,9 @@ EXEMPT_PATHS: frozenset[str] = frozenset({"/healthcheck", "/api/v3/openapi.json"
 UNLOGGED_PATHS: frozenset[str] = frozenset({"/healthcheck", "/api/v3/readiness"})
 
 _START = "vmpooler_request_started"
+
+RequestObserver = Callable[[falcon.Request, falcon.Response, float], None]
+"""Called with each finished request, its response and its duration in seconds."""
 
 
 def limit_class(method: str, path: str, token_header: str | None) -> str:
@@ -91,13 +97,16 @@ def client_id(req: falcon.Request, *, trust_forwarded: bool = False) -> str:
 
 
 class RequestTimer:
-    """Records ``metrics.timing("http_request", seconds, tags={"method", "status"})`` for
-    every response, through ``ctx.metrics``. Never fails a request."""
+    """Times every request once and hands the duration to each observer: first
+    ``metrics.timing("http_request", seconds, tags={"method", "status"})`` through
+    ``ctx.metrics``, then ``observers`` in order. An observer that raises is logged at debug
+    level and skipped: timing never fails a request."""
 
-    def __init__(self, ctx: ApiContext,
+    def __init__(self, ctx: ApiContext, observers: Sequence[RequestObserver] = (),
                  timer: Callable[[], float] = time.perf_counter) -> None:
         self._ctx = ctx
         self._timer = timer
+        self._observers: tuple[RequestObserver, ...] = (self._timing, *observers)
 
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
         """Note when the request started."""
@@ -105,16 +114,20 @@ class RequestTimer:
 
     def process_response(self, req: falcon.Request, resp: falcon.Response,
                          resource: object, req_succeeded: bool) -> None:
-        """Emit the timing (skipped if the request never reached ``process_request``)."""
+        """Tell the observers (skipped if the request never reached ``process_request``)."""
         started = getattr(req.context, _START, None)
         if started is None:
             return
-        try:
-            self._ctx.metrics.timing("http_request", max(0.0, self._timer() - started),
-                                     tags={"method": req.method,
-                                           "status": str(resp.status_code)})
-        except Exception:  # a metrics backend must never break a response
-            log.debug("[!] [api] http_request timing failed", exc_info=True)
+        seconds = max(0.0, self._timer() - started)
+        for observe in self._observers:
+            try:
+                observe(req, resp, seconds)
+            except Exception:  # a metrics backend must never break a response
+                log.debug("[!] [api] request timing observer failed", exc_info=True)
+
+    def _timing(self, req: falcon.Request, resp: falcon.Response, seconds: float) -> None:
+        self._ctx.metrics.timing("http_request", seconds,
+                                 tags={"method": req.method, "status": str(resp.status_code)})
 
 
 def _body_length(resp: falcon.Response) -> str:
@@ -211,10 +224,11 @@ def _rejection(limit: int, period: int, ttl: int) -> dict[str, Any]:
             "retry_after": ttl}
 
 
-def build_middleware(ctx: ApiContext) -> list[object]:
-    """The middleware stack for ``ctx``: the timer always, the logger and the limiter when
-    ``request_logger`` / ``rate_limiting_enabled`` are set."""
-    stack: list[object] = [RequestTimer(ctx)]
+def build_middleware(ctx: ApiContext,
+                     observers: Sequence[RequestObserver] = ()) -> list[object]:
+    """The middleware stack for ``ctx``: the timer (with ``observers``) always, the logger
+    and the limiter when ``request_logger`` / ``rate_limiting_enabled`` are set."""
+    stack: list[object] = [RequestTimer(ctx, observers)]
     if ctx.config.settings.request_logger:
         stack.append(RequestLogger())
     if ctx.config.settings.rate_limiting_enabled:

@@ -1,7 +1,8 @@
 """The API's Prometheus side: vmpooler's HTTP collector middleware and the scrape endpoint.
 
 Active only when the API's metrics backend is :class:`PrometheusMetrics` (``:prometheus:``);
-otherwise :func:`middleware` is empty and :func:`register` adds nothing.
+otherwise :func:`observers` is empty and :func:`register` adds nothing. The durations come
+from the API's one request timer (:class:`vmpooler.web.middleware.RequestTimer`).
 
 * ``<ns>_http_requests_total{code,method,path}`` and
   ``<ns>_http_request_duration_seconds{method,path}`` for every response, the method in
@@ -17,8 +18,6 @@ otherwise :func:`middleware` is empty and :func:`register` adds nothing.
 from __future__ import annotations
 
 import re
-import time
-from collections.abc import Callable
 from typing import Any
 
 import falcon
@@ -26,12 +25,12 @@ import falcon
 from vmpooler.actors.metrics.prometheus import PrometheusMetrics
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import _unexpected
+from vmpooler.web.middleware import RequestObserver
 
-__all__ = ["PrometheusCollector", "collapse_path", "middleware", "register"]
+__all__ = ["collapse_path", "observers", "register"]
 
 _COLLAPSE = [(re.compile(rf"/{part}/.+$"), f"/{part}")
              for part in ("vm", "ondemandvm", "token", "lib", "img")]
-_START = "vmpooler_prometheus_started"
 
 
 def collapse_path(path: str) -> str:
@@ -43,28 +42,6 @@ def collapse_path(path: str) -> str:
 
 def _backend(ctx: ApiContext) -> PrometheusMetrics | None:
     return ctx.metrics if isinstance(ctx.metrics, PrometheusMetrics) else None
-
-
-class PrometheusCollector:
-    """Falcon middleware recording the HTTP families; never fails a request."""
-
-    def __init__(self, metrics: PrometheusMetrics,
-                 timer: Callable[[], float] = time.perf_counter) -> None:
-        self._metrics = metrics
-        self._timer = timer
-
-    def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
-        """Note when the request started."""
-        setattr(req.context, _START, self._timer())
-
-    def process_response(self, req: falcon.Request, resp: falcon.Response,
-                         resource: object, req_succeeded: bool) -> None:
-        """Count the response and observe its duration."""
-        started = getattr(req.context, _START, None)
-        if started is None:
-            return
-        self._metrics.observe_request(req.method.lower(), collapse_path(req.path),
-                                      resp.status_code, max(0.0, self._timer() - started))
 
 
 class _Exposition:
@@ -80,10 +57,18 @@ class _Exposition:
         resp.data = body
 
 
-def middleware(ctx: ApiContext) -> list[object]:
-    """The collector, to run outermost, when ``ctx.metrics`` is Prometheus; else nothing."""
+def observers(ctx: ApiContext) -> list[RequestObserver]:
+    """The HTTP families' observer of each finished request when ``ctx.metrics`` is
+    Prometheus (the method in lower case, the path collapsed); else nothing."""
     metrics = _backend(ctx)
-    return [PrometheusCollector(metrics)] if metrics is not None else []
+    if metrics is None:
+        return []
+
+    def observe(req: falcon.Request, resp: falcon.Response, seconds: float) -> None:
+        metrics.observe_request(req.method.lower(), collapse_path(req.path), resp.status_code,
+                                seconds)
+
+    return [observe]
 
 
 def register(app: falcon.App, ctx: ApiContext) -> None:
