@@ -82,3 +82,13 @@ class HeartbeatStore:
         """Every member, newest beat first."""
         rows = self.client.zrevrange(schema.manager_heartbeat(), 0, -1, withscores=True)
         return [Beat(str(member), float(score)) for member, score in rows]
+
+    def readiness(self) -> tuple[list[Beat], str | None, str | None]:
+        """In one round trip, with a ``PING`` first: every member (newest first) and the
+        ``status`` and ``last_check`` of the queue health hash (None when never written)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.ping()
+        pipe.zrevrange(schema.manager_heartbeat(), 0, -1, withscores=True)
+        pipe.hmget(schema.health(), "status", "last_check")
+        _, rows, (status, last_check) = pipe.execute()
+        return [Beat(str(member), float(score)) for member, score in rows], status, last_check

@@ -18,13 +18,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import falcon
 import redis
 
-from vmpooler.actors.storage import schema
-from vmpooler.actors.storage.dlq import QUEUES, parse_member
+from vmpooler.actors.storage.activity_store import ActivityStore
 from vmpooler.actors.storage.history_store import RETENTION, HistoryStore, Point, rates
 from vmpooler.web.errors import json_body
 
@@ -83,51 +81,25 @@ class History:
                               "pools": {pool: series(read[pool]) for pool in self._pools}})
 
 
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value or "")
-
-
 class Activity:
     """``GET /dashboard/stats/activity``."""
 
     def __init__(self, client: redis.Redis, ttl_minutes: int,
                  now: Callable[[], float]) -> None:
-        self._redis = client
+        self._store = ActivityStore(client)
         self._ttl = max(0, int(ttl_minutes)) * 60
         self._now = now
 
-    def _read(self) -> tuple[list[tuple[str, float]], list[tuple[str, list[Any]]]]:
-        pipe = self._redis.pipeline(transaction=False)
-        for key in (schema.provisioning_request(), schema.provisioning_processing()):
-            pipe.zrevrange(key, 0, _REQUESTS - 1, withscores=True)
-        for queue in QUEUES:
-            pipe.zrevrange(schema.dlq(queue), 0, _ERRORS - 1, withscores=True)
-        waiting, processing, *dead = pipe.execute()
-        ids = sorted({_text(m): s for m, s in [*waiting, *processing]}.items(),
-                     key=lambda item: -item[1])[:_REQUESTS]
-        return ids, list(zip(QUEUES, dead, strict=True))
-
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         now = self._now()
-        ids, dead = self._read()
-        pipe = self._redis.pipeline(transaction=False)
-        for request_id, _ in ids:
-            pipe.hmget(schema.odrequest(request_id), "status", "token:user", "requested")
-        fields = pipe.execute() if ids else []
-        requests = []
-        for (request_id, created), (status, user, requested) in zip(ids, fields, strict=True):
-            requests.append({
-                "id": request_id, "created": int(created), "age": max(0, int(now - created)),
-                "deadline": int(created) + self._ttl, "status": _text(status) or "pending",
-                "user": _text(user), "requested": _text(requested),
-            })
-        errors = []
-        for queue, members in dead:
-            for member, score in members:
-                entry = parse_member(queue, _text(member), score)
-                errors.append({"queue": queue, "vm": entry.vm, "pool": entry.pool,
-                               "error_class": entry.error_class,
-                               "error_message": entry.error_message, "at": entry.epoch})
+        in_flight, letters = self._store.read(_REQUESTS, _ERRORS)
+        requests = [{
+            "id": r.request_id, "created": int(r.created), "age": max(0, int(now - r.created)),
+            "deadline": int(r.created) + self._ttl, "status": r.status or "pending",
+            "user": r.user or "", "requested": r.requested or "",
+        } for r in in_flight]
+        errors = [{"queue": e.queue, "vm": e.vm, "pool": e.pool, "error_class": e.error_class,
+                   "error_message": e.error_message, "at": e.epoch} for e in letters]
         errors.sort(key=lambda e: -e["at"])
         json_body(resp, 200, {"now": int(now), "requests": requests,
                               "errors": errors[:_ERRORS]})

@@ -26,8 +26,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from vmpooler.actors.storage import schema
-from vmpooler.actors.storage.heartbeat_store import stale_age
+from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, stale_age
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import json_body
 
@@ -54,6 +53,7 @@ class Readiness:
         settings = ctx.config.settings
         self.ctx = ctx
         self.probe = probe or probe_client(ctx.redis)
+        self.store = HeartbeatStore(self.probe)
         self.max_age = stale_age(settings.manager_heartbeat_interval,
                                  settings.manager_heartbeat_max_age)
         self.health_check = settings.health_check_enabled
@@ -64,17 +64,13 @@ class Readiness:
 
     def check(self) -> dict[str, Any]:
         """The answer's body; ``body["ok"]`` says ready."""
-        pipe = self.probe.pipeline(transaction=False)
-        pipe.ping()
-        pipe.zrevrange(schema.manager_heartbeat(), 0, -1, withscores=True)
-        pipe.hmget(schema.health(), "status", "last_check")
         try:
-            _, beats, (status, last_check) = pipe.execute()
+            beats, status, last_check = self.store.readiness()
         except redis.RedisError as exc:
             error = f"redis unreachable: {exc}"
             return {"ok": False, "errors": [error], "redis": {"ok": False, "error": str(exc)}}
         now = self.ctx.clock.now()
-        members = [{"id": str(member), "age": _age(now, score)} for member, score in beats]
+        members = [{"id": beat.manager, "age": _age(now, beat.at)} for beat in beats]
         live = sum(1 for m in members if m["age"] <= self.max_age)
         errors: list[str] = []
         if not members:
