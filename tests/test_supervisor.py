@@ -13,11 +13,13 @@ from typing import Any
 
 import pykka
 import pytest
+import redis
 
 from tests.harness import make_config, pool, started, wait_until
 from vmpooler.actors.messages import RestartActor, StopSupervising
 from vmpooler.actors.metrics.backends import RecordingMetrics
 from vmpooler.actors.runtime.clock import FakeClock
+from vmpooler.actors.runtime.restart_policy import RestartHistory, RestartPolicy
 from vmpooler.actors.runtime.supervisor import ActorDirectory, SupervisedActor, Supervisor
 
 BACKOFF = 1.0
@@ -254,3 +256,70 @@ def test_the_system_stops_its_supervisor_last(redis_client: Any) -> None:
     assert seen == [("supervisor", False)]
     assert not supervisor.is_alive()
     assert all(c is None or not c.is_alive() for c in children)
+
+
+# -- the one restart policy ---------------------------------------------------------------------
+def test_policy_backs_off_and_gives_up_within_its_window() -> None:
+    policy = RestartPolicy(backoff=1.0, max_backoff=5.0, intensity=3, period=100.0)
+    history = RestartHistory()
+    assert [policy.on_crash(history, t, "RuntimeError") for t in (0, 1, 2)] == [1, 2, 4]
+    assert policy.on_crash(history, 3, "RuntimeError") is None  # the fourth within 100 s
+    assert len(history) == 3  # a give-up records nothing
+    # the window moves: the crashes at 0 and 1 are forgotten at 101.5
+    assert policy.on_crash(history, 101.5, "RuntimeError") == 2
+    assert policy.on_crash(history, 300, "RuntimeError") == 1  # a quiet period: back to 1 s
+
+
+def test_policy_waits_out_an_outage_without_spending_the_budget() -> None:
+    policy = RestartPolicy(backoff=1.0, max_backoff=8.0, intensity=2, period=1000.0)
+    history = RestartHistory()
+    delays = [policy.on_crash(history, t, "ConnectionError") for t in range(6)]
+    assert delays == [1, 2, 4, 8, 8, 8]  # backed off, never given up
+    assert history.budget_used() == 0
+    assert policy.on_crash(history, 6, "RuntimeError") == 8
+    assert policy.on_crash(history, 7, "RuntimeError") == 8
+    assert policy.on_crash(history, 8, "RuntimeError") is None  # two real crashes: spent
+
+
+def test_supervisor_restarts_through_outage_crashes(tree: Tree) -> None:
+    tree.start_child("toy")
+    for n in range(INTENSITY + 2):
+        _crash_and_wait_for_report(tree, "toy", n, redis.ConnectionError("redis away"))
+        _restart_after(tree, "toy", min(60.0, BACKOFF * 2**n), generation=n + 2)
+    assert tree.given_up() == []
+
+
+class FailingMetrics(RecordingMetrics):
+    """Raises from the first ``vmpooler_actor.crashed`` it is given (a broken backend)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = True
+
+    def increment(self, name: str, *, tags: Any = None, value: int = 1) -> None:
+        if self.armed and name == "vmpooler_actor.crashed":
+            self.armed = False
+            raise RuntimeError("metrics backend broken")
+        super().increment(name, tags=tags, value=value)
+
+
+def test_the_supervisor_survives_an_error_in_its_own_handler() -> None:
+    clock, metrics, directory = FakeClock(), FailingMetrics(), ActorDirectory()
+    supervisor = Supervisor.start(directory=directory, scheduler=clock, clock=clock,
+                                  metrics=metrics, backoff=BACKOFF, intensity=INTENSITY,
+                                  period=PERIOD)
+    t = Tree(supervisor, directory, clock, metrics)
+    try:
+        t.start_child("toy")
+        t.crash("toy")  # its report makes the supervisor's handler raise
+        t.supervisor.ask("ping", timeout=WAIT)
+        assert supervisor.is_alive()
+        t.start_child("second")
+        _crash_and_wait_for_report(t, "second", 0)  # the next crash is handled as usual
+        _restart_after(t, "second", BACKOFF, generation=2)
+    finally:
+        supervisor.stop(timeout=WAIT)
+        for name in directory.names():
+            ref = directory.get(name)
+            if ref is not None:
+                ref.stop(timeout=WAIT)

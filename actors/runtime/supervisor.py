@@ -2,11 +2,20 @@
 
 pykka gives no supervision: an actor whose ``tell`` handler raises is logged and stopped,
 and a ``BaseException`` (``SystemExit``, ``KeyboardInterrupt``) stops *every* actor.
-:class:`SupervisedActor` turns the latter into an ordinary failure of that one actor and
-reports any failure to its :class:`Supervisor`, which starts a fresh instance after
-``backoff`` seconds (doubling each time, up to ``max_backoff``). More than ``intensity``
-restarts within ``period`` seconds and the supervisor gives up on that child (logged,
-counted): the rest of the system keeps running.
+:class:`SupervisedActor` (a thread of its own) and :class:`PooledSupervisedActor` (a mailbox
+on a shared :class:`~vmpooler.actors.runtime.executor.ActorExecutor`) turn the latter into an
+ordinary failure of that one actor and report any failure to their supervisor as
+:class:`ActorCrashed`.
+
+What happens then is :class:`~vmpooler.actors.runtime.restart_policy.RestartPolicy`'s
+decision, one policy for the whole system: the :class:`Supervisor` restarts its children
+(a fresh instance from the child's factory) after the policy's back-off, and gives up on a
+child that spent its restart budget within the window (logged, counted, removed from the
+directory): the rest of the system keeps running. The on-demand manager supervises the
+request actors with the same policy object (there, giving up fails the request).
+
+The Supervisor itself never dies of its own handlers: an exception in one is logged and
+the message dropped. ``PoolerSystem.stop`` stops it last.
 """
 
 from __future__ import annotations
@@ -24,8 +33,12 @@ import pykka
 from vmpooler.actors.messages import ActorCrashed, RestartActor, StopSupervising
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.runtime.clock import Clock, Scheduler
+from vmpooler.actors.runtime.executor import ActorExecutor
+from vmpooler.actors.runtime.pooled import PooledActor
+from vmpooler.actors.runtime.restart_policy import RestartHistory, RestartPolicy
 
-__all__ = ["ActorDirectory", "ChildSpec", "SupervisedActor", "Supervisor"]
+__all__ = ["ActorDirectory", "ChildSpec", "PooledSupervisedActor", "SupervisedActor",
+           "Supervisor"]
 
 log = logging.getLogger(__name__)
 
@@ -56,14 +69,18 @@ class ActorDirectory:
             return list(self._refs)
 
 
-class SupervisedActor(pykka.ThreadingActor):
-    """Base for actors whose failures are reported to a supervisor.
+class _Supervised:
+    """The supervision hooks, for either runtime (mixed in before the pykka actor class).
 
     Subclasses implement :meth:`handle` instead of ``on_receive``.
     """
 
-    def __init__(self, *, name: str, supervisor: pykka.ActorRef[Any] | None) -> None:
-        super().__init__()
+    supervised_name: str
+    supervisor: pykka.ActorRef[Any] | None
+
+    def __init__(self, *, name: str, supervisor: pykka.ActorRef[Any] | None,
+                 **runtime: Any) -> None:
+        super().__init__(**runtime)
         self.supervised_name = name
         self.supervisor = supervisor
 
@@ -106,18 +123,38 @@ class SupervisedActor(pykka.ThreadingActor):
             ))
 
 
+class SupervisedActor(_Supervised, pykka.ThreadingActor):
+    """A supervised actor with a thread of its own (``pykka.ThreadingActor``)."""
+
+    def __init__(self, *, name: str, supervisor: pykka.ActorRef[Any] | None) -> None:
+        super().__init__(name=name, supervisor=supervisor)
+
+
+class PooledSupervisedActor(_Supervised, PooledActor):
+    """A supervised actor whose mailbox runs on a shared executor (see
+    :mod:`vmpooler.actors.runtime.pooled`: it must never block on another pooled actor)."""
+
+    def __init__(self, *, name: str, supervisor: pykka.ActorRef[Any] | None,
+                 executor: ActorExecutor) -> None:
+        super().__init__(name=name, supervisor=supervisor, executor=executor)
+
+
 @dataclass
 class ChildSpec:
     """How to (re)start one child: ``factory(supervisor_ref)`` returns the started ref."""
 
     name: str
     factory: Callable[[pykka.ActorRef[Any]], pykka.ActorRef[Any]]
-    restarts: list[float] = field(default_factory=list)
+    restarts: RestartHistory = field(default_factory=RestartHistory)
     given_up: bool = False
 
 
 class Supervisor(pykka.ThreadingActor):
-    """Starts children, restarts crashed ones. Talk to it with ``ask``/``tell`` of its proxy."""
+    """Starts children, restarts crashed ones. Talk to it with ``ask``/``tell`` of its proxy.
+
+    ``policy`` is the system's :class:`RestartPolicy`; without one, a policy is built from
+    ``backoff``, ``max_backoff``, ``intensity`` and ``period``.
+    """
 
     def __init__(
         self,
@@ -130,16 +167,15 @@ class Supervisor(pykka.ThreadingActor):
         max_backoff: float = 60.0,
         intensity: int = 5,
         period: float = 300.0,
+        policy: RestartPolicy | None = None,
     ) -> None:
         super().__init__()
         self.directory = directory
         self.scheduler = scheduler
         self.clock = clock
         self.metrics = metrics
-        self.backoff = backoff
-        self.max_backoff = max_backoff
-        self.intensity = intensity
-        self.period = period
+        self.policy = policy or RestartPolicy(backoff=backoff, max_backoff=max_backoff,
+                                              intensity=intensity, period=period)
         self.children: dict[str, ChildSpec] = {}
         self.stopping = False  # after StopSupervising: restart nothing
 
@@ -162,35 +198,38 @@ class Supervisor(pykka.ThreadingActor):
         return {n: len(s.restarts) for n, s in self.children.items()}
 
     def on_receive(self, message: Any) -> Any:
+        try:
+            self._receive(message)
+        except BaseException:  # the supervisor must outlive any of its own mistakes
+            log.exception("[!] [supervisor] could not handle %r; carrying on", message)
+        return None
+
+    def _receive(self, message: Any) -> None:
         if isinstance(message, StopSupervising):
             self.stopping = True
         elif self.stopping:
-            return None
+            return
         elif isinstance(message, ActorCrashed):
             self._crashed(message)
         elif isinstance(message, RestartActor):
             self._restart(message)
-        return None
 
     def _crashed(self, message: ActorCrashed) -> None:
         spec = self.children.get(message.name)
         if spec is None or spec.given_up:
             return
-        now = self.clock.monotonic()
-        spec.restarts = [t for t in spec.restarts if now - t < self.period]
         self.metrics.increment("vmpooler_actor.crashed", tags={"actor": message.name})
-        if len(spec.restarts) >= self.intensity:
+        delay = self.policy.on_crash(spec.restarts, self.clock.monotonic(), message.error_class)
+        if delay is None:
             spec.given_up = True
             self.directory.remove(message.name)
             self.metrics.increment("vmpooler_actor.given_up", tags={"actor": message.name})
             log.error(
                 "[!] [supervisor] '%s' crashed %d times within %ss (%s: %s); not restarting it",
-                message.name, len(spec.restarts) + 1, int(self.period),
+                message.name, len(spec.restarts) + 1, int(self.policy.period),
                 message.error_class, message.error,
             )
             return
-        delay = min(self.max_backoff, self.backoff * (2 ** len(spec.restarts)))
-        spec.restarts.append(now)
         log.error(
             "[!] [supervisor] '%s' crashed (%s: %s); restarting in %.1fs",
             message.name, message.error_class, message.error, delay,
