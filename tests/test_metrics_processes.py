@@ -151,7 +151,7 @@ NOT_SEEN: dict[str, str] = {
         "collision; a real collision needs the drawn name's VM hash to exist, i.e. ~626k "
         "hashes seeded (which every orphan scan would then walk). The refusal is unit-tested "
         "(tests/test_store.py::test_reserve_clone_refuses_taken_name_and_full_slots); the "
-        "retry that emits it (actors/pool/upkeep.py _start_clone) is not",
+        "retry that emits it (actors/pool/clones.py Clones.start) is not",
     "connection_available / connection_waited, types redis_connection_pool and "
     "dns_connection_pool": "this build has no Redis or DNS connection pool to lend from; "
         "type provider_connection_pool is seen in the vSphere run",

@@ -11,24 +11,26 @@ drains, disk and snapshot tasks.
 
 What prevents overlap, and what this test proves about it:
 
-* ``PoolActor.busy`` (``PoolActor._send``): a pool actor sends at most one call per VM and
-  skips busy VMs in its cycle. It cannot see calls from other senders (the task actor) nor
-  a call that already timed out (its answer frees the VM while the worker still runs).
+* the pool actor's ``ProviderCalls.busy`` (``ProviderCalls.send``, actors/pool/calls.py): a
+  pool actor sends at most one call per VM and skips busy VMs in its cycle. It cannot see
+  calls from other senders (the task actor) nor a call that already timed out (its answer
+  frees the VM while the worker still runs).
 * ``ProviderActor._busy`` (``ProviderActor._submit``): the provider actor runs at most one
   call per ``(pool, vm)`` and answers a second one ``busy`` at once — until the first
   *really* returns, even after its timeout answer. This is the guard that covers every
   sender and timed-out calls.
 
 Verified by hand (throwaway runs with monkeypatches, not kept), three runs each: with both
-guards defeated (``PoolActor._send`` neither consulting nor filling ``self.busy``, and the
+guards defeated (the pool actor's send neither consulting nor filling its busy map, and the
 provider actor's ``_busy`` made to forget every key) :func:`test_no_two_calls_on_one_vm_under_churn`
 failed every time, with overlaps such as ``vm_ready``/``vm_ready`` and
 ``destroy_vm``/``vm_ready``; with only the provider actor's guard defeated it failed every
 time too (the task actor's ``create_disk``/``create_snapshot`` against the pool actor's
 ``migrate_vm``/``tag_vm_user``/``vm_ready``); with only the pool actor's guard defeated it
 passed, the provider actor answering the extra calls ``busy``. So ``ProviderActor._busy``
-is the guard that prevents overlap; ``PoolActor.busy`` keeps a pool from asking for work it
-would be refused. :func:`test_recorder_sees_two_calls_on_one_vm` keeps the detector honest.
+is the guard that prevents overlap; the pool actor's busy map keeps a pool from asking for
+work it would be refused. :func:`test_recorder_sees_two_calls_on_one_vm` keeps the detector
+honest.
 """
 
 from __future__ import annotations

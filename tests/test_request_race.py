@@ -44,6 +44,7 @@ from vmpooler.actors.runtime.clock import FakeClock
 from vmpooler.actors.runtime.supervisor import ActorDirectory
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.request_store import Entry, RequestStore
+from vmpooler.actors.storage.store import Store
 
 RID = "r1"
 POOL = "p"
@@ -268,22 +269,20 @@ def test_a_claimed_request_keeps_its_creation_score(rig: Rig) -> None:
 
 
 # -- a ready VM for a finished request --------------------------------------------------------
-class PoolSide(OnDemandVms):
-    """The pool actor's request routing (the real mixin code), on a minimal host object."""
+class PoolSide:
+    """The pool actor's request routing (the real ``OnDemandVms``), recording the caches it
+    drops and the ``vm.lost`` reasons it counts."""
 
     def __init__(self, directory: ActorDirectory, store: RequestStore) -> None:
-        self.name = POOL
-        self.directory = directory
-        self.requests = store
-        self.ondemand: dict[str, tuple[str, str]] = {}
         self.forgotten: list[str] = []
         self.lost: list[str] = []
+        self.vms = OnDemandVms(pool=POOL, store=Store(store.client), requests=store,
+                               directory=directory, busy=(), forget=self.forgotten.append,
+                               lost=self.lost.append)
+        self.ondemand = self.vms.owners
 
-    def _forget_caches(self, vm: str) -> None:
-        self.forgotten.append(vm)
-
-    def _lost(self, reason: str, count: int = 1) -> None:
-        self.lost += [reason] * count
+    def _ondemand_ready(self, vm: str) -> None:
+        self.vms.ready(vm)
 
 
 def test_ready_vm_after_the_request_finished_is_settled_to_completed(rig: Rig) -> None:

@@ -1,19 +1,18 @@
-"""Per-queue checks of a pool cycle (a mixin of ``PoolActor``, reference §4.3–§4.6):
-running lifetimes, ready TTL and re-checks, pending VMs that vanished. Runs on the pool
-actor's thread only; provider work is sent as messages.
+"""Per-queue checks of a pool cycle (reference §4.3–§4.6): running lifetimes, ready TTL and
+re-checks, pending VMs that vanished. Used only on the pool actor's thread; provider work is
+sent as messages (``ctx.calls``).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from vmpooler.actors.messages import ProviderOp
+from vmpooler.actors.pool.context import PoolContext
+from vmpooler.actors.pool.dead_letters import DeadLetters
+from vmpooler.actors.pool.ondemand import OnDemandVms
 from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.store import PoolSnapshot
-
-if TYPE_CHECKING:
-    from vmpooler.actors.pool.actor import PoolActor
 
 __all__ = ["PoolChecks"]
 
@@ -25,98 +24,108 @@ _MISMATCH_GRACE = 60.0  # seconds a VM must be ready before its hostname is chec
 class PoolChecks:
     """Checks of running, ready and vanished pending VMs."""
 
-    def _check_running(
-        self: PoolActor, snap: PoolSnapshot, inventory: set[str], now: float
-    ) -> None:
+    def __init__(self, ctx: PoolContext, ondemand: OnDemandVms,
+                 dead_letters: DeadLetters) -> None:
+        self.ctx = ctx
+        self.ondemand = ondemand
+        self.dead_letters = dead_letters
+
+    def check_running(self, snap: PoolSnapshot, inventory: set[str], now: float) -> None:
+        """Retire running VMs gone from the inventory, without an ``active`` entry or past
+        their lifetime; send ``CHECK_RUNNING`` to the others every ``vm_checktime``."""
+        ctx, store, name, vms = self.ctx, self.ctx.store, self.ctx.name, self.ctx.vms
         due = []
-        mono = self.clock.monotonic()
-        for vm in snap.running - self.busy.keys():
+        mono = ctx.clock.monotonic()
+        for vm in snap.running - ctx.calls.busy:
             if vm not in inventory:
-                if self.store.retire(self.name, vm, "running"):
-                    log.info("[>] [%s] '%s' not in inventory, moved to 'completed'", self.name, vm)
+                if store.retire(name, vm, "running"):
+                    log.info("[>] [%s] '%s' not in inventory, moved to 'completed'", name, vm)
                 continue
-            if self.next_running_check.get(vm, 0.0) <= mono:
+            if vms.next_running_check.get(vm, 0.0) <= mono:
                 due.append(vm)
         if not due:
             return
-        fields = self.store.vm_fields(due, ["checkout", "lifetime", "user_tagged", "token:user"])
-        active = self.store.active_members(self.name, due)
+        fields = store.vm_fields(due, ["checkout", "lifetime", "user_tagged", "token:user"])
+        active = store.active_members(name, due)
         for vm in due:
-            self.next_running_check[vm] = mono + self.settings.vm_checktime * 60
+            vms.next_running_check[vm] = mono + ctx.settings.vm_checktime * 60
             checkout, lifetime, tagged, user = fields[vm]
             if vm not in active:
-                if self.store.retire(self.name, vm, "running"):
+                if store.retire(name, vm, "running"):
                     log.info("[>] [%s] '%s' has no active entry, moved to 'completed'",
-                             self.name, vm)
+                             name, vm)
                 continue
-            hours = self.lifetime.hours(lifetime)
+            hours = ctx.lifetime.hours(lifetime)
             started = timefmt.parse_epoch(checkout)
             if hours > 0 and started is not None and int((now - started) // 3600) >= hours:
-                if self.store.retire(self.name, vm, "running"):
+                if store.retire(name, vm, "running"):
                     log.info("[>] [%s] '%s' reached its lifetime of %dh, moved to 'completed'",
-                             self.name, vm, hours)
+                             name, vm, hours)
                 continue
-            self._send(ProviderOp.CHECK_RUNNING, vm, tagged != "true", user)
+            ctx.calls.send(ProviderOp.CHECK_RUNNING, vm, tagged != "true", user)
 
-    def _check_ready(
-        self: PoolActor, snap: PoolSnapshot, inventory: set[str], now: float
-    ) -> set[str]:
+    def check_ready(self, snap: PoolSnapshot, inventory: set[str], now: float) -> set[str]:
+        """Retire ready VMs gone from the inventory or past ``ready_ttl``; stamp ``check`` on
+        the due ones and send them ``CHECK_READY``. Returns the ready VMs still ready."""
+        ctx, store, name, vms = self.ctx, self.ctx.store, self.ctx.name, self.ctx.vms
         ready = set(snap.ready)
-        mono = self.clock.monotonic()
-        unknown = [vm for vm in snap.ready if vm not in self.ready_since]
+        mono = ctx.clock.monotonic()
+        unknown = [vm for vm in snap.ready if vm not in vms.ready_since]
         if unknown:
-            for vm, (since, check) in self.store.vm_fields(unknown, ["ready", "check"]).items():
+            for vm, (since, check) in store.vm_fields(unknown, ["ready", "check"]).items():
                 started = timefmt.parse_epoch(since)
-                self.ready_since[vm] = started if started is not None else 0.0
+                vms.ready_since[vm] = started if started is not None else 0.0
                 last = timefmt.parse_epoch(check)
                 age = now - last if last is not None else None
-                checktime = self.settings.vm_checktime * 60
-                self.next_check[vm] = mono + (checktime - age if age is not None and
-                                              age < checktime else 0.0)
+                checktime = ctx.settings.vm_checktime * 60
+                vms.next_check[vm] = mono + (checktime - age if age is not None and
+                                             age < checktime else 0.0)
         stamps: dict[str, str] = {}
-        for vm in snap.ready - self.busy.keys():
+        for vm in snap.ready - ctx.calls.busy:
             if vm not in inventory:
-                if self.store.retire(self.name, vm, "ready"):
+                if store.retire(name, vm, "ready"):
                     ready.discard(vm)
-                    self._lost("vanished")
-                    log.info("[>] [%s] '%s' not in inventory, moved to 'completed'", self.name, vm)
+                    ctx.lost("vanished")
+                    log.info("[>] [%s] '%s' not in inventory, moved to 'completed'", name, vm)
                 continue
-            if self.next_check.get(vm, 0.0) > mono:
+            if vms.next_check.get(vm, 0.0) > mono:
                 continue
-            self.next_check[vm] = mono + self.settings.vm_checktime * 60
+            vms.next_check[vm] = mono + ctx.settings.vm_checktime * 60
             stamps[vm] = timefmt.format_epoch(now)
-            since = self.ready_since.get(vm) or None
-            if since is None or (now - since) / 60.0 > self.pool.ready_ttl:
-                if self.store.retire(self.name, vm, "ready"):
+            since = vms.ready_since.get(vm) or None
+            if since is None or (now - since) / 60.0 > ctx.pool.ready_ttl:
+                if store.retire(name, vm, "ready"):
                     ready.discard(vm)
-                    self._lost("ready_ttl")
+                    ctx.lost("ready_ttl")
                     log.info("[>] [%s] '%s' reached its ready TTL of %s min, moved to "
-                             "'completed'", self.name, vm, self.pool.ready_ttl)
+                             "'completed'", name, vm, ctx.pool.ready_ttl)
                 continue
-            check_name = bool(self.check_hostname) and now - since > _MISMATCH_GRACE
-            self._send(ProviderOp.CHECK_READY, vm, check_name)
-        self.store.set_check_times(stamps)
+            check_name = bool(ctx.check_hostname) and now - since > _MISMATCH_GRACE
+            ctx.calls.send(ProviderOp.CHECK_READY, vm, check_name)
+        store.set_check_times(stamps)
         return ready
 
-    def _pending_vanished(self: PoolActor, vm: str) -> bool:
+    def pending_vanished(self, vm: str, listed_at: float) -> bool:
         """A pending VM missing from the inventory with no clone of ours running for it.
 
         vmpooler waits for the pending timeout; we know better: the clone that reserved it
         died with an earlier process (or the VM vanished), so it can never become ready.
-        A VM reserved after this cycle's inventory was requested is simply too new.
+        A VM reserved at or after ``listed_at`` (monotonic: when this cycle's inventory was
+        requested) is simply too new. True if the VM is no longer the pool's pending VM.
         """
-        reserved = self.reserved_at.get(vm)
-        if reserved is not None and reserved >= self.list_sent_at:
+        ctx, name = self.ctx, self.ctx.name
+        reserved = ctx.vms.reserved_at.get(vm)
+        if reserved is not None and reserved >= listed_at:
             return False
-        if self.store.clone_failed(self.name, vm, error="VM is not in the provider's inventory",
-                                   error_class="VmNotFound", ttl=self.data_ttl,
-                                   release_slot=False):
-            self._lost("vanished")
+        if ctx.store.clone_failed(name, vm, error="VM is not in the provider's inventory",
+                                  error_class="VmNotFound", ttl=ctx.data_ttl,
+                                  release_slot=False):
+            ctx.lost("vanished")
             log.info("[!] [%s] '%s' is pending but not in the provider's inventory and no clone "
-                     "is running for it; removed from 'pending'", self.name, vm)
-            self.metrics.increment("vmpooler_errors.markedasfailed", tags={"pool": self.name})
-            self._dead_letter("pending", vm, "VmNotFound", "VM is not in the provider's inventory")
-        self._ondemand_lost(vm, "VM is not in the provider's inventory")
-        self._forget_caches(vm)
+                     "is running for it; removed from 'pending'", name, vm)
+            ctx.metrics.increment("vmpooler_errors.markedasfailed", tags={"pool": name})
+            self.dead_letters.add("pending", vm, "VmNotFound",
+                                  "VM is not in the provider's inventory")
+        self.ondemand.failed(vm, "VM is not in the provider's inventory")
+        ctx.vms.forget(vm)
         return True
-

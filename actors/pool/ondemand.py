@@ -1,21 +1,24 @@
-"""The pool actor's part in on-demand requests (a mixin of ``PoolActor``, reference §2.4).
+"""The pool actor's part in on-demand requests (reference §2.4).
 
 A request's VMs are cloned by the pool actor like any other (same provider actor, same
 pending checks, same pending timeout), with an on-demand clone slot and the request's id in
-the VM hash. They are tracked in ``self.ondemand`` (``vm -> (request_id, alias)``, rebuilt
-from the VM hashes when the actor starts), never counted towards the pool's size, never
+the VM hash. :class:`OnDemandVms` tracks them (``vm -> (request_id, alias)``, rebuilt from
+the VM hashes when the actor starts): they are never counted towards the pool's size, never
 drained with the pool, and never moved to ready: when one passes its readiness check the
 pool actor tells the request's actor, which attaches it. Failures go to the request's actor
 too, which decides whether to retry. A VM whose request has no actor any more goes to
 completed if the request is finished (``SETTLE_ORPHAN``), or stays pending until the
 request's actor is back.
+
+Used only on the pool actor's thread.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Container, Iterable
+from typing import Any
 
 import pykka
 
@@ -28,9 +31,9 @@ from vmpooler.actors.messages import (
     RequestVmReady,
 )
 from vmpooler.actors.ondemand.request import request_actor_name
-
-if TYPE_CHECKING:
-    from vmpooler.actors.pool.actor import PoolActor
+from vmpooler.actors.runtime.supervisor import ActorDirectory
+from vmpooler.actors.storage.request_store import RequestStore
+from vmpooler.actors.storage.store import Store
 
 __all__ = ["OnDemandVms"]
 
@@ -38,50 +41,99 @@ log = logging.getLogger(__name__)
 
 
 class OnDemandVms:
-    """Cloning VMs for requests and routing their outcomes to the requests' actors."""
+    """The request VMs of one pool, and the messages about them to the requests' actors.
 
-    def _clone_for_request(self: PoolActor, msg: CloneForRequest) -> None:
-        vm: str | None = None
-        try:
-            vm = self._start_clone(request=(msg.request_id, msg.alias))
-        finally:
-            self._tell_actor("ondemand", RequestCloneAnswered(msg.request_id, msg.alias,
-                                                              self.name, vm, grant=msg.grant))
-        if vm is not None:
-            self._tell_actor(request_actor_name(msg.request_id),
-                             RequestVmCloning(msg.request_id, msg.alias, self.name, vm))
+    ``owners`` maps each request VM still pending to ``(request_id, alias)``. ``busy`` holds
+    the VMs with a provider call in flight (they are never forgotten while one runs),
+    ``forget(vm)`` drops the actor's caches of a VM, ``lost(reason)`` counts ``vm.lost``.
+    """
 
-    def _ondemand_ready(self: PoolActor, vm: str) -> None:
+    def __init__(self, *, pool: str, store: Store, requests: RequestStore,
+                 directory: ActorDirectory, busy: Container[str],
+                 forget: Callable[[str], None], lost: Callable[[str], None]) -> None:
+        self.name = pool
+        self.store = store
+        self.requests = requests
+        self.directory = directory
+        self.busy = busy
+        self.forget = forget
+        self.lost = lost
+        self.owners: dict[str, tuple[str, str]] = {}
+        self.loaded = False  # owners was read from Redis at least once
+
+    # -- knowing them ---------------------------------------------------------------------------
+    def load(self, pending: Iterable[str]) -> None:
+        """Learn which of the ``pending`` VMs were cloned for a request (from their hashes).
+        May raise ``redis.RedisError``; then nothing is learnt."""
+        self.learn(pending)
+        self.loaded = True
+
+    def learn(self, vms: Iterable[str]) -> None:
+        """Add those of ``vms`` whose hash names a request. May raise ``redis.RedisError``."""
+        self.owners.update(self.store.ondemand_owners(vms))
+
+    def __contains__(self, vm: object) -> bool:
+        return vm in self.owners
+
+    def __len__(self) -> int:
+        return len(self.owners)
+
+    def owner(self, vm: str) -> tuple[str, str] | None:
+        """``(request_id, alias)`` of a request's VM, else None."""
+        return self.owners.get(vm)
+
+    def adopt(self, vm: str, request: tuple[str, str]) -> None:
+        """``vm`` is being cloned for ``request`` (``(request_id, alias)``)."""
+        self.owners[vm] = request
+
+    def drop(self, vm: str) -> None:
+        """Forget ``vm`` (its clone could not be sent)."""
+        self.owners.pop(vm, None)
+
+    def prune(self, pending: frozenset[str]) -> None:
+        """Forget request VMs that left pending (delivered, or retired by their request)."""
+        for vm in [vm for vm in self.owners if vm not in pending and vm not in self.busy]:
+            del self.owners[vm]
+
+    # -- telling their requests -------------------------------------------------------------------
+    def clone_answered(self, msg: CloneForRequest, vm: str | None) -> None:
+        """Answer the on-demand manager's ``CloneForRequest`` (``vm`` None: not started)."""
+        self._tell("ondemand", RequestCloneAnswered(msg.request_id, msg.alias, self.name, vm,
+                                                    grant=msg.grant))
+
+    def cloning(self, msg: CloneForRequest, vm: str) -> None:
+        """Tell the request's actor that ``vm`` is being cloned for it."""
+        self._tell(request_actor_name(msg.request_id),
+                   RequestVmCloning(msg.request_id, msg.alias, self.name, vm))
+
+    def ready(self, vm: str) -> None:
         """A request's VM passed its readiness check: its request's actor attaches it."""
-        request_id, alias = self.ondemand[vm]
-        if self._tell_actor(request_actor_name(request_id),
-                            RequestVmReady(request_id, alias, self.name, vm)):
+        request_id, alias = self.owners[vm]
+        if self._tell(request_actor_name(request_id),
+                      RequestVmReady(request_id, alias, self.name, vm)):
             return
         if self.requests.settle_orphan(request_id, self.name, vm):
-            self._lost("abandoned")
-            self.ondemand.pop(vm, None)
-            self._forget_caches(vm)
+            self.lost("abandoned")
+            self.owners.pop(vm, None)
+            self.forget(vm)
             log.info("[>] [%s] '%s' is ready but its request '%s' is finished, moved to "
                      "'completed'", self.name, vm, request_id)
 
-    def _ondemand_lost(self: PoolActor, vm: str, reason: str, *, permanent: bool = False) -> None:
-        """A request's VM left pending without becoming ready: its request decides."""
-        owner = self.ondemand.pop(vm, None)
+    def failed(self, vm: str, reason: str, *, permanent: bool = False) -> None:
+        """A request's VM left pending without becoming ready: its request decides (nothing
+        happens for a VM of the pool's own)."""
+        owner = self.owners.pop(vm, None)
         if owner is None:
             return
         request_id, alias = owner
-        self._tell_actor(request_actor_name(request_id),
-                         RequestVmFailed(request_id, alias, self.name, vm, reason, permanent))
+        self._tell(request_actor_name(request_id),
+                   RequestVmFailed(request_id, alias, self.name, vm, reason, permanent))
 
-    def _ondemand_slot_freed(self: PoolActor) -> None:
-        self._tell_actor("ondemand", RequestSlotFreed())
+    def slot_freed(self) -> None:
+        """An on-demand clone slot was released: the on-demand manager may hand it on."""
+        self._tell("ondemand", RequestSlotFreed())
 
-    def _prune_ondemand(self: PoolActor, pending: frozenset[str]) -> None:
-        """Forget request VMs that left pending (delivered, or retired by their request)."""
-        for vm in [vm for vm in self.ondemand if vm not in pending and vm not in self.busy]:
-            del self.ondemand[vm]
-
-    def _tell_actor(self: PoolActor, name: str, message: Any) -> bool:
+    def _tell(self, name: str, message: Any) -> bool:
         ref = self.directory.get(name)
         if ref is None:
             return False

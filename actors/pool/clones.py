@@ -1,0 +1,225 @@
+"""Starting a pool's clones and acting on their answers (reference §4.5, §4.8): refill within
+the clone limit, the clone-slot hand-off between pools, back-off after failed clones, clones
+for on-demand requests.
+
+:class:`Clones` owns the clone bookkeeping of one pool: whether it waits for a clone slot
+(``SlotBroker``), since when, how many clones failed in a row and until when no clone is
+started, and the clone-slot releases owed since Redis was away. Used only on the pool
+actor's thread.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from vmpooler.actors.messages import (
+    CloneForRequest,
+    CloneResult,
+    CloneSlotFreed,
+    ProviderCallFinished,
+    ProviderOp,
+    WantCloneSlot,
+)
+from vmpooler.actors.pool.calls import log_failure
+from vmpooler.actors.pool.context import PoolContext
+from vmpooler.actors.pool.dead_letters import DeadLetters
+from vmpooler.actors.pool.ondemand import OnDemandVms
+from vmpooler.actors.pool.upkeep import PoolUpkeep
+from vmpooler.actors.storage import timefmt
+from vmpooler.actors.storage.store import CloneReservation
+
+__all__ = ["Clones"]
+
+log = logging.getLogger(__name__)
+
+
+class Clones:
+    """Clone starts and clone answers of one pool."""
+
+    def __init__(self, ctx: PoolContext, upkeep: PoolUpkeep, ondemand: OnDemandVms,
+                 dead_letters: DeadLetters) -> None:
+        self.ctx = ctx
+        self.upkeep = upkeep
+        self.ondemand = ondemand
+        self.dead_letters = dead_letters
+        self.waiting_for_slot = False
+        self.slot_wait_since: float | None = None  # monotonic: first NO_SLOT of a shortage
+        self.failures = 0  # consecutive failed clones
+        self.retry_at = 0.0  # monotonic: no clone starts before this
+        self.owed_slots = 0  # clone-slot releases that failed while Redis was away
+
+    # -- refill -------------------------------------------------------------------------------
+    def repay_slots(self) -> None:
+        """Give back the clone slots owed since Redis was away (``RELEASE_SLOT`` each)."""
+        if self.owed_slots:
+            for _ in range(self.owed_slots):
+                self.ctx.store.release_clone_slot()
+            self.owed_slots = 0
+
+    def repopulate(self, ready: int, pending: int) -> bool:
+        """Start ``size − ready − pending`` clones (the cycle's refill). True if any started."""
+        if self.upkeep.preparing:
+            return False
+        if self.ctx.clock.monotonic() < self.retry_at:
+            return False  # clones failed just now; the periodic cycle tries again
+        want = self.upkeep.size - ready - pending
+        started = 0
+        for _ in range(max(0, want)):
+            if not self.start(None):
+                break
+            started += 1
+        else:
+            self.slot_wait_since = None  # no clone is waiting for a slot any more
+        return started > 0
+
+    def refill(self, *, freed: int = 0) -> None:
+        """Start clones if the pool is short. ``freed`` clone slots were just released by
+        this pool: those it does not reuse go to pools waiting for one."""
+        ctx = self.ctx
+        self.waiting_for_slot = False
+        started = 0
+        backing_off = ctx.clock.monotonic() < self.retry_at
+        if not self.upkeep.preparing and self.upkeep.initialised and not backing_off:
+            counts = ctx.store.counts(ctx.name, ("ready", "pending"))
+            pooled_pending = max(0, counts["pending"] - len(self.ondemand))
+            want = self.upkeep.size - counts["ready"] - pooled_pending
+            for _ in range(max(0, want)):
+                if not self.start(None):
+                    break
+                started += 1
+            else:
+                self.slot_wait_since = None  # no clone is waiting for a slot any more
+        if freed > started and not self.waiting_for_slot:
+            broker = ctx.directory.get("slots")
+            if broker is not None:
+                broker.tell(CloneSlotFreed(freed - started))
+
+    def _want_slot(self) -> None:
+        if not self.waiting_for_slot:
+            self.waiting_for_slot = True
+            broker = self.ctx.directory.get("slots")
+            if broker is not None:
+                broker.tell(WantCloneSlot(self.ctx.name))
+
+    def for_request(self, msg: CloneForRequest) -> None:
+        """Clone one VM for an on-demand request with an on-demand slot; the on-demand
+        manager is answered whatever happens (``RequestCloneAnswered``), the request's actor
+        told of a started clone (``RequestVmCloning``)."""
+        vm: str | None = None
+        try:
+            vm = self.start((msg.request_id, msg.alias))
+        finally:
+            self.ondemand.clone_answered(msg, vm)
+        if vm is not None:
+            self.ondemand.cloning(msg, vm)
+
+    def start(self, request: tuple[str, str] | None) -> str | None:
+        """Reserve a name and a clone slot and start a clone; the VM's name, or None.
+
+        ``request`` is ``(request_id, alias)`` for a clone of an on-demand request: it takes
+        an on-demand slot, and the VM is the request's (see ``OnDemandVms``).
+        """
+        ctx, name = self.ctx, self.ctx.name
+        settings = ctx.settings
+        provider = ctx.calls.provider()
+        if provider is None:
+            return None
+        limit = settings.task_limit if request is None else settings.ondemand_clone_limit
+        for _ in range(3):
+            vm = ctx.hostnames.candidate(settings.prefix)
+            now = ctx.clock.now()
+            code = ctx.store.reserve_clone(
+                name, vm, limit=limit, clone_time=timefmt.format_epoch(now),
+                domain=ctx.pool.domain, request=request,
+            )
+            if code == CloneReservation.NO_SLOT:
+                if request is None:
+                    if self.slot_wait_since is None:
+                        self.slot_wait_since = ctx.clock.monotonic()
+                    self._want_slot()
+                return None
+            if code == CloneReservation.NAME_TAKEN:
+                ctx.metrics.increment("vmpooler_errors.duplicatehostname", tags={"pool": name})
+                continue
+            ctx.vms.clone_started[vm] = now
+            reserved = ctx.vms.reserved_at[vm] = ctx.clock.monotonic()
+            if request is None:  # a request's wait is timed by the on-demand manager
+                waited = self.slot_wait_since
+                ctx.metrics.timing(
+                    "clone.queue_wait", 0.0 if waited is None else max(0.0, reserved - waited),
+                    tags={"pool": name, "kind": "pool"})
+            if request is not None:
+                self.ondemand.adopt(vm, request)
+            template, target = self.upkeep.template, self.upkeep.clone_target
+            if not ctx.calls.send(ProviderOp.CLONE, vm, template, target):
+                ctx.store.clone_failed(name, vm, error="provider unavailable",
+                                       error_class="ProviderUnavailable", ttl=ctx.data_ttl,
+                                       release_slot=True, ondemand=request is not None)
+                self.ondemand.drop(vm)
+                return None
+            log.info("[*] [%s] '%s' is being cloned from '%s'%s", name, vm, template,
+                     f" for request '{request[0]}'" if request else "")
+            return vm
+        log.error("[!] [%s] could not find a free hostname in 3 attempts", name)
+        return None
+
+    # -- answers ------------------------------------------------------------------------------
+    def cloned(self, msg: ProviderCallFinished) -> None:
+        """The answer to ``CLONE``: success → ``CLONE_SUCCEEDED`` and a pending check at
+        once; failure → back-off, dead letter, ``CLONE_FAILED``. Either way the slot is
+        reused or handed on (a request's to the on-demand manager)."""
+        ctx, name = self.ctx, self.ctx.name
+        vm = msg.vm or ""
+        ondemand = vm in self.ondemand
+        if msg.failure is None:
+            result: CloneResult = msg.result
+            try:
+                ctx.store.clone_succeeded(
+                    name, vm, seconds=result.seconds, ip=result.ip,
+                    date=timefmt.date_bucket(ctx.clock.now()), ondemand=ondemand,
+                )
+            except Exception:
+                self.owed_slots += 1
+                raise
+            self.failures = 0
+            ctx.metrics.increment("clone.outcome", tags={
+                "pool": name, "provider": ctx.pool.provider, "result": "success"})
+            ctx.metrics.gauge("vmpooler_clone", result.seconds, tags={"pool": name})
+            log.info("[+] [%s] '%s' cloned in %.2f seconds", name, vm, result.seconds)
+            ctx.calls.send(ProviderOp.CHECK_PENDING, vm)
+            if ondemand:
+                self.ondemand.slot_freed()
+            else:
+                self.refill(freed=1)
+            return
+        failure = msg.failure
+        self.failures += 1
+        backoff = ctx.backoff
+        self.retry_at = ctx.clock.monotonic() + min(
+            backoff.max, backoff.min * 2 ** (self.failures - 1))
+        if failure.error_class == "StaleDnsError":
+            ctx.metrics.increment("vmpooler_errors.staledns", tags={"pool": name})
+        if not failure.circuit_open:  # refused before reaching the provider: nothing died
+            self.dead_letters.add("clone", vm, failure.error_class, failure.message)
+            ctx.metrics.increment("clone.outcome", tags={
+                "pool": name, "provider": ctx.pool.provider, "result": "failure"})
+        try:
+            was_pending = ctx.store.clone_failed(name, vm, error=failure.message,
+                                                 error_class=failure.error_class,
+                                                 ttl=ctx.data_ttl, release_slot=True,
+                                                 ondemand=ondemand)
+        except Exception:
+            if not ondemand:
+                self.owed_slots += 1
+            raise
+        if was_pending and not failure.circuit_open:
+            ctx.lost("clone_failed")
+        ctx.vms.forget(vm)
+        log_failure(failure, "[!] [%s] '%s' clone failed: %s: %s", name, vm,
+                    failure.error_class, failure.message)
+        if ondemand:
+            self.ondemand.failed(vm, f"clone failed: {failure.error_class}: {failure.message}",
+                                 permanent=failure.permanent)
+            self.ondemand.slot_freed()
+        else:
+            self.refill(freed=1)

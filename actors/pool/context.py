@@ -1,0 +1,121 @@
+"""What every part of one pool actor is given: the pool's configuration and settings in
+effect, the stores, clock, metrics, the actor directory, the provider calls in flight and the
+per-VM caches.
+
+The pool actor builds one :class:`PoolContext` and hands it to each of its collaborators
+(:mod:`~vmpooler.actors.pool.cycle`, :mod:`~vmpooler.actors.pool.checks`, …). Those run
+only inside the pool actor's mailbox, one message at a time, so the mutable parts
+(``calls``, ``vms``) have a single writer and need no lock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pykka
+
+from vmpooler.actors.config import GlobalSettings, PoolConfig
+from vmpooler.actors.metrics.backends import Metrics
+from vmpooler.actors.pool.calls import ProviderCalls
+from vmpooler.actors.pool.hostnames import HostnameGenerator
+from vmpooler.actors.pool.policy import Backoff, LifetimePolicy
+from vmpooler.actors.pool.vm_cache import VmCache
+from vmpooler.actors.runtime.clock import Clock, Scheduler
+from vmpooler.actors.runtime.supervisor import ActorDirectory
+from vmpooler.actors.storage.provider_store import ProviderStore
+from vmpooler.actors.storage.request_store import RequestStore
+from vmpooler.actors.storage.store import Store
+from vmpooler.actors.storage.upkeep_store import UpkeepStore
+
+__all__ = ["LOST_REASONS", "PoolContext"]
+
+LOST_REASONS = frozenset({
+    "ready_ttl", "check_failed", "pending_timeout", "clone_failed", "purged", "drained",
+    "excess", "vanished", "abandoned",
+})
+"""The ``reason`` tag values of ``vm.lost`` (docs/architecture.md, "Service-level metrics")."""
+
+
+@dataclass(frozen=True)
+class PoolContext:
+    """One pool actor's dependencies and settings in effect (read-only after construction).
+
+    Build it with :meth:`create`. ``self_ref`` is the pool actor's own ref (answers and
+    wake-ups are addressed to it).
+    """
+
+    pool: PoolConfig
+    settings: GlobalSettings
+    data_ttl: int  # seconds a finished VM's hash is kept
+    store: Store
+    requests: RequestStore
+    provider_store: ProviderStore
+    upkeep_store: UpkeepStore
+    directory: ActorDirectory
+    clock: Clock
+    scheduler: Scheduler
+    metrics: Metrics
+    hostnames: HostnameGenerator
+    self_ref: pykka.ActorRef[Any]
+    calls: ProviderCalls
+    vms: VmCache
+    backoff: Backoff
+    lifetime: LifetimePolicy
+    check_hostname: bool
+    timeout_min: float
+    notify_min: float
+
+    @classmethod
+    def create(
+        cls, *, pool: PoolConfig, settings: GlobalSettings, data_ttl_hours: int, store: Store,
+        requests: RequestStore, directory: ActorDirectory, clock: Clock, scheduler: Scheduler,
+        metrics: Metrics, hostnames: HostnameGenerator, self_ref: pykka.ActorRef[Any],
+    ) -> PoolContext:
+        """The context of the pool actor ``self_ref``: pool settings fall back to the global
+        ones; a provider answer older than ``provider_call_timeout + 60`` s is presumed lost
+        (its provider actor crashed)."""
+        def either(own: Any, default: Any) -> Any:
+            return own if own is not None else default
+
+        return cls(
+            pool=pool, settings=settings, data_ttl=int(data_ttl_hours) * 3600, store=store,
+            requests=requests, provider_store=ProviderStore(store.client),
+            upkeep_store=UpkeepStore(store.client), directory=directory, clock=clock,
+            scheduler=scheduler, metrics=metrics, hostnames=hostnames, self_ref=self_ref,
+            calls=ProviderCalls(pool=pool.name, provider=pool.provider, directory=directory,
+                                clock=clock, reply_to=self_ref,
+                                lost_after=settings.provider_call_timeout + 60.0),
+            vms=VmCache(store),
+            backoff=Backoff.of(
+                either(pool.check_loop_delay_min, settings.check_loop_delay_min),
+                either(pool.check_loop_delay_max, settings.check_loop_delay_max),
+                either(pool.check_loop_delay_decay, settings.check_loop_delay_decay),
+            ),
+            lifetime=LifetimePolicy(settings.vm_lifetime),
+            check_hostname=either(pool.check_hostname_for_mismatch,
+                                  settings.check_ready_vm_hostname_for_mismatch),
+            timeout_min=either(pool.timeout, settings.timeout),
+            notify_min=either(pool.timeout_notification, settings.timeout_notification),
+        )
+
+    @property
+    def name(self) -> str:
+        """The pool's name."""
+        return self.pool.name
+
+    @property
+    def lost_after(self) -> float:
+        """Seconds after which an unanswered provider call is presumed lost."""
+        return self.calls.lost_after
+
+    def lost(self, reason: str, count: int = 1) -> None:
+        """Count ``count`` VMs of this pool that left for good without ever being checked
+        out (``vm.lost``, tags ``pool`` and ``reason``, one of :data:`LOST_REASONS`)."""
+        if count > 0:
+            self.metrics.increment("vm.lost", tags={"pool": self.name, "reason": reason},
+                                   value=count)
+
+    def fqdn(self, vm: str) -> str | None:
+        """The VM's fully qualified name in the pool's domain, or None without a domain."""
+        return f"{vm}.{self.pool.domain}" if self.pool.domain else None

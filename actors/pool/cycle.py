@@ -1,0 +1,195 @@
+"""A pool cycle (reference §4.2): the provider's inventory, then one pass over every queue.
+
+:class:`PoolCycle` owns the cycle's timing: the back-off delay, the safety-net timer (its
+generation), whether an inventory (``LIST_VMS``) is outstanding and since when, whether a
+wake-up arrived meanwhile, and the count of failed inventories in a row. The timer is only
+a safety net: :class:`~vmpooler.actors.messages.PoolChanged` starts a cycle at once. A cycle
+runs the pool's collaborators in vmpooler's order (docs/architecture.md, "A pool cycle").
+Used only on the pool actor's thread.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import redis
+
+from vmpooler.actors.messages import ProviderCallFinished, ProviderOp, RunPoolCycle
+from vmpooler.actors.pool.checks import PoolChecks
+from vmpooler.actors.pool.clones import Clones
+from vmpooler.actors.pool.context import PoolContext
+from vmpooler.actors.pool.migrations import Migrations
+from vmpooler.actors.pool.ondemand import OnDemandVms
+from vmpooler.actors.pool.upkeep import PoolUpkeep
+from vmpooler.actors.runtime.clock import Timer
+from vmpooler.actors.storage import timefmt
+from vmpooler.actors.storage.store import PoolSnapshot
+
+__all__ = ["PoolCycle"]
+
+log = logging.getLogger(__name__)
+
+
+class PoolCycle:
+    """Runs one pool's cycles and keeps its timer armed."""
+
+    def __init__(self, ctx: PoolContext, *, checks: PoolChecks, upkeep: PoolUpkeep,
+                 clones: Clones, ondemand: OnDemandVms, migrations: Migrations) -> None:
+        self.ctx = ctx
+        self.checks = checks
+        self.upkeep = upkeep
+        self.clones = clones
+        self.ondemand = ondemand
+        self.migrations = migrations
+        self.delay = ctx.backoff.min
+        self.generation = 0  # of the armed timer; an older RunPoolCycle is ignored
+        self.timer: Timer | None = None
+        self.listing = False  # a LIST_VMS is outstanding
+        self.list_sent_at = 0.0  # monotonic
+        self.cycle_again = False  # woken while listing: cycle again when the answer comes
+        self.inventory_failures = 0  # consecutive failed listings (an outage is logged once)
+
+    # -- timing -------------------------------------------------------------------------------
+    def request(self) -> None:
+        """Start a cycle: send ``LIST_VMS`` (the cycle runs when the inventory arrives), or,
+        if a listing is outstanding, cycle again once it is answered."""
+        ctx = self.ctx
+        mono = ctx.clock.monotonic()
+        if self.listing and mono - self.list_sent_at <= ctx.lost_after:
+            self.cycle_again = True
+            self.schedule()  # in case the answer never comes
+            return
+        if self.listing:
+            log.warning("[!] [%s] no inventory answer for %.0fs; asking again", ctx.name,
+                        mono - self.list_sent_at)
+        ctx.calls.expire_lost(mono)
+        self.upkeep.expire_preparing(mono)
+        provider = ctx.calls.provider()
+        if provider is None:
+            log.warning("[!] [%s] provider '%s' is not running", ctx.name, ctx.pool.provider)
+            self.schedule()
+            return
+        self.listing = True
+        self.list_sent_at = ctx.clock.monotonic()
+        self.cycle_again = False
+        provider.tell(ctx.calls.call(ProviderOp.LIST_VMS, None))
+        self.schedule()  # a safety net, replaced when the inventory arrives
+
+    def schedule(self) -> None:
+        """Arm the timer for ``delay`` seconds (cancelling the armed one)."""
+        if self.timer is not None:
+            self.timer.cancel()
+        self.generation += 1
+        self.timer = self.ctx.scheduler.tell_later(
+            self.delay, self.ctx.self_ref, RunPoolCycle(generation=self.generation))
+
+    def cancel(self) -> None:
+        """Disarm the timer (the actor stops)."""
+        if self.timer is not None:
+            self.timer.cancel()
+
+    def redis_failed(self, exc: redis.RedisError) -> None:
+        """Redis failed a handler: log, back off, and cycle again after the delay."""
+        log.error("[!] [%s] redis unavailable: %s; retrying in %.0fs", self.ctx.name, exc,
+                  self.delay)
+        self.delay = self.ctx.backoff.next(self.delay, busy=False)
+        self.schedule()
+
+    # -- the inventory ---------------------------------------------------------------------------
+    def listed(self, msg: ProviderCallFinished) -> None:
+        """The answer to ``LIST_VMS`` (a ``busy`` refusal counts as a failed inventory)."""
+        if msg.failure is not None:
+            self.on_inventory(None, msg.failure.message)
+        else:
+            self.on_inventory(tuple(msg.result), None)
+
+    def on_inventory(self, inventory: tuple[str, ...] | None, error: str | None) -> None:
+        """Run one cycle over the inventory (None: the listing failed with ``error``)."""
+        ctx = self.ctx
+        self.listing = False
+        if inventory is None:
+            if not self.inventory_failures:  # one line per outage, not one per cycle
+                log.error("[!] [%s] inventory failed: %s (logged again when it recovers)",
+                          ctx.name, error)
+            else:
+                log.debug("[%s] inventory failed again: %s", ctx.name, error)
+            self.inventory_failures += 1
+            self.delay = ctx.backoff.next(self.delay, busy=False)
+            self.schedule()
+            return
+        if self.inventory_failures:
+            log.warning("[*] [%s] inventory available again after %d failed cycles",
+                        ctx.name, self.inventory_failures)
+            self.inventory_failures = 0
+        started = ctx.clock.monotonic()
+        try:
+            busy = self._cycle(set(inventory))
+        except redis.RedisError as exc:
+            log.error("[!] [%s] redis unavailable: %s", ctx.name, exc)
+            busy = False
+        ctx.metrics.gauge("vmpooler_performance.check_pool",
+                          ctx.clock.monotonic() - started, tags={"pool": ctx.name})
+        self.delay = ctx.backoff.next(self.delay, busy=busy)
+        if self.cycle_again:
+            self.request()
+        else:
+            self.schedule()
+
+    # -- the cycle ------------------------------------------------------------------------------
+    def _cycle(self, inventory: set[str]) -> bool:
+        """One pass over the pool's queues; True if it was busy (discovered a VM, sent a
+        pending check, started a clone or drained)."""
+        ctx, store, name, busy_vms = self.ctx, self.ctx.store, self.ctx.name, self.ctx.calls.busy
+        self.clones.repay_slots()
+        snap = store.snapshot(name)
+        if not self.upkeep.initialised:
+            self._initialise(snap)
+        self.ondemand.prune(snap.pending)
+        activity = False
+        known = snap.pending | snap.ready | snap.running | snap.completed | snap.discovered
+        unknown = inventory - known
+        if unknown:
+            added = store.discover(name, unknown)
+            if added:
+                activity = True
+                log.info("[?] [%s] '%s' found in inventory, in no queue", name, "', '".join(added))
+        for vm in snap.discovered - busy_vms:
+            if store.resolve_discovered(name, vm) == 1:
+                log.info("[>] [%s] '%s' moved from 'discovered' to 'completed'", name, vm)
+        for vm in snap.migrating - busy_vms:
+            store.leave_migrating(name, vm)
+            if vm in inventory:
+                self.migrations.start(vm)
+        now = ctx.clock.now()
+        self.checks.check_running(snap, inventory, now)
+        ready = self.checks.check_ready(snap, inventory, now)
+        pending = set(snap.pending) - self.ondemand.owners.keys()  # requests' VMs: not ours
+        for vm in sorted(snap.pending - busy_vms, reverse=True):
+            if vm in inventory:
+                activity |= ctx.calls.send(ProviderOp.CHECK_PENDING, vm)
+            elif self.checks.pending_vanished(vm, self.list_sent_at):
+                pending.discard(vm)
+        for vm in snap.completed - busy_vms:
+            if vm in inventory:
+                if store.begin_destroy(name, vm, now=timefmt.format_epoch(now),
+                                       ttl=ctx.data_ttl):
+                    ctx.calls.send(ProviderOp.DESTROY, vm, ctx.fqdn(vm))
+            elif store.forget(name, vm, delete_hash=True):
+                ctx.vms.forget(vm)
+        if self.upkeep.apply_overrides(snap):
+            return True
+        activity |= self.clones.repopulate(len(ready), len(pending))
+        self.upkeep.remove_excess(ready, pending)
+        self.upkeep.flag_empty(snap, len(ready))
+        size = self.upkeep.size
+        ctx.metrics.gauge("ready", len(ready), tags={"pool": name})
+        ctx.metrics.gauge("running", len(snap.running), tags={"pool": name})
+        # ours: what dashboards draw the queues against
+        ctx.metrics.gauge("pending", len(pending), tags={"pool": name})
+        ctx.metrics.gauge("size", size, tags={"pool": name})
+        return activity
+
+    def _initialise(self, snap: PoolSnapshot) -> None:
+        if not self.ondemand.loaded:  # Redis was away when the actor started
+            self.ondemand.load(snap.pending)
+        self.upkeep.initialise(snap)
