@@ -15,6 +15,7 @@ import pykka
 
 __all__ = [
     "ActorCrashed",
+    "ActorStopped",
     "CallProvider",
     "CloneForRequest",
     "CloneSlotFreed",
@@ -264,6 +265,16 @@ class RestartActor:
 
     name: str
     attempt: int = field(default=0)
+
+
+@dataclass(frozen=True, slots=True)
+class ActorStopped:
+    """Runtime → watcher (``runtime.pooled.notify_when_stopped``): the pooled actor ``urn``,
+    registered as ``name``, has stopped and will handle no more messages. The on-demand
+    manager waits for it before it starts that request's next actor."""
+
+    name: str
+    urn: str
 
 
 @dataclass(frozen=True, slots=True)

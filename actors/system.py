@@ -9,7 +9,8 @@
 ``start`` connects to Redis (or starts the embedded redis-server when none is configured),
 publishes the pools, zeroes the clone counters, and starts one provider actor per provider,
 one pool actor per pool, the task actor, the housekeeper and the heartbeat, all under one
-supervisor. ``stop`` stops them
+supervisor. The on-demand request actors share one bounded actor executor (a few threads
+for all of them), which the system starts first and stops last. ``stop`` stops them
 in reverse order and releases every resource; it is idempotent. Every other method is
 thread-safe and never blocks on an actor.
 """
@@ -42,6 +43,8 @@ from vmpooler.actors.provider.setup import provider_actor_factory
 from vmpooler.actors.provider.startup_purge import request_startup_purges
 from vmpooler.actors.provider.work import resolves
 from vmpooler.actors.runtime.clock import Clock, RealClock, Scheduler, ThreadScheduler
+from vmpooler.actors.runtime.executor import ActorExecutor
+from vmpooler.actors.runtime.restart_policy import RestartPolicy
 from vmpooler.actors.runtime.supervisor import ActorDirectory, Supervisor
 from vmpooler.actors.service.command_stream import consumer_factory
 from vmpooler.actors.service.heartbeat import Heartbeat
@@ -83,6 +86,8 @@ class _Resources:
     client: redis.Redis
     owns_client: bool
     embedded: EmbeddedRedis | None
+    executor: ActorExecutor = field(default_factory=ActorExecutor)  # runs the request actors
+    owns_executor: bool = True
     providers: dict[str, Provider] = field(default_factory=dict)
     dns: dict[str, DnsPlugin] = field(default_factory=dict)
 
@@ -99,6 +104,7 @@ class PoolerSystem:
         self._res = res
         self._supervisor: pykka.ActorRef[Any] | None = None
         self._stopped = False
+        self.restart_policy = RestartPolicy()  # the Supervisor's and the on-demand manager's
         self.manager_id = manager_id(clock.now())
         """This manager's member of ``vmpooler__manager__heartbeat``."""
 
@@ -117,6 +123,7 @@ class PoolerSystem:
         resolver: Callable[[str], bool] = resolves,
         task_interval: float = 5.0,
         consume_commands: bool = True,
+        actor_executor: ActorExecutor | None = None,
     ) -> PoolerSystem:
         """Start everything and return at once (pools fill in the background).
 
@@ -126,6 +133,9 @@ class PoolerSystem:
         when a provider cannot be built; nothing is left running then. With
         ``consume_commands`` a consumer actor reads the API's command stream
         (:mod:`vmpooler.actors.service.command_stream`), for an API in another process.
+        ``actor_executor`` runs the pooled actors (the request actors); by default the system
+        starts its own (:data:`~vmpooler.actors.runtime.executor.DEFAULT_THREADS` threads)
+        and stops it last; one passed in is started if need be and never stopped.
         """
         clock = clock or RealClock()
         embedded = None
@@ -148,6 +158,9 @@ class PoolerSystem:
             metrics=metrics or create_metrics(m.backend, m.host, m.port, m.prefix, m.tags),
             client=client, owns_client=redis_client is None, embedded=embedded,
         )
+        if actor_executor is not None:
+            res.executor, res.owns_executor = actor_executor, False
+        res.executor.start()
         system = cls(config, Store(client), clock, res)
         try:
             system._boot(dict(providers or {}), hostnames or HostnameGenerator(), resolver,
@@ -169,6 +182,7 @@ class PoolerSystem:
         self._supervisor = Supervisor.start(
             directory=self.directory, scheduler=res.scheduler, clock=self.clock,
             metrics=res.metrics,
+            policy=self.restart_policy,
         )
         sup = self._supervisor.proxy()
         for name in sorted({p.provider for p in cfg.pools}):
@@ -292,7 +306,7 @@ class PoolerSystem:
             return RequestActor.start(
                 request_id=request_id, store=self.requests, settings=cfg.settings, pools=pools,
                 data_ttl_hours=cfg.redis.data_ttl, manager=manager, clock=self.clock,
-                scheduler=res.scheduler, metrics=res.metrics,
+                scheduler=res.scheduler, metrics=res.metrics, executor=res.executor,
             )
 
         def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
@@ -301,14 +315,14 @@ class PoolerSystem:
                 clone_limit=cfg.settings.ondemand_clone_limit,
                 sweep_interval=float(cfg.settings.check_loop_delay_min),
                 data_ttl_hours=cfg.redis.data_ttl, clock=self.clock, scheduler=res.scheduler,
-                metrics=res.metrics, supervisor=supervisor,
+                metrics=res.metrics, supervisor=supervisor, policy=self.restart_policy,
             )
 
         return factory
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop every actor (pools first, then tasks, providers, supervisor) and release
-        Redis, the embedded server and the providers. Idempotent."""
+        """Stop every actor (pools first, then tasks, providers, supervisor), then the actor
+        executor, and release Redis, the embedded server and the providers. Idempotent."""
         if self._stopped:
             return
         self._stopped = True
@@ -330,6 +344,8 @@ class PoolerSystem:
                     ref.stop(block=True, timeout=timeout)
         if self._supervisor is not None:
             self._supervisor.stop(block=True, timeout=timeout)
+        if res.owns_executor:  # after every actor it runs
+            res.executor.stop(timeout=timeout)
         if res.owns_scheduler:
             res.scheduler.stop()
         for provider in res.providers.values():

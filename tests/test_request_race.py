@@ -3,7 +3,7 @@ ready, because the expiry sweep and the per-VM ready check raced on one request 
 threads.
 
 Here a :class:`RequestActor` runs standalone (no pools, no provider, a recording actor as
-its manager, a real redis-server): the four "VM ready" events and the deadline are told to
+its manager, its mailbox on an actor executor of its own, a real redis-server): the four "VM ready" events and the deadline are told to
 its one mailbox in every one of the 120 possible orders. The outcome must depend on the
 order alone: ``ready`` when every VM came before the deadline, otherwise ``failed`` with
 every one of the request's VMs retired to ``completed``. Never both, never a VM in two
@@ -41,6 +41,7 @@ from vmpooler.actors.metrics.backends import RecordingMetrics
 from vmpooler.actors.ondemand.request import RequestActor, request_actor_name
 from vmpooler.actors.pool.ondemand import OnDemandVms
 from vmpooler.actors.runtime.clock import FakeClock
+from vmpooler.actors.runtime.executor import ActorExecutor
 from vmpooler.actors.runtime.supervisor import ActorDirectory
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.request_store import Entry, RequestStore
@@ -82,6 +83,7 @@ class Rig:
     metrics: RecordingMetrics
     manager: pykka.ActorRef[Any]
     log: MessageLog
+    executor: ActorExecutor
     ref: pykka.ActorRef[Any] | None = None
 
     def start(self) -> pykka.ActorRef[Any]:
@@ -90,6 +92,7 @@ class Rig:
             settings=GlobalSettings(ondemand_request_ttl=TTL_MINUTES, max_vm_retries=3),
             pools=frozenset({POOL}), data_ttl_hours=168, manager=self.manager,
             clock=self.clock, scheduler=self.clock, metrics=self.metrics,
+            executor=self.executor,
         )
         return self.ref
 
@@ -119,11 +122,14 @@ def rig(redis_client: redis.Redis) -> Iterator[Rig]:
     clock = FakeClock()
     log = MessageLog()
     manager = Recorder.start(log)
-    r = Rig(redis_client, RequestStore(redis_client), clock, RecordingMetrics(), manager, log)
+    executor = ActorExecutor(2, name="test-request").start()
+    r = Rig(redis_client, RequestStore(redis_client), clock, RecordingMetrics(), manager, log,
+            executor)
     yield r
     if r.ref is not None:
         r.ref.stop(block=True, timeout=5)  # no-op when it already stopped
     manager.stop(block=True, timeout=5)
+    executor.stop(timeout=5)
 
 
 def seed_request(rig: Rig, count: int = 4, vms: Sequence[str] = VMS) -> None:

@@ -8,9 +8,19 @@ clone slots among them.
   no manager ran, by another writer, or whose command was lost get an actor too; at start
   that rebuilds every request a previous manager left in flight.
 * **One actor per request.** Each is a :class:`RequestActor` registered as
-  ``request:<id>``; the manager is its supervisor: a crashed request actor is started again
-  (it rebuilds itself from Redis) with back-off, and after :data:`MAX_RESTARTS` crashes the
-  request is failed rather than left hanging.
+  ``request:<id>``, its mailbox on the system's shared actor executor. The manager is its
+  supervisor, under the system's one :class:`RestartPolicy` (the Supervisor's): a crashed
+  request actor is started again (it rebuilds itself from Redis) after the policy's
+  back-off, and once it has spent the policy's restart budget within the window the request
+  is failed (``Internal error: …``) rather than left hanging; crashes while Redis is away
+  never spend the budget.
+* **Never two actors for one request.** A manager that replaces a crashed one finds its
+  predecessor's request actors still running (they report to a dead manager): it tells
+  each to stop, and starts a request's new actor only once the old one's stop is observed
+  (:class:`ActorStopped`, from :func:`notify_when_stopped`). Until then the old one stays
+  in the directory, so even a third manager after another crash waits for it. Nothing here
+  blocks: the manager never waits on a request actor (they all share a few threads, and
+  would deadlock it), it only tells them.
 * **Fair clone slots.** Wanted VMs queue per request in a :class:`FairQueue` and are handed
   out one per request per turn while ``tasks__ondemandclone`` (counted in Redis by the pool
   actors' clone scripts) plus grants not yet answered stays under ``ondemand_clone_limit``.
@@ -30,6 +40,7 @@ import redis
 
 from vmpooler.actors.messages import (
     ActorCrashed,
+    ActorStopped,
     CloneForRequest,
     RequestChanged,
     RequestCloneAnswered,
@@ -42,17 +53,18 @@ from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.ondemand.request import request_actor_name
 from vmpooler.actors.runtime.clock import Clock, Scheduler
 from vmpooler.actors.runtime.fair_queue import FairQueue
+from vmpooler.actors.runtime.pooled import notify_when_stopped
+from vmpooler.actors.runtime.restart_policy import RestartHistory, RestartPolicy
 from vmpooler.actors.runtime.supervisor import ActorDirectory, SupervisedActor
 from vmpooler.actors.storage.request_store import RequestStore
 
-__all__ = ["MAX_RESTARTS", "OnDemandManager", "RequestFactory"]
+__all__ = ["OnDemandManager", "RequestFactory"]
 
 log = logging.getLogger(__name__)
 
-MAX_RESTARTS = 5
 GRANT_LOST_AFTER = 30.0  # s without an answer from the pool actor (it answers at once): regrant
-
-_OUTAGE_ERRORS = frozenset({"ConnectionError", "TimeoutError", "BusyLoadingError"})
+_PREFIX = request_actor_name("")
+_RESTART = "restart"  # RequestChanged.reason of the manager's own restart timer
 
 RequestFactory = Callable[[str, pykka.ActorRef[Any]], pykka.ActorRef[Any]]
 """``factory(request_id, manager_ref)`` starts a request's actor and returns its ref."""
@@ -74,8 +86,10 @@ class OnDemandManager(SupervisedActor):
         scheduler: Scheduler,
         metrics: Metrics,
         supervisor: pykka.ActorRef[Any] | None = None,
+        policy: RestartPolicy | None = None,
     ) -> None:
         super().__init__(name="ondemand", supervisor=supervisor)
+        self.policy = policy or RestartPolicy()
         self.store = store
         self.directory = directory
         self.request_factory = request_factory
@@ -86,7 +100,10 @@ class OnDemandManager(SupervisedActor):
         self.scheduler = scheduler
         self.metrics = metrics
         self.requests: dict[str, pykka.ActorRef[Any]] = {}
-        self.crashes: dict[str, int] = {}
+        self.restarts: dict[str, RestartHistory] = {}  # requests whose actor crashed lately
+        self.retiring: dict[str, str] = {}  # urn of a predecessor's actor told to stop -> id
+        self.deferred: set[str] = set()  # requests to start once their old actor stopped
+        self.backing_off: set[str] = set()  # crashed: restarted by the policy's timer only
         # request -> (alias, pool, monotonic time the request asked for it)
         self.wants: FairQueue[str, tuple[str, str, float]] = FairQueue()
         # grant -> id, alias, pool, granted at, wanted at (monotonic)
@@ -96,21 +113,23 @@ class OnDemandManager(SupervisedActor):
 
     def setup(self) -> None:
         # A predecessor that crashed left its request actors running, reporting to a dead
-        # manager: stop them; the first sweep starts fresh ones, rebuilt from Redis.
+        # manager: they are told to stop; a request's new actor starts once its old one is
+        # observed stopped (see _start). Entries of stopped ones are dropped.
         for name in self.directory.names():
-            ref = self.directory.get(name) if name.startswith("request:") else None
-            if ref is not None:
-                with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
-                    ref.stop(block=True, timeout=5)
-            if name.startswith("request:"):
+            if not name.startswith(_PREFIX):
+                continue
+            ref = self.directory.get(name)
+            if ref is None:
                 self.directory.remove(name)
+            else:
+                self._retire(name.removeprefix(_PREFIX), ref)
         self.actor_ref.tell(SweepRequests())
 
     def on_stop(self) -> None:
-        for request_id, ref in list(self.requests.items()):
-            with contextlib.suppress(pykka.ActorDeadError):
-                ref.stop(block=True, timeout=5)
-            self.directory.remove(request_actor_name(request_id))
+        # Tell, never wait (they share a few threads): PoolerSystem.stop waits for each of
+        # them from its own thread, finding them in the directory.
+        for ref in self.requests.values():
+            ref.stop(block=False)
 
     # -- mailbox --------------------------------------------------------------------------------
     def handle(self, message: Any) -> Any:
@@ -133,11 +152,15 @@ class OnDemandManager(SupervisedActor):
             self._finished(message.request_id)
         elif isinstance(message, ActorCrashed):
             self._crashed(message)
+        elif isinstance(message, ActorStopped):
+            self._stopped(message)
         elif isinstance(message, SweepRequests):
             self._sweep()
         return None
 
     def _changed(self, message: RequestChanged) -> None:
+        if message.reason == _RESTART:  # the back-off after a crash is over
+            self.backing_off.discard(message.request_id)
         ref = self.requests.get(message.request_id)
         if ref is not None and ref.is_alive():
             with contextlib.suppress(pykka.ActorDeadError):
@@ -163,48 +186,80 @@ class OnDemandManager(SupervisedActor):
 
     # -- request actors -------------------------------------------------------------------------
     def _start(self, request_id: str) -> None:
-        if request_id in self.requests and self.requests[request_id].is_alive():
+        ours = self.requests.get(request_id)
+        if (ours is not None and ours.is_alive()) or request_id in self.backing_off:
             return
+        name = request_actor_name(request_id)
+        current = self.directory.get(name)
+        if current is not None and current is not ours:
+            # Another manager's actor for this request is still alive: never run two.
+            self._retire(request_id, current)
+            self.deferred.add(request_id)
+            return
+        self.deferred.discard(request_id)
         ref = self.request_factory(request_id, self.actor_ref)
         self.requests[request_id] = ref
-        self.directory.put(request_actor_name(request_id), ref)
+        self.directory.put(name, ref)
+
+    def _retire(self, request_id: str, ref: pykka.ActorRef[Any]) -> None:
+        """Tell a predecessor's request actor to stop, and ask to hear when it has."""
+        if ref.actor_urn in self.retiring:
+            return
+        self.retiring[ref.actor_urn] = request_id
+        notify_when_stopped(ref, self.actor_ref,
+                            ActorStopped(request_actor_name(request_id), ref.actor_urn))
+        ref.stop(block=False)
+
+    def _stopped(self, message: ActorStopped) -> None:
+        request_id = self.retiring.pop(message.urn, None)
+        if request_id is None:
+            return
+        if request_id not in self.requests:
+            self.directory.remove(message.name)  # the stopped predecessor's entry
+        if request_id in self.deferred:
+            self._start(request_id)
 
     def _finished(self, request_id: str) -> None:
         self.wants.drop(request_id)
         self.requests.pop(request_id, None)
-        self.crashes.pop(request_id, None)
+        self.restarts.pop(request_id, None)
+        self.backing_off.discard(request_id)
         self.directory.remove(request_actor_name(request_id))
         self._grant()
 
     def _crashed(self, message: ActorCrashed) -> None:
-        request_id = message.name.removeprefix("request:")
+        request_id = message.name.removeprefix(_PREFIX)
         self.wants.drop(request_id)  # the restarted actor asks again for what it misses
         self.requests.pop(request_id, None)
         self.directory.remove(message.name)
-        crashes = self.crashes.get(request_id, 0) + 1
-        if message.error_class in _OUTAGE_ERRORS:
-            crashes = min(crashes, MAX_RESTARTS)  # Redis away: keep trying, never give up
-        self.crashes[request_id] = crashes
         self.metrics.increment("vmpooler_actor.crashed", tags={"actor": "request"})
-        if crashes > MAX_RESTARTS:
-            log.error("[!] request '%s' crashed %d times (%s: %s); failing it", request_id,
-                      crashes, message.error_class, message.error)
-            self.crashes.pop(request_id, None)
-            try:
-                claim = self.store.claim(request_id, now=self.clock.now())
-                if claim.found and claim.status is None:
-                    failed, _ = self.store.fail(request_id, list(claim.entries),
-                                                reason=f"Internal error: {message.error}",
-                                                ttl=self.data_ttl)
-                    if failed:
-                        self.metrics.increment("ondemand.outcome", tags={"result": "failed"})
-            except redis.RedisError as exc:
-                log.error("[!] request '%s' could not be failed: %s", request_id, exc)
+        history = self.restarts.setdefault(request_id, RestartHistory())
+        delay = self.policy.on_crash(history, self.clock.monotonic(), message.error_class)
+        if delay is None:
+            self.restarts.pop(request_id, None)
+            self.metrics.increment("vmpooler_actor.given_up", tags={"actor": "request"})
+            log.error("[!] request '%s' crashed %d times within %ds (%s: %s); failing it",
+                      request_id, len(history) + 1, int(self.policy.period),
+                      message.error_class, message.error)
+            self._fail_crashed(request_id, message.error)
             return
-        delay = min(60.0, 2.0 ** (crashes - 1))
         log.error("[!] request '%s' crashed (%s: %s); restarting in %.0fs", request_id,
                   message.error_class, message.error, delay)
-        self.scheduler.tell_later(delay, self.actor_ref, RequestChanged(request_id, "restart"))
+        self.backing_off.add(request_id)  # not even the sweep starts it before the timer
+        self.scheduler.tell_later(delay, self.actor_ref, RequestChanged(request_id, _RESTART))
+
+    def _fail_crashed(self, request_id: str, error: str) -> None:
+        """Escalation: the request's actor spent its restart budget; fail the request."""
+        try:
+            claim = self.store.claim(request_id, now=self.clock.now())
+            if claim.found and claim.status is None:
+                failed, _ = self.store.fail(request_id, list(claim.entries),
+                                            reason=f"Internal error: {error}",
+                                            ttl=self.data_ttl)
+                if failed:
+                    self.metrics.increment("ondemand.outcome", tags={"result": "failed"})
+        except redis.RedisError as exc:
+            log.error("[!] request '%s' could not be failed: %s", request_id, exc)
 
     # -- clone slots ----------------------------------------------------------------------------
     def _grant(self) -> None:

@@ -26,6 +26,12 @@ Life of the actor:
    (:class:`RequestFinished`) and stops. A VM that becomes ready afterwards is moved to
    completed by the pool actor (``SETTLE_ORPHAN``): it never reaches anyone else.
 
+Runtime: a request actor has no thread of its own. It is a :class:`PooledSupervisedActor`,
+its mailbox served by the system's shared :class:`ActorExecutor` (a few threads for every
+request actor), with the same one-message-at-a-time guarantee as a thread of its own. So it
+never waits on another actor: everything it sends is a ``tell``. Its supervisor is the
+on-demand manager, which restarts it under the system's restart policy.
+
 Late completion: at the deadline a request with VMs still cloning or booting fails, unless
 ``ondemand_request_grace`` (seconds, default 0) is set: then it starts no new clone and
 waits that long for the VMs already on their way; one arriving within the window completes
@@ -54,7 +60,8 @@ from vmpooler.actors.messages import (
 )
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.runtime.clock import Clock, Scheduler, Timer
-from vmpooler.actors.runtime.supervisor import SupervisedActor
+from vmpooler.actors.runtime.executor import ActorExecutor
+from vmpooler.actors.runtime.supervisor import PooledSupervisedActor
 from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.request_store import AttachOutcome, Entry, RequestStore
 
@@ -72,8 +79,11 @@ def request_actor_name(request_id: str) -> str:
     return f"request:{request_id}"
 
 
-class RequestActor(SupervisedActor):
-    """The single writer of one request's state while it is in flight."""
+class RequestActor(PooledSupervisedActor):
+    """The single writer of one request's state while it is in flight.
+
+    ``executor`` runs its mailbox; ``manager`` is its supervisor and the party it asks for
+    clone slots (both only ever told)."""
 
     def __init__(
         self,
@@ -87,8 +97,10 @@ class RequestActor(SupervisedActor):
         clock: Clock,
         scheduler: Scheduler,
         metrics: Metrics,
+        executor: ActorExecutor,
     ) -> None:
-        super().__init__(name=request_actor_name(request_id), supervisor=manager)
+        super().__init__(name=request_actor_name(request_id), supervisor=manager,
+                         executor=executor)
         self.request_id = request_id
         self.store = store
         self.settings = settings
