@@ -3,10 +3,11 @@ ready, because the expiry sweep and the per-VM ready check raced on one request 
 threads.
 
 Here a :class:`RequestActor` runs standalone (no pools, no provider, a recording actor as
-its manager, its mailbox on an actor executor of its own, a real redis-server): the four "VM ready" events and the deadline are told to
-its one mailbox in every one of the 120 possible orders. The outcome must depend on the
-order alone: ``ready`` when every VM came before the deadline, otherwise ``failed`` with
-every one of the request's VMs retired to ``completed``. Never both, never a VM in two
+its manager, its mailbox on an actor executor of its own, a real redis-server): the four
+"VM ready" events and the deadline are told to its one mailbox in every one of the 120
+possible orders. The outcome must depend on the order alone: ``ready`` when every VM came
+before the deadline, otherwise ``failed`` with every one of the request's VMs retired to
+``completed``. Never both, never a VM in two
 queues, never a VM left running for a failed request.
 
 Also here: vmpooler's nil score (a request missing from ``provisioning__processing`` looked
