@@ -135,6 +135,7 @@ class PoolActor(SupervisedActor):
                 self.cycle.request()
         elif isinstance(message, PoolChanged):
             log.debug("[%s] woken: %s", self.ctx.name, message.reason)
+            self.upkeep.changed()  # the override keys may have changed: read them
             self.cycle.request()
         elif isinstance(message, RefillPool):
             # A slot is offered; if this pool no longer needs it, refill passes it on.

@@ -12,7 +12,7 @@ from vmpooler.actors.pool.context import PoolContext
 from vmpooler.actors.pool.dead_letters import DeadLetters
 from vmpooler.actors.pool.ondemand import OnDemandVms
 from vmpooler.actors.storage import timefmt
-from vmpooler.actors.storage.store import PoolSnapshot
+from vmpooler.actors.storage.pool_snapshot import PoolSnapshot
 
 __all__ = ["PoolChecks"]
 

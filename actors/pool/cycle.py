@@ -23,7 +23,7 @@ from vmpooler.actors.pool.ondemand import OnDemandVms
 from vmpooler.actors.pool.upkeep import PoolUpkeep
 from vmpooler.actors.runtime.clock import Timer
 from vmpooler.actors.storage import timefmt
-from vmpooler.actors.storage.store import PoolSnapshot
+from vmpooler.actors.storage.pool_snapshot import PoolSnapshot
 
 __all__ = ["PoolCycle"]
 
@@ -92,6 +92,7 @@ class PoolCycle:
         """Redis failed a handler: log, back off, and cycle again after the delay."""
         log.error("[!] [%s] redis unavailable: %s; retrying in %.0fs", self.ctx.name, exc,
                   self.delay)
+        self.upkeep.redis_failed()
         self.delay = self.ctx.backoff.next(self.delay, busy=False)
         self.schedule()
 
@@ -126,6 +127,7 @@ class PoolCycle:
             busy = self._cycle(set(inventory))
         except redis.RedisError as exc:
             log.error("[!] [%s] redis unavailable: %s", ctx.name, exc)
+            self.upkeep.redis_failed()
             busy = False
         ctx.metrics.gauge("vmpooler_performance.check_pool",
                           ctx.clock.monotonic() - started, tags={"pool": ctx.name})
@@ -141,7 +143,10 @@ class PoolCycle:
         pending check, started a clone or drained)."""
         ctx, store, name, busy_vms = self.ctx, self.ctx.store, self.ctx.name, self.ctx.calls.busy
         self.clones.repay_slots()
-        snap = store.snapshot(name)
+        mono = ctx.clock.monotonic()
+        overrides, flags = self.upkeep.reads_due(mono)
+        snap = store.snapshot(name, overrides=overrides, flags=flags)
+        self.upkeep.adopt(snap, mono)
         if not self.upkeep.initialised:
             self._initialise(snap)
         self.ondemand.prune(snap.pending)
@@ -176,11 +181,11 @@ class PoolCycle:
                     ctx.calls.send(ProviderOp.DESTROY, vm, ctx.fqdn(vm))
             elif store.forget(name, vm, delete_hash=True):
                 ctx.vms.forget(vm)
-        if self.upkeep.apply_overrides(snap):
+        if self.upkeep.apply_overrides():
             return True
         activity |= self.clones.repopulate(len(ready), len(pending))
         self.upkeep.remove_excess(ready, pending)
-        self.upkeep.flag_empty(snap, len(ready))
+        self.upkeep.flag_empty(len(ready))
         size = self.upkeep.size
         ctx.metrics.gauge("ready", len(ready), tags={"pool": name})
         ctx.metrics.gauge("running", len(snap.running), tags={"pool": name})
@@ -192,4 +197,4 @@ class PoolCycle:
     def _initialise(self, snap: PoolSnapshot) -> None:
         if not self.ondemand.loaded:  # Redis was away when the actor started
             self.ondemand.load(snap.pending)
-        self.upkeep.initialise(snap)
+        self.upkeep.initialise()

@@ -2,22 +2,44 @@
 drains, template preparation, surplus removal and the empty-pool flag.
 
 :class:`PoolUpkeep` owns the pool's effective ``size``, ``template`` and ``clone_target``
-(the configured values until an override says otherwise) and whether a template is being
-prepared. Used only on the pool actor's thread.
+(the configured values until an override says otherwise), whether a template is being
+prepared, and what it last read of the pool's override keys and flags, with when to read
+them again:
+
+* everything (the override keys ``vmpooler__config__poolsize``/``template``/
+  ``clone_target``, ``vmpooler__poolreset`` and the undo sets, and the flags
+  ``vmpooler__template__prepared`` and ``vmpooler__empty__<pool>``) on the first cycle,
+  after a Redis error, and then again once :attr:`PoolUpkeep.refresh_period` seconds have
+  passed: the safety net for writers that tell nobody (vmpooler's Ruby API, ``redis-cli``);
+* the override keys also on the first cycle after the pool is told of a change
+  (``PoolChanged``: our API sends one whenever it writes them);
+* in between, the actor goes by what it read, less the undo and reset marks it
+  acknowledged, plus the flags it wrote itself.
+
+Used only on the pool actor's thread.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from vmpooler.actors.config.overrides import effective_size, size_override
 from vmpooler.actors.messages import PoolChanged, ProviderCallFinished, ProviderOp
 from vmpooler.actors.pool.context import PoolContext
-from vmpooler.actors.storage.store import PoolSnapshot
+from vmpooler.actors.storage.pool_snapshot import PoolFlags, PoolOverrides, PoolSnapshot
 
-__all__ = ["PoolUpkeep"]
+__all__ = ["OVERRIDE_REFRESH_CYCLES", "OVERRIDE_REFRESH_MAX", "PoolUpkeep"]
 
 log = logging.getLogger(__name__)
+
+OVERRIDE_REFRESH_CYCLES = 5
+OVERRIDE_REFRESH_MAX = 30.0
+"""The safety-net period is ``min(OVERRIDE_REFRESH_CYCLES × check_loop_delay_max,
+OVERRIDE_REFRESH_MAX)`` seconds: every fifth idle cycle at most, and never longer than 30 s.
+A key written without telling the manager is applied within that period plus one cycle
+(``check_loop_delay_max``); with a ``check_loop_delay_max`` of 30 s or more every idle
+cycle reads the keys, as before (docs/compatibility.md)."""
 
 
 class PoolUpkeep:
@@ -35,45 +57,89 @@ class PoolUpkeep:
         self.initialised = False
         self.preparing = False
         self.preparing_since = 0.0  # monotonic
+        self.overrides = PoolOverrides()  # as last read, less what this actor acknowledged
+        self.flags = PoolFlags()  # as last read, with what this actor wrote since
+        self.refresh_period = min(OVERRIDE_REFRESH_CYCLES * ctx.backoff.max,
+                                  OVERRIDE_REFRESH_MAX)
+        self._read_at: float | None = None  # monotonic, of the last read of both; None: now
+        self._overrides_stale = False  # told of a change since the override keys were read
+
+    # -- reading the override keys and flags ---------------------------------------------------
+    def reads_due(self, mono: float) -> tuple[bool, bool]:
+        """Whether this cycle's snapshot must read ``(overrides, flags)``."""
+        read_at = self._read_at
+        periodic = read_at is None or mono - read_at >= self.refresh_period
+        return periodic or self._overrides_stale, periodic
+
+    def adopt(self, snap: PoolSnapshot, mono: float) -> None:
+        """Take what the snapshot read (taken at ``mono``) as the state of Redis."""
+        if snap.overrides is not None:
+            self.overrides = snap.overrides
+            self._overrides_stale = False
+        if snap.flags is not None:
+            self.flags = snap.flags
+            if snap.overrides is not None:
+                self._read_at = mono
+
+    def changed(self) -> None:
+        """The pool was told of a change: read the override keys on the next cycle."""
+        self._overrides_stale = True
+
+    def redis_failed(self) -> None:
+        """Redis failed (it may have restarted and lost keys): read everything again."""
+        self._read_at = None
 
     # -- overrides, template, size ------------------------------------------------------------
-    def initialise(self, snap: PoolSnapshot) -> None:
+    def initialise(self) -> None:
         """Adopt the template and clone-target overrides of the first snapshot."""
-        if snap.template_override:
-            self.template = snap.template_override
-        if snap.clone_target_override:
-            self.clone_target = snap.clone_target_override
+        if self.overrides.template:
+            self.template = self.overrides.template
+        if self.overrides.clone_target:
+            self.clone_target = self.overrides.clone_target
         self.initialised = True
 
-    def apply_overrides(self, snap: PoolSnapshot) -> bool:
-        """Apply size/template/clone-target overrides and resets. True if the pool drained."""
-        ctx, store, name = self.ctx, self.ctx.store, self.ctx.name
+    def _acknowledged(self, **marks: bool) -> None:
+        self.overrides = dataclasses.replace(self.overrides, **marks)
+
+    def apply_overrides(self) -> bool:
+        """Apply the size/template/clone-target overrides and resets last read. True if the
+        pool drained."""
+        ctx, store, name, ov = self.ctx, self.ctx.store, self.ctx.name, self.overrides
         drained = False
-        if snap.undo_size:
+        if ov.undo_size:
             store.ack_undo(name, size=True)
-        size = effective_size(ctx.pool.size, snap.size_override)
-        if snap.size_override is not None and size_override(snap.size_override) is None:
-            log.warning("[!] [%s] ignoring size override %r", name, snap.size_override)
+            self._acknowledged(undo_size=False)
+        size = effective_size(ctx.pool.size, ov.size)
+        if ov.size is not None and size_override(ov.size) is None:
+            log.warning("[!] [%s] ignoring size override %r", name, ov.size)
         if size != self.size:
             log.info("[*] [%s] size changed from %d to %d", name, self.size, size)
             self.size = size
-        if snap.undo_template:
+        if ov.undo_template:
             store.ack_undo(name, template=True)
-        template = snap.template_override or ctx.pool.template
+            self._acknowledged(undo_template=False)
+        template = ov.template or ctx.pool.template
         if template != self.template:
             log.info("[*] [%s] template changed from '%s' to '%s'", name, self.template,
                      template)
             self.template = template
             drained |= self.drain(f"template changed to '{template}'") >= 0
-        target = snap.clone_target_override or ctx.pool.clone_target
+        target = ov.clone_target or ctx.pool.clone_target
         if target != self.clone_target:
             self.clone_target = target
             drained |= self.drain(f"clone target changed to '{target}'") >= 0
-        if snap.reset_requested and store.ack_reset(name):
-            drained |= self.drain("pool reset requested") >= 0
-        if snap.prepared_template != self.template and not self.preparing:
+        if ov.reset_requested:
+            ours = store.ack_reset(name)
+            self._acknowledged(reset_requested=False)
+            if ours:
+                drained |= self.drain("pool reset requested") >= 0
+        if self.flags.prepared_template != self.template and not self.preparing:
             self.prepare_template()
         return drained
+
+    def _prepared(self, template: str) -> None:
+        self.ctx.store.set_prepared_template(self.ctx.name, template)
+        self.flags = dataclasses.replace(self.flags, prepared_template=template)
 
     def drain(self, reason: str) -> int:
         """Move every ready and pending VM of the pool's own to completed, then wake the
@@ -100,7 +166,7 @@ class PoolUpkeep:
                 provider.tell(ctx.calls.call(ProviderOp.PREPARE_TEMPLATE,
                                              f"template:{self.template}"))
                 return
-        ctx.store.set_prepared_template(ctx.name, self.template)
+        self._prepared(self.template)
 
     def template_prepared(self, msg: ProviderCallFinished) -> None:
         """The answer to ``PREPARE_TEMPLATE``: record the delta disks (on success) and the
@@ -112,7 +178,7 @@ class PoolUpkeep:
                       self.template, msg.failure.message)
         else:
             ctx.store.add_delta_disks(self.template)
-        ctx.store.set_prepared_template(ctx.name, self.template)
+        self._prepared(self.template)
 
     def expire_preparing(self, mono: float) -> None:
         """Stop waiting for a template preparation whose answer is overdue."""
@@ -136,12 +202,14 @@ class PoolUpkeep:
         if pending:
             ctx.lost("excess", ctx.store.drain(name, include_ready=False))
 
-    def flag_empty(self, snap: PoolSnapshot, ready: int) -> None:
+    def flag_empty(self, ready: int) -> None:
         """Set ``vmpooler__empty__<pool>`` (logging once) when nothing is ready, else clear it."""
         ctx = self.ctx
         if ready == 0 and self.size > 0:
-            if not snap.empty_flag:
+            if not self.flags.empty:
                 ctx.store.set_empty_flag(ctx.name, True)
+                self.flags = dataclasses.replace(self.flags, empty=True)
                 log.info("[!] [%s] is empty", ctx.name)
-        elif snap.empty_flag:
+        elif self.flags.empty:
             ctx.store.set_empty_flag(ctx.name, False)
+            self.flags = dataclasses.replace(self.flags, empty=False)

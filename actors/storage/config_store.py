@@ -2,9 +2,10 @@
 
 vmpooler's API kept the overrides in its own memory and wrote them through to Redis; we keep
 no copy (several API workers share one Redis), so every read here goes to Redis and every
-write is one pipelined transaction. The manager applies what is written here: it reads the
-same hashes on each cycle (:meth:`~vmpooler.actors.storage.store.Store.snapshot`) and acknowledges
-the undo and reset sets.
+write is one pipelined transaction. The manager applies what is written here: a pool actor
+reads the same keys (:func:`~vmpooler.actors.storage.pool_snapshot.read_snapshot`) on the cycle
+after it is told of a change — so every write here must be followed by the API's
+``pool_changed`` — and periodically as a safety net, and acknowledges the undo and reset sets.
 """
 
 from __future__ import annotations

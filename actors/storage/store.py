@@ -9,12 +9,12 @@ methods return whether the transition applied. Methods may raise ``redis.RedisEr
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import redis
 
 from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.pool_snapshot import PoolSnapshot, read_snapshot
 from vmpooler.actors.storage.schema import Scripts
 
 __all__ = ["CloneReservation", "PoolSnapshot", "Store", "read_vm_fields"]
@@ -38,33 +38,6 @@ class CloneReservation:
     RESERVED = 1
     NO_SLOT = 0
     NAME_TAKEN = -1
-
-
-@dataclass(frozen=True, slots=True)
-class PoolSnapshot:
-    """One pool's queues and overrides, read in a single round trip."""
-
-    pending: frozenset[str]
-    ready: frozenset[str]
-    running: frozenset[str]
-    completed: frozenset[str]
-    discovered: frozenset[str]
-    migrating: frozenset[str]
-    size_override: str | None
-    template_override: str | None
-    clone_target_override: str | None
-    reset_requested: bool
-    undo_size: bool
-    undo_template: bool
-    prepared_template: str | None
-    empty_flag: bool
-
-    def queue_of(self, vm: str) -> str | None:
-        """The first queue holding ``vm``, or None."""
-        for name in ("pending", "ready", "running", "completed", "discovered"):
-            if vm in getattr(self, name):
-                return name
-        return None
 
 
 class Store:
@@ -110,30 +83,10 @@ class Store:
         return removed
 
     # -- reads ------------------------------------------------------------------------------
-    def snapshot(self, pool: str) -> PoolSnapshot:
-        """The pool's queues and overrides in one pipelined round trip."""
-        pipe = self.client.pipeline(transaction=False)
-        for key in (
-            schema.pending(pool), schema.ready(pool), schema.running(pool),
-            schema.completed(pool), schema.discovered(pool), schema.migrating(pool),
-        ):
-            pipe.smembers(key)
-        pipe.hget(schema.config_poolsize(), pool)
-        pipe.hget(schema.config_template(), pool)
-        pipe.hget(schema.config_clone_target(), pool)
-        pipe.sismember(schema.poolreset(), pool)
-        pipe.sismember(schema.undo_size_override(), pool)
-        pipe.sismember(schema.undo_template_override(), pool)
-        pipe.hget(schema.template_prepared(), pool)
-        pipe.exists(schema.empty(pool))
-        r = pipe.execute()
-        return PoolSnapshot(
-            pending=frozenset(r[0]), ready=frozenset(r[1]), running=frozenset(r[2]),
-            completed=frozenset(r[3]), discovered=frozenset(r[4]), migrating=frozenset(r[5]),
-            size_override=r[6], template_override=r[7], clone_target_override=r[8],
-            reset_requested=bool(r[9]), undo_size=bool(r[10]), undo_template=bool(r[11]),
-            prepared_template=r[12], empty_flag=bool(r[13]),
-        )
+    def snapshot(self, pool: str, *, overrides: bool = True, flags: bool = True) -> PoolSnapshot:
+        """The pool's queues, with its override keys and/or the manager's flags when asked
+        (:func:`~vmpooler.actors.storage.pool_snapshot.read_snapshot`)."""
+        return read_snapshot(self.client, pool, overrides=overrides, flags=flags)
 
     def vm_fields(self, vms: Iterable[str], fields: Sequence[str]) -> dict[str, list[str | None]]:
         """HMGET ``fields`` of each VM's hash, pipelined."""
