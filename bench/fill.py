@@ -341,11 +341,12 @@ def run_scale(pools: int, size: int, task_limit: int, steady: float, settle: flo
 
 # -- driver -------------------------------------------------------------------------------------
 def code_fingerprint() -> str:
-    """A short hash of the production sources measured (actors/, providers/)."""
+    """A short hash of the production sources measured (every module under actors/ and
+    providers/, sub-folders included, by path)."""
     root = Path(__file__).resolve().parent.parent
     digest = hashlib.sha256()
-    for path in sorted([*root.glob("actors/*.py"), *root.glob("providers/*.py")]):
-        digest.update(path.name.encode())
+    for path in sorted([*root.glob("actors/**/*.py"), *root.glob("providers/**/*.py")]):
+        digest.update(path.relative_to(root).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:12]
 
