@@ -18,8 +18,8 @@ from tests.test_provider_actor import (  # noqa: F401 (make_rig is a fixture)
     make_rig,
 )
 from vmpooler.actors.messages import ProviderOp
-from vmpooler.actors.provider.health import ProviderHealth
 from vmpooler.actors.runtime.adaptive_timeout import AdaptiveTimeout, CallTimeouts
+from vmpooler.actors.storage.provider_store import ProviderHealth
 from vmpooler.providers.base import ConnectionPoolHealth
 
 BREAKER_LOG = "vmpooler.actors.provider.health"

@@ -35,13 +35,14 @@ from vmpooler.actors.messages import (
     ProviderOp,
 )
 from vmpooler.actors.metrics.backends import Metrics
-from vmpooler.actors.provider.health import ProviderHealth, ProviderHealthReporter
+from vmpooler.actors.provider.health import ProviderHealthReporter
 from vmpooler.actors.provider.work import ProviderWork, StaleDnsError, resolves
 from vmpooler.actors.runtime.adaptive_timeout import CallTimeouts
 from vmpooler.actors.runtime.breaker import CircuitBreaker
 from vmpooler.actors.runtime.clock import Clock, Scheduler, Timer
 from vmpooler.actors.runtime.supervisor import SupervisedActor
 from vmpooler.actors.runtime.workers import WorkerPool
+from vmpooler.actors.storage.provider_store import ProviderHealth
 from vmpooler.providers.base import Provider
 from vmpooler.providers.dns import DnsPlugin
 from vmpooler.providers.errors import is_permanent

@@ -16,36 +16,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.runtime.adaptive_timeout import CallTimeouts
 from vmpooler.actors.runtime.breaker import STATE_GAUGE, BreakerState, CircuitBreaker
+from vmpooler.actors.storage.provider_store import ProviderHealth
 from vmpooler.providers.base import ConnectionPoolHealth
 
-__all__ = ["ProviderHealth", "ProviderHealthReporter"]
+__all__ = ["ProviderHealthReporter"]
 
 log = logging.getLogger(__name__)
 
-
-
-@dataclass(frozen=True, slots=True)
-class ProviderHealth:
-    """One provider's state as operators see it.
-
-    ``breaker`` is ``closed``, ``open`` or ``half_open`` (``disabled`` when the breaker is
-    off); ``since`` the epoch of its last change; ``last_error`` the message of the last
-    failure that counted against it; ``connections`` the provider's pool, when it has one.
-    """
-
-    provider: str
-    breaker: str
-    since: float
-    failures: int
-    retry_after: float
-    last_error: str | None
-    connections: ConnectionPoolHealth | None
-    updated: float
 
 
 class ProviderHealthReporter:

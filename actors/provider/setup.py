@@ -14,12 +14,11 @@ import redis
 from vmpooler.actors.config import Config
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.provider.actor import ProviderActor, ProviderRuntime
-from vmpooler.actors.provider.health import ProviderHealth
 from vmpooler.actors.runtime.adaptive_timeout import CallTimeouts
 from vmpooler.actors.runtime.breaker import CircuitBreaker
 from vmpooler.actors.runtime.clock import Clock, Scheduler
 from vmpooler.actors.runtime.supervisor import ActorDirectory
-from vmpooler.actors.storage.provider_store import ProviderStore
+from vmpooler.actors.storage.provider_store import ProviderHealth, ProviderStore
 from vmpooler.providers.base import Provider
 from vmpooler.providers.dns import DnsPlugin
 

@@ -9,15 +9,35 @@ vmpooler's set of VMs migrating now, bounded by ``migration_limit``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import redis
 
-from vmpooler.actors.provider.health import ProviderHealth
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.schema import Scripts
+from vmpooler.providers.base import ConnectionPoolHealth
 
-__all__ = ["ProviderStore", "health_fields"]
+__all__ = ["ProviderHealth", "ProviderStore", "health_fields"]
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderHealth:
+    """One provider's state as operators see it.
+
+    ``breaker`` is ``closed``, ``open`` or ``half_open`` (``disabled`` when the breaker is
+    off); ``since`` the epoch of its last change; ``last_error`` the message of the last
+    failure that counted against it; ``connections`` the provider's pool, when it has one.
+    """
+
+    provider: str
+    breaker: str
+    since: float
+    failures: int
+    retry_after: float
+    last_error: str | None
+    connections: ConnectionPoolHealth | None
+    updated: float
 
 
 def health_fields(health: ProviderHealth) -> dict[str, str]:
