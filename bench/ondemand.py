@@ -1,8 +1,9 @@
-"""On-demand request benchmark: latency of the request path, and the cost of 1,000 requests
-in flight.
+"""On-demand request benchmark: latency of the request path, and the cost of thousands of
+requests in flight.
 
     .venv/bin/python bench/ondemand.py [--requests 200] [--concurrency 1,10]
-                                       [--in-flight 1000] [--json out.json]
+                                       [--in-flight 10000] [--json out.json]
+                                       [--baseline LABEL=CHECKOUT ...] [--rounds 2]
 
 Every scenario runs in its own child process with its own redis-server (``EmbeddedRedis``,
 no persistence) and a ``PoolerSystem`` with the real clock and scheduler; the dummy provider
@@ -28,20 +29,34 @@ from a seeded RNG), then GET ``/api/v3/ondemandvm/<id>`` every ``--poll-ms`` unt
 * (b) the last of its delivered VMs reported ready (``vm_ready`` first True) -> the GET that
   answered 200 returned. The GET loop bounds the resolution: one poll interval plus one GET.
 
-**Requests in flight** (``inflight`` scenarios). ``--in-flight`` requests of one VM each
-(10 pools), created through the facade ``system.request_ondemand``, whose VMs never become
-ready, so every request stays in flight (``ondemand_request_ttl`` 60 min). Reported: time to
-create them, until every request's actor exists, until the expected steady state holds; RSS
-(VmRSS, VmHWM), kernel and Python threads before, at and after; ``stop()`` time. Variants:
+**Requests in flight** (``inflight`` scenarios). ``--in-flight`` (default 10,000) requests
+of one VM each (10 pools), created through the facade ``system.request_ondemand``, whose VMs
+never become ready, so every request stays in flight (``ondemand_request_ttl`` 60 min).
+Reported: time to create them, until every request's actor exists, until the expected
+steady state holds; RSS (VmRSS, VmHWM), kernel and Python threads before, at and after;
+``stop()`` time. Variants:
 
 * ``limit 10, clones stall``: ``ondemand_clone_limit`` 10 (vmpooler's default) and a
-  hypervisor whose clones do not finish during the run: 10 VMs cloning, 990 requests queued
-  for a clone slot;
-* ``limit 1000, clones stall``: the same with ``ondemand_clone_limit`` 1000: every request has
-  a VM in pending (``task_limit`` 10 of them inside ``create_vm``, the rest queued at the
-  provider actor);
-* ``limit 1000, never ready``: clones finish at once but ``vm_ready`` never answers True:
-  1000 VMs pending, checked on every pool cycle.
+  hypervisor whose clones do not finish during the run: 10 VMs cloning, every other request
+  queued for a clone slot;
+* ``limit 1000, clones stall``: the same with ``ondemand_clone_limit`` 1000: 1,000 requests
+  have a VM in pending (``task_limit`` 10 of them inside ``create_vm``, the rest queued at
+  the provider actor), the others wait for a slot;
+* ``limit 1000, never ready``: clones finish at once (freeing their slot) but ``vm_ready``
+  never answers True: every request's VM pending, checked on every pool cycle.
+
+Targets in flight: fewer than 200 OS threads (``Threads`` of ``/proc/self/status``) and RSS
+under 500 MiB with 10,000 requests in flight.
+
+**Builds side by side.** ``--baseline LABEL=CHECKOUT`` (repeatable) runs every scenario
+also with another build: ``CHECKOUT`` is a checkout of another commit (``git worktree add
+/tmp/old <commit>``), and its own ``bench/ondemand.py`` runs each scenario in its child
+process against its own code (a temporary directory first on ``PYTHONPATH`` maps
+``vmpooler.actors``, ``.web``, ``.providers`` and ``.conf`` to the checkout's folders, ahead
+of this tree's editable install). ``--rounds N`` runs each scenario N times per build,
+alternating the order of the builds from one round to the next; a comparison table then
+shows every round's figure per build and the ratio of the medians. Each result records the
+sources it ran (``sources``, ``source_commit``).
 
 Defaults otherwise (``check_loop_delay_min`` 5 s, ``_max`` 60 s, ``task_limit`` 10,
 ``skip_dns_check_before_creating_vm``). Results and their interpretation: ``../BENCHMARKS.md``.
@@ -55,6 +70,7 @@ import os
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -85,7 +101,8 @@ from vmpooler.web.commands import DirectCommands, StreamCommands
 from vmpooler.web.context import ApiContext
 
 TARGET_LATENCY_MS = 100.0  # "milliseconds", against vmpooler's 5-60 s polling
-TARGET_RSS_MIB = 300
+TARGET_RSS_MIB = 500  # with 10,000 requests in flight
+TARGET_THREADS = 200  # OS threads with 10,000 requests in flight
 LATENCY_POOLS = 4
 INFLIGHT_POOLS = 10
 WARMUP = 10  # requests before the measured ones (not counted)
@@ -414,13 +431,75 @@ def run_inflight(variant: str, count: int) -> dict[str, Any]:
 
 
 # -- driver -------------------------------------------------------------------------------------
-def run_child(args: argparse.Namespace, *child: str) -> dict[str, Any]:
-    cmd = [sys.executable, os.path.abspath(__file__), *child,
+def _sources(where: str | None = None) -> dict[str, str]:
+    """Which code runs: the checkout holding ``vmpooler.actors`` (this process's by
+    default) and its commit (``+changes`` when ``actors/`` differs from it)."""
+    if where is None:
+        import vmpooler.actors.system as system_module
+
+        where = os.path.dirname(os.path.dirname(os.path.dirname(
+            os.path.realpath(system_module.__file__))))
+    try:
+        commit = subprocess.run(["git", "-C", where, "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True, check=False).stdout.strip()
+        dirty = subprocess.run(["git", "-C", where, "status", "--porcelain", "--", "actors"],
+                               capture_output=True, text=True, check=False).stdout.strip()
+    except OSError:
+        commit, dirty = "", ""
+    return {"sources": where, "source_commit": commit + ("+changes" if dirty else "")}
+
+
+def _shim(checkout: str) -> str:
+    """A directory that, first on ``PYTHONPATH``, makes ``vmpooler`` the checkout's code."""
+    shim = Path(tempfile.mkdtemp(prefix="vmpooler-bench-build-"))
+    (shim / "vmpooler").mkdir()
+    for name in ("actors", "web", "providers", "conf"):
+        (shim / "vmpooler" / name).symlink_to(Path(checkout) / name)
+    return str(shim)
+
+
+def run_child(args: argparse.Namespace, *child: str, build: str = "this",
+              checkout: str | None = None) -> dict[str, Any]:
+    """One scenario in a child process: this file on this tree, or ``checkout``'s own
+    ``bench/ondemand.py`` on its own code."""
+    script = os.path.abspath(__file__)
+    if checkout is not None:
+        script = os.path.join(checkout, "bench", "ondemand.py")
+    cmd = [sys.executable, script, *child,
            "--requests", str(args.requests), "--in-flight", str(args.in_flight),
            "--poll-ms", str(args.poll_ms), "--seed", str(args.seed),
            "--clone-limit", str(args.clone_limit)]
-    print(f"[bench] {' '.join(child)}", file=sys.stderr, flush=True)
-    return run_json_child(cmd, " ".join(child))
+    print(f"[bench] {build}: {' '.join(child)}", file=sys.stderr, flush=True)
+    saved = os.environ.get("PYTHONPATH")
+    shim = _shim(checkout) if checkout is not None else None
+    if shim is not None:
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (shim, saved) if p)
+    try:
+        result = run_json_child(cmd, f"{build}: {' '.join(child)}")
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
+        if shim is not None:
+            shutil.rmtree(shim, ignore_errors=True)
+    if checkout is not None:
+        result.update(_sources(checkout))
+    result["build"] = build
+    return result
+
+
+def run_rounds(args: argparse.Namespace, builds: list[tuple[str, str | None]],
+               *child: str) -> list[dict[str, Any]]:
+    """The scenario ``child`` ``args.rounds`` times per build, the builds' order alternating
+    from round to round (A B, B A, A B, ...)."""
+    out = []
+    for n in range(args.rounds):
+        for build, path in (builds if n % 2 == 0 else list(reversed(builds))):
+            result = run_child(args, *child, build=build, checkout=path)
+            result["round"] = n + 1
+            out.append(result)
+    return out
 
 
 def _table(rows: list[tuple[str, list[Any]]], headers: list[str]) -> str:
@@ -497,13 +576,65 @@ def inflight_table(results: list[dict[str, Any]]) -> str:
         rows.append((f"threads py / os, {label}", [
             f"{a} / {b}" for a, b in zip(res(key, "threads_python"), res(key, "threads_os"),
                                          strict=True)]))
-    rows.append(("  target RSS", [f"< {TARGET_RSS_MIB} MiB" for _ in results]))
+    rows.append(("  target RSS / OS threads", [
+        f"< {TARGET_RSS_MIB} MiB / < {TARGET_THREADS}" for _ in results]))
     rows.append(("RSS per request in flight (KiB)", [
         round(1024 * (r["resources_in_flight"]["rss_mib"] - r["resources_started"]["rss_mib"])
               / r["requests"], 1) for r in results]))
     rows.append(("stop() (s)", [r["stop_seconds"] for r in results]))
     rows.append(("load average (1 min) in flight", [r["loadavg_1min"] for r in results]))
     return _table(rows, headers)
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def compare_table(results: list[dict[str, Any]], builds: list[str],
+                  scenario: Callable[[dict[str, Any]], str],
+                  metrics: list[tuple[str, Callable[[dict[str, Any]], float | None]]]) -> str:
+    """Per scenario (column) and metric: each build's figures over the rounds, and the ratio
+    of the medians of the first build to each other (``this / baseline``)."""
+    columns = list(dict.fromkeys(scenario(r) for r in results))
+    rows: list[tuple[str, list[Any]]] = []
+    for title, value in metrics:
+        rows.append((title, []))
+        medians: dict[str, dict[str, float | None]] = {}
+        for build in builds:
+            cells, medians[build] = [], {}
+            for column in columns:
+                figures = [value(r) for r in results
+                           if r["build"] == build and scenario(r) == column]
+                numbers = [f for f in figures if f is not None]
+                medians[build][column] = _median(numbers)
+                cells.append(", ".join(fmt(f) for f in figures) or "-")
+            rows.append((f"  {build}", cells))
+        for other in builds[1:]:
+            ratios = []
+            for column in columns:
+                a, b = medians[builds[0]][column], medians[other][column]
+                ratios.append(f"{a / b:.2f}" if a is not None and b else "-")
+            rows.append((f"  ratio {builds[0]} / {other}", ratios))
+    return _table(rows, columns)
+
+
+LATENCY_METRICS: list[tuple[str, Callable[[dict[str, Any]], float | None]]] = [
+    ("(a) POST -> first create_vm p50 (ms)", lambda r: r["post_to_create_ms"]["p50"]),
+    ("(a) POST -> first create_vm p99 (ms)", lambda r: r["post_to_create_ms"]["p99"]),
+    ("(b) last VM ready -> GET 200 p50 (ms)", lambda r: r["ready_to_get200_ms"]["p50"]),
+    ("POST -> GET 200 p50 (ms)", lambda r: r["post_to_get200_ms"]["p50"]),
+    ("process CPU ms per request", lambda r: r["process_cpu_ms_per_request"]),
+    ("OS threads at end", lambda r: r["resources_end"]["threads_os"]),
+]
+INFLIGHT_METRICS: list[tuple[str, Callable[[dict[str, Any]], float | None]]] = [
+    ("OS threads, in flight + 10 s", lambda r: r["resources_in_flight"]["threads_os"]),
+    ("RSS MiB, in flight + 10 s", lambda r: r["resources_in_flight"]["rss_mib"]),
+    ("peak RSS MiB", lambda r: r["resources_in_flight"]["peak_rss_mib"]),
+    ("create (facade) (s)", lambda r: r["create_seconds"]),
+    ("all request actors exist (s)", lambda r: r["all_actors_seconds"]),
+    ("state reached (s)", lambda r: r["state_seconds"]),
+    ("stop() (s)", lambda r: r["stop_seconds"]),
+]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -514,12 +645,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated client counts for the latency scenarios")
     parser.add_argument("--poll-ms", type=float, default=1.0,
                         help="sleep between two GETs of one request (ms)")
-    parser.add_argument("--in-flight", type=int, default=1000,
+    parser.add_argument("--in-flight", type=int, default=10000,
                         help="requests in flight in the inflight scenarios (0: skip them)")
     parser.add_argument("--clone-limit", type=int, default=10,
                         help="ondemand_clone_limit of the latency scenarios")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--skip-latency", action="store_true")
+    parser.add_argument("--baseline", metavar="LABEL=CHECKOUT", action="append", default=[],
+                        help="also run every scenario with the checkout's own bench and "
+                             "code (e.g. a git worktree of an older commit); repeatable")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="runs of each scenario per build, alternating the builds")
     parser.add_argument("--json", metavar="FILE", help="write all results as JSON")
     parser.add_argument("--latency", metavar="TRANSPORT:CONCURRENCY",
                         help="run one latency scenario in this process")
@@ -528,12 +664,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.latency or args.inflight:
+        sources = _sources()
         if args.latency:
             transport, _, conc = args.latency.partition(":")
             result = run_latency(transport, args.requests, int(conc or 1), args.poll_ms,
                                  args.seed, args.clone_limit)
         else:
             result = run_inflight(args.inflight, args.in_flight)
+        result.update(sources)
         text = json.dumps(result, indent=2)
         if args.json:
             Path(args.json).write_text(text)
@@ -541,35 +679,59 @@ def main(argv: list[str] | None = None) -> int:
             print(text)
         return 0
 
+    builds: list[tuple[str, str | None]] = [("this", None)]
+    for spec in args.baseline:
+        label, sep, path = spec.partition("=")
+        if not sep or not label or not path:
+            raise SystemExit(f"--baseline wants LABEL=CHECKOUT, not {spec!r}")
+        builds.append((label, os.path.abspath(path)))
+    labels = [label for label, _ in builds]
     latency: list[dict[str, Any]] = []
     if not args.skip_latency:
         for conc in [int(c) for c in args.concurrency.split(",") if c]:
             for transport in ("direct", "stream"):
-                latency.append(run_child(args, "--latency", f"{transport}:{conc}"))
+                latency += run_rounds(args, builds, "--latency", f"{transport}:{conc}")
     inflight: list[dict[str, Any]] = []
     if args.in_flight:
         for variant in INFLIGHT_VARIANTS:
-            inflight.append(run_child(args, "--inflight", variant))
+            inflight += run_rounds(args, builds, "--inflight", variant)
     info = machine()
     info["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     print()
     print(f"machine: {info['nproc']} cores ({info['cpu']}), {info['mem_total_mib']} MiB; "
           f"{info['implementation']} {info['python']}; pykka {info['pykka']}, "
           f"redis-py {info['redis_py']}; sources {code_fingerprint()}")
-    if latency:
+    for label in labels:
+        commits = sorted({r.get("source_commit", "?") for r in latency + inflight
+                          if r["build"] == label})
+        print(f"build {label}: commit {', '.join(commits)}")
+    ours_latency = [r for r in latency if r["build"] == "this" and r["round"] == 1]
+    ours_inflight = [r for r in inflight if r["build"] == "this" and r["round"] == 1]
+    if ours_latency:
         print(f"\nLATENCY ({args.requests} requests of 1-3 VMs over {LATENCY_POOLS} pools per "
               f"column, after {WARMUP} warm-up; dummy provider at zero delay; "
-              f"ondemand_clone_limit {args.clone_limit})\n")
-        print(latency_table(latency))
-    if inflight:
+              f"ondemand_clone_limit {args.clone_limit}; this build, round 1)\n")
+        print(latency_table(ours_latency))
+    if ours_inflight:
         print(f"\nREQUESTS IN FLIGHT ({args.in_flight} requests of 1 VM over "
               f"{INFLIGHT_POOLS} pools, created with system.request_ondemand; VMs never "
-              f"ready)\n")
-        print(inflight_table(inflight))
+              f"ready; this build, round 1)\n")
+        print(inflight_table(ours_inflight))
+    if len(builds) > 1 or args.rounds > 1:
+        if latency:
+            print(f"\nLATENCY SIDE BY SIDE (each round's figure; {args.rounds} rounds, builds "
+                  f"alternating)\n")
+            print(compare_table(latency, labels,
+                                lambda r: f"{r['transport']} c={r['concurrency']}",
+                                LATENCY_METRICS))
+        if inflight:
+            print(f"\nIN FLIGHT SIDE BY SIDE ({args.in_flight} requests; each round's "
+                  f"figure)\n")
+            print(compare_table(inflight, labels, lambda r: r["label"], INFLIGHT_METRICS))
     if args.json:
         Path(args.json).write_text(json.dumps(
-            {"machine": info, "argv": sys.argv, "latency": latency, "inflight": inflight},
-            indent=2))
+            {"machine": info, "argv": sys.argv, "builds": labels, "latency": latency,
+             "inflight": inflight}, indent=2))
     return 0
 
 

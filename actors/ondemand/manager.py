@@ -272,6 +272,12 @@ class OnDemandManager(SupervisedActor):
             self.blocked = True
             return
         free = self.clone_limit - in_use - len(self.granted)
+        if free <= 0:
+            # Grants still unanswered re-run this when their answer comes (their slots may
+            # be counted twice until then). Without any, only a freed slot
+            # (RequestSlotFreed) or the sweep makes room: stop reading the counter.
+            self.blocked = not self.granted
+            return
         while free > 0 and self.wants:
             popped = self.wants.pop()
             if popped is None:

@@ -30,9 +30,14 @@ import threading
 import time
 from typing import Protocol
 
-__all__ = ["ActorExecutor", "BlockingCallError", "Schedulable", "on_worker_thread"]
+__all__ = ["DEFAULT_THREADS", "ActorExecutor", "BlockingCallError", "Schedulable",
+           "on_worker_thread"]
 
 log = logging.getLogger(__name__)
+
+DEFAULT_THREADS = 8
+"""Threads of the system's executor: under the Redis connection pool's default size (10), as
+the pooled actors' handlers are mostly Redis round trips."""
 
 _STOP = object()
 _local = threading.local()
@@ -63,7 +68,8 @@ class ActorExecutor:
     Thread-safe. :meth:`submit` never blocks.
     """
 
-    def __init__(self, threads: int = 8, *, batch: int = 32, name: str = "vmpooler-actor") -> None:
+    def __init__(self, threads: int = DEFAULT_THREADS, *, batch: int = 32,
+                 name: str = "vmpooler-actor") -> None:
         self.size = max(1, int(threads))
         self.batch = max(1, int(batch))
         self.name = name
