@@ -334,6 +334,7 @@ class PoolerSystem:
             + [n for n in names if n.startswith("pool:")] + ["tasks", "slots"]
             + [n for n in names if n.startswith("provider:")]
         )
+        # The blocking asks and stops below run on the caller's thread, never in a mailbox.
         if self._supervisor is not None:  # it restarts nothing while its children stop
             with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
                 self._supervisor.ask(StopSupervising(), timeout=timeout)
