@@ -172,7 +172,9 @@ class RunPoolCycle:
 @dataclass(frozen=True, slots=True)
 class PoolChanged:
     """Anyone → pool actor: something changed in Redis (a VM checked out or returned, an
-    override, a reset). The actor runs a cycle at once (coalescing bursts)."""
+    override, a reset). The actor runs a cycle at once (coalescing bursts), and that cycle
+    reads the pool's override keys: whoever writes one must send this, or the change waits
+    for the periodic read (docs/compatibility.md)."""
 
     pool: str
     reason: str = ""

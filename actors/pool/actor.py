@@ -24,7 +24,8 @@ collaborators, plain objects it builds, which share one
   :class:`~vmpooler.actors.pool.dead_letters.DeadLetters`.
 
 A cycle starts with the provider's inventory and runs on a timer with vmpooler's back-off —
-only a safety net: :class:`~vmpooler.actors.messages.PoolChanged` starts one at once. Redis
+only a safety net: :class:`~vmpooler.actors.messages.PoolChanged` starts one at once, which
+reads the override keys too (otherwise they are read periodically: ``PoolUpkeep``). Redis
 being away never crashes the actor: it logs, backs off and catches up on the next cycle.
 """
 
