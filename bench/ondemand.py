@@ -70,7 +70,6 @@ import os
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -81,7 +80,8 @@ from typing import Any
 
 import falcon.testing
 import redis
-from fill import code_fingerprint, fmt, machine, resources, run_json_child
+from builds import compare_table, run_rounds, sources
+from fill import code_fingerprint, fmt, machine, resources
 
 from vmpooler.actors.config import (
     Config,
@@ -431,75 +431,11 @@ def run_inflight(variant: str, count: int) -> dict[str, Any]:
 
 
 # -- driver -------------------------------------------------------------------------------------
-def _sources(where: str | None = None) -> dict[str, str]:
-    """Which code runs: the checkout holding ``vmpooler.actors`` (this process's by
-    default) and its commit (``+changes`` when ``actors/`` differs from it)."""
-    if where is None:
-        import vmpooler.actors.system as system_module
-
-        where = os.path.dirname(os.path.dirname(os.path.dirname(
-            os.path.realpath(system_module.__file__))))
-    try:
-        commit = subprocess.run(["git", "-C", where, "rev-parse", "--short", "HEAD"],
-                                capture_output=True, text=True, check=False).stdout.strip()
-        dirty = subprocess.run(["git", "-C", where, "status", "--porcelain", "--", "actors"],
-                               capture_output=True, text=True, check=False).stdout.strip()
-    except OSError:
-        commit, dirty = "", ""
-    return {"sources": where, "source_commit": commit + ("+changes" if dirty else "")}
-
-
-def _shim(checkout: str) -> str:
-    """A directory that, first on ``PYTHONPATH``, makes ``vmpooler`` the checkout's code."""
-    shim = Path(tempfile.mkdtemp(prefix="vmpooler-bench-build-"))
-    (shim / "vmpooler").mkdir()
-    for name in ("actors", "web", "providers", "conf"):
-        (shim / "vmpooler" / name).symlink_to(Path(checkout) / name)
-    return str(shim)
-
-
-def run_child(args: argparse.Namespace, *child: str, build: str = "this",
-              checkout: str | None = None) -> dict[str, Any]:
-    """One scenario in a child process: this file on this tree, or ``checkout``'s own
-    ``bench/ondemand.py`` on its own code."""
-    script = os.path.abspath(__file__)
-    if checkout is not None:
-        script = os.path.join(checkout, "bench", "ondemand.py")
-    cmd = [sys.executable, script, *child,
-           "--requests", str(args.requests), "--in-flight", str(args.in_flight),
-           "--poll-ms", str(args.poll_ms), "--seed", str(args.seed),
-           "--clone-limit", str(args.clone_limit)]
-    print(f"[bench] {build}: {' '.join(child)}", file=sys.stderr, flush=True)
-    saved = os.environ.get("PYTHONPATH")
-    shim = _shim(checkout) if checkout is not None else None
-    if shim is not None:
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (shim, saved) if p)
-    try:
-        result = run_json_child(cmd, f"{build}: {' '.join(child)}")
-    finally:
-        if saved is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = saved
-        if shim is not None:
-            shutil.rmtree(shim, ignore_errors=True)
-    if checkout is not None:
-        result.update(_sources(checkout))
-    result["build"] = build
-    return result
-
-
-def run_rounds(args: argparse.Namespace, builds: list[tuple[str, str | None]],
-               *child: str) -> list[dict[str, Any]]:
-    """The scenario ``child`` ``args.rounds`` times per build, the builds' order alternating
-    from round to round (A B, B A, A B, ...)."""
-    out = []
-    for n in range(args.rounds):
-        for build, path in (builds if n % 2 == 0 else list(reversed(builds))):
-            result = run_child(args, *child, build=build, checkout=path)
-            result["round"] = n + 1
-            out.append(result)
-    return out
+def child_args(args: argparse.Namespace) -> list[str]:
+    """What every child process is told besides its scenario."""
+    return ["--requests", str(args.requests), "--in-flight", str(args.in_flight),
+            "--poll-ms", str(args.poll_ms), "--seed", str(args.seed),
+            "--clone-limit", str(args.clone_limit)]
 
 
 def _table(rows: list[tuple[str, list[Any]]], headers: list[str]) -> str:
@@ -586,38 +522,6 @@ def inflight_table(results: list[dict[str, Any]]) -> str:
     return _table(rows, headers)
 
 
-def _median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
-
-
-def compare_table(results: list[dict[str, Any]], builds: list[str],
-                  scenario: Callable[[dict[str, Any]], str],
-                  metrics: list[tuple[str, Callable[[dict[str, Any]], float | None]]]) -> str:
-    """Per scenario (column) and metric: each build's figures over the rounds, and the ratio
-    of the medians of the first build to each other (``this / baseline``)."""
-    columns = list(dict.fromkeys(scenario(r) for r in results))
-    rows: list[tuple[str, list[Any]]] = []
-    for title, value in metrics:
-        rows.append((title, []))
-        medians: dict[str, dict[str, float | None]] = {}
-        for build in builds:
-            cells, medians[build] = [], {}
-            for column in columns:
-                figures = [value(r) for r in results
-                           if r["build"] == build and scenario(r) == column]
-                numbers = [f for f in figures if f is not None]
-                medians[build][column] = _median(numbers)
-                cells.append(", ".join(fmt(f) for f in figures) or "-")
-            rows.append((f"  {build}", cells))
-        for other in builds[1:]:
-            ratios = []
-            for column in columns:
-                a, b = medians[builds[0]][column], medians[other][column]
-                ratios.append(f"{a / b:.2f}" if a is not None and b else "-")
-            rows.append((f"  ratio {builds[0]} / {other}", ratios))
-    return _table(rows, columns)
-
-
 LATENCY_METRICS: list[tuple[str, Callable[[dict[str, Any]], float | None]]] = [
     ("(a) POST -> first create_vm p50 (ms)", lambda r: r["post_to_create_ms"]["p50"]),
     ("(a) POST -> first create_vm p99 (ms)", lambda r: r["post_to_create_ms"]["p99"]),
@@ -664,14 +568,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.latency or args.inflight:
-        sources = _sources()
+        ran = sources()
         if args.latency:
             transport, _, conc = args.latency.partition(":")
             result = run_latency(transport, args.requests, int(conc or 1), args.poll_ms,
                                  args.seed, args.clone_limit)
         else:
             result = run_inflight(args.inflight, args.in_flight)
-        result.update(sources)
+        result.update(ran)
         text = json.dumps(result, indent=2)
         if args.json:
             Path(args.json).write_text(text)
@@ -690,11 +594,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_latency:
         for conc in [int(c) for c in args.concurrency.split(",") if c]:
             for transport in ("direct", "stream"):
-                latency += run_rounds(args, builds, "--latency", f"{transport}:{conc}")
+                latency += run_rounds(args, builds, child_args(args), "--latency",
+                                      f"{transport}:{conc}")
     inflight: list[dict[str, Any]] = []
     if args.in_flight:
         for variant in INFLIGHT_VARIANTS:
-            inflight += run_rounds(args, builds, "--inflight", variant)
+            inflight += run_rounds(args, builds, child_args(args), "--inflight", variant)
     info = machine()
     info["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     print()
@@ -723,11 +628,12 @@ def main(argv: list[str] | None = None) -> int:
                   f"alternating)\n")
             print(compare_table(latency, labels,
                                 lambda r: f"{r['transport']} c={r['concurrency']}",
-                                LATENCY_METRICS))
+                                LATENCY_METRICS, _table))
         if inflight:
             print(f"\nIN FLIGHT SIDE BY SIDE ({args.in_flight} requests; each round's "
                   f"figure)\n")
-            print(compare_table(inflight, labels, lambda r: r["label"], INFLIGHT_METRICS))
+            print(compare_table(inflight, labels, lambda r: r["label"], INFLIGHT_METRICS,
+                                _table))
     if args.json:
         Path(args.json).write_text(json.dumps(
             {"machine": info, "argv": sys.argv, "builds": labels, "latency": latency,

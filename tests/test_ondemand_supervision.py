@@ -25,11 +25,13 @@ from vmpooler.actors.metrics.backends import RecordingMetrics
 from vmpooler.actors.ondemand.manager import OnDemandManager
 from vmpooler.actors.ondemand.request import request_actor_name
 from vmpooler.actors.runtime.clock import FakeClock
-from vmpooler.actors.runtime.executor import ActorExecutor
+from vmpooler.actors.runtime.executor import DEFAULT_THREADS, ActorExecutor
+from vmpooler.actors.runtime.pooled import PooledInbox
 from vmpooler.actors.runtime.restart_policy import RestartPolicy
 from vmpooler.actors.runtime.supervisor import ActorDirectory, PooledSupervisedActor
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.request_store import Entry, RequestStore
+from vmpooler.actors.system import PoolerSystem
 
 WAIT = 10.0
 RID = "r1"
@@ -184,3 +186,27 @@ def test_request_actors_share_the_systems_few_threads(redis_client: redis.Redis)
                                if n.startswith("request:")) == 300, WAIT, "300 actors")
         h.quiesce()
         assert threading.active_count() - before < 20
+
+
+def test_the_system_owns_its_executor_and_leaves_an_injected_one_running(
+    redis_client: redis.Redis,
+) -> None:
+    config = make_config([pool("a", 0)])
+    with started(redis_client, config) as h:
+        own = h.system._res.executor  # the test looks at the wiring only
+        assert own.threads_alive() == DEFAULT_THREADS
+    assert own.stopped and own.threads_alive() == 0
+    injected = ActorExecutor(2, name="test-injected")
+    clock = FakeClock()
+    system = PoolerSystem.start(config, redis_client=redis_client, clock=clock,
+                                scheduler=clock, metrics=RecordingMetrics(),
+                                resolver=lambda _fqdn: False, actor_executor=injected)
+    try:
+        rid = system.request_ondemand({"a": 1})
+        ref = wait_until(lambda: system.actor_ref(request_actor_name(rid)), WAIT)
+        assert isinstance(ref.actor_inbox, PooledInbox)  # on the injected executor
+        assert injected.threads_alive() == 2
+    finally:
+        system.stop()
+    assert not injected.stopped and injected.threads_alive() == 2
+    injected.stop(timeout=WAIT)

@@ -19,8 +19,8 @@ clone slots among them.
   each to stop, and starts a request's new actor only once the old one's stop is observed
   (:class:`ActorStopped`, from :func:`notify_when_stopped`). Until then the old one stays
   in the directory, so even a third manager after another crash waits for it. Nothing here
-  blocks: the manager never waits on a request actor (they all share a few threads, and
-  would deadlock it), it only tells them.
+  blocks: the manager never waits for a request actor (one stuck actor would stall the
+  grants of every request, as ``stop(block=True)`` once did for 5 s each), it only tells.
 * **Fair clone slots.** Wanted VMs queue per request in a :class:`FairQueue` and are handed
   out one per request per turn while ``tasks__ondemandclone`` (counted in Redis by the pool
   actors' clone scripts) plus grants not yet answered stays under ``ondemand_clone_limit``.
