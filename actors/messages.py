@@ -3,6 +3,9 @@
 Commands are imperative (``RunPoolCycle``), events are past tense (``ProviderCallFinished``).
 Durations are seconds. Messages carry ids and values, plus, where an answer is expected,
 the ``reply_to`` ActorRef the answer goes to — never clients or provider objects.
+Actors find each other by name in the actor directory at send time; the names are
+``pool:<pool>``, ``provider:<provider>``, ``tasks``, ``ondemand`` and
+:func:`request_actor_name`.
 """
 
 from __future__ import annotations
@@ -44,7 +47,13 @@ __all__ = [
     "SweepRequests",
     "WantCloneSlot",
     "WantRequestVms",
+    "request_actor_name",
 ]
+
+
+def request_actor_name(request_id: str) -> str:
+    """The name a request's actor is registered under in the actor directory."""
+    return f"request:{request_id}"
 
 
 class ProviderOp(enum.Enum):

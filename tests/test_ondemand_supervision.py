@@ -20,10 +20,9 @@ import redis
 
 from tests.harness import make_config, pool, started, wait_until
 from tests.test_ondemand import gated
-from vmpooler.actors.messages import RequestChanged
+from vmpooler.actors.messages import RequestChanged, request_actor_name
 from vmpooler.actors.metrics.backends import RecordingMetrics
 from vmpooler.actors.ondemand.manager import OnDemandManager
-from vmpooler.actors.ondemand.request import request_actor_name
 from vmpooler.actors.runtime.clock import FakeClock
 from vmpooler.actors.runtime.executor import DEFAULT_THREADS, ActorExecutor
 from vmpooler.actors.runtime.pooled import PooledInbox

@@ -37,9 +37,10 @@ from vmpooler.actors.messages import (
     RequestExpired,
     RequestFinished,
     RequestVmReady,
+    request_actor_name,
 )
 from vmpooler.actors.metrics.backends import RecordingMetrics
-from vmpooler.actors.ondemand.request import RequestActor, request_actor_name
+from vmpooler.actors.ondemand.request import RequestActor
 from vmpooler.actors.pool.ondemand import OnDemandVms
 from vmpooler.actors.runtime.clock import FakeClock
 from vmpooler.actors.runtime.executor import ActorExecutor

@@ -48,9 +48,9 @@ from vmpooler.actors.messages import (
     RequestSlotFreed,
     SweepRequests,
     WantRequestVms,
+    request_actor_name,
 )
 from vmpooler.actors.metrics.backends import Metrics
-from vmpooler.actors.ondemand.request import request_actor_name
 from vmpooler.actors.runtime.clock import Clock, Scheduler
 from vmpooler.actors.runtime.fair_queue import FairQueue
 from vmpooler.actors.runtime.pooled import notify_when_stopped

@@ -57,6 +57,7 @@ from vmpooler.actors.messages import (
     RequestVmFailed,
     RequestVmReady,
     WantRequestVms,
+    request_actor_name,
 )
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.runtime.clock import Clock, Scheduler, Timer
@@ -65,18 +66,13 @@ from vmpooler.actors.runtime.supervisor import PooledSupervisedActor
 from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.request_store import AttachOutcome, Entry, RequestStore
 
-__all__ = ["OUTCOMES", "RequestActor", "request_actor_name"]
+__all__ = ["OUTCOMES", "RequestActor"]
 
 log = logging.getLogger(__name__)
 
 OUTCOMES = frozenset({"ready", "failed", "deleted"})
 """The ``result`` tag values of ``ondemand.outcome``: the terminal state this actor saw the
 request reach (once per request; a request found already finished at start is not counted)."""
-
-
-def request_actor_name(request_id: str) -> str:
-    """The name a request's actor is registered under in the actor directory."""
-    return f"request:{request_id}"
 
 
 class RequestActor(PooledSupervisedActor):

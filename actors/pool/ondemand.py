@@ -29,8 +29,8 @@ from vmpooler.actors.messages import (
     RequestVmCloning,
     RequestVmFailed,
     RequestVmReady,
+    request_actor_name,
 )
-from vmpooler.actors.ondemand.request import request_actor_name
 from vmpooler.actors.runtime.supervisor import ActorDirectory
 from vmpooler.actors.storage.request_store import RequestStore
 from vmpooler.actors.storage.store import Store

@@ -1,0 +1,74 @@
+"""The folders keep to the architecture of docs/architecture.md ("The house"): each folder of
+``actors/`` imports only the folders below it, the API names no Redis key, and the core
+never imports the API.
+
+A folder is ``vmpooler.actors.<folder>`` (or the modules ``system`` and ``messages``);
+imports are walked as in tests/test_import_cycles.py (``TYPE_CHECKING`` and function-level
+imports included).
+"""
+
+from __future__ import annotations
+
+from tests.test_import_cycles import import_graph, package_dirs
+
+ALLOWED: dict[str, set[str]] = {
+    # the composition root wires everything
+    "system": {"runtime", "pool", "ondemand", "provider", "service", "storage", "metrics",
+               "config", "messages", "facade"},
+    # actors: each may use the runtime, the Redis layer, metrics, configuration, messages
+    "pool": {"runtime", "storage", "metrics", "config", "messages"},
+    "ondemand": {"runtime", "storage", "metrics", "config", "messages"},
+    "provider": {"runtime", "storage", "metrics", "config", "messages"},
+    "service": {"runtime", "storage", "metrics", "config", "messages"},
+    # the foundations
+    "runtime": {"metrics", "messages"},
+    "storage": {"config"},
+    "config": {"storage"},
+    "metrics": set(),
+    "messages": set(),
+    "facade": set(),  # actors/__init__.py: a lazy facade, imports nothing at load
+}
+
+
+def _folder(module: str) -> str | None:
+    """``pool`` for ``vmpooler.actors.pool.cycle``, ``system`` for ``vmpooler.actors.system``,
+    ``facade`` for ``vmpooler.actors``; None outside ``vmpooler.actors``."""
+    if module == "vmpooler.actors":
+        return "facade"
+    if not module.startswith("vmpooler.actors."):
+        return None
+    return module.split(".")[2]
+
+
+def test_every_actors_module_belongs_to_a_known_folder() -> None:
+    graph = import_graph(package_dirs())
+    unknown = sorted(m for m in graph if _folder(m) not in (None, *ALLOWED))
+    assert not unknown, f"add these folders to ALLOWED (and docs/architecture.md): {unknown}"
+
+
+def test_each_actors_folder_imports_only_the_folders_below_it() -> None:
+    graph = import_graph(package_dirs())
+    wrong = sorted(
+        f"{module} -> {dep}"
+        for module, deps in graph.items() if (folder := _folder(module)) is not None
+        for dep in deps
+        if (target := _folder(dep)) is not None and target != folder
+        and target not in ALLOWED[folder]
+    )
+    assert not wrong, "imports across the architecture's layers:\n" + "\n".join(wrong)
+
+
+def test_the_core_never_imports_the_api() -> None:
+    graph = import_graph(package_dirs())
+    wrong = sorted(f"{m} -> {d}" for m, deps in graph.items() if m.startswith("vmpooler.actors")
+                   for d in deps if d.startswith("vmpooler.web"))
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_api_names_no_redis_key_and_runs_no_script() -> None:
+    """Key names and Lua scripts stay in storage/schema: the API reaches Redis through the
+    stores of storage/."""
+    graph = import_graph(package_dirs())
+    wrong = sorted(m for m, deps in graph.items() if m.startswith("vmpooler.web")
+                   and any(d.startswith("vmpooler.actors.storage.schema") for d in deps))
+    assert not wrong, wrong
