@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,16 +29,13 @@ import pykka
 import redis
 
 from vmpooler.actors.config import Config, PoolConfig
+from vmpooler.actors.factories import ActorFactories, SystemResources
 from vmpooler.actors.messages import PoolChanged, RequestChanged, StartDrain, StopSupervising
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.metrics.factory import create_metrics
-from vmpooler.actors.ondemand.manager import OnDemandManager
-from vmpooler.actors.ondemand.request import RequestActor
-from vmpooler.actors.pool.actor import PoolActor
 from vmpooler.actors.pool.hostnames import HostnameGenerator
 from vmpooler.actors.pool.slot_broker import SlotBroker
 from vmpooler.actors.pool.task_actor import TaskActor
-from vmpooler.actors.provider.setup import provider_actor_factory
 from vmpooler.actors.provider.startup_purge import request_startup_purges
 from vmpooler.actors.provider.work import resolves
 from vmpooler.actors.runtime.clock import Clock, RealClock, Scheduler, ThreadScheduler
@@ -47,19 +43,12 @@ from vmpooler.actors.runtime.executor import ActorExecutor
 from vmpooler.actors.runtime.restart_policy import RestartPolicy
 from vmpooler.actors.runtime.supervisor import ActorDirectory, Supervisor
 from vmpooler.actors.service.command_stream import consumer_factory
-from vmpooler.actors.service.heartbeat import Heartbeat
-from vmpooler.actors.service.history import DEFAULT_INTERVAL, HistoryRecorder
-from vmpooler.actors.service.housekeeping import Housekeeper
 from vmpooler.actors.storage.connection import connect
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
-from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, manager_id, prune_age
-from vmpooler.actors.storage.history_store import HistoryStore
+from vmpooler.actors.storage.heartbeat_store import manager_id
 from vmpooler.actors.storage.request_store import DeleteOutcome, Entry, RequestRecord, RequestStore
 from vmpooler.actors.storage.store import Store
-from vmpooler.actors.storage.upkeep_store import UpkeepStore
-from vmpooler.providers.base import Provider, ProviderContext
-from vmpooler.providers.dns import DnsPlugin
-from vmpooler.providers.registry import load_dns_class, load_provider_class
+from vmpooler.providers.base import Provider
 
 __all__ = ["PoolStatus", "PoolerSystem"]
 
@@ -78,24 +67,10 @@ class PoolStatus:
     completed: int
 
 
-@dataclass
-class _Resources:
-    scheduler: Scheduler
-    owns_scheduler: bool
-    metrics: Metrics
-    client: redis.Redis
-    owns_client: bool
-    embedded: EmbeddedRedis | None
-    executor: ActorExecutor = field(default_factory=ActorExecutor)  # runs the request actors
-    owns_executor: bool = True
-    providers: dict[str, Provider] = field(default_factory=dict)
-    dns: dict[str, DnsPlugin] = field(default_factory=dict)
-
-
 class PoolerSystem:
     """The running actor system. Build it with :meth:`start`."""
 
-    def __init__(self, config: Config, store: Store, clock: Clock, res: _Resources) -> None:
+    def __init__(self, config: Config, store: Store, clock: Clock, res: SystemResources) -> None:
         self.config = config
         self.store = store
         self.requests = RequestStore(store.client)
@@ -107,6 +82,10 @@ class PoolerSystem:
         self.restart_policy = RestartPolicy()  # the Supervisor's and the on-demand manager's
         self.manager_id = manager_id(clock.now())
         """This manager's member of ``vmpooler__manager__heartbeat``."""
+        self._factories = ActorFactories(
+            config=config, store=store, requests=self.requests, clock=clock,
+            directory=self.directory, res=res, restart_policy=self.restart_policy,
+            manager_id=self.manager_id)
 
     # -- lifecycle ------------------------------------------------------------------------------
     @classmethod
@@ -153,7 +132,7 @@ class PoolerSystem:
                 reconnect_attempts=config.redis.reconnect_attempts,
             )
         m = config.metrics
-        res = _Resources(
+        res = SystemResources(
             scheduler=scheduler or ThreadScheduler(clock), owns_scheduler=scheduler is None,
             metrics=metrics or create_metrics(m.backend, m.host, m.port, m.prefix, m.tags),
             client=client, owns_client=redis_client is None, embedded=embedded,
@@ -186,24 +165,24 @@ class PoolerSystem:
         )
         sup = self._supervisor.proxy()
         for name in sorted({p.provider for p in cfg.pools}):
-            provider = providers.get(name) or self._build_provider(name)
+            provider = providers.get(name) or self._factories.build_provider(name)
             res.providers[name] = provider
-            dns = {p.name: self._dns_plugin(p) for p in cfg.pools if p.provider == name}
-            sup.start_child(f"provider:{name}", self._provider_factory(name, provider, dns,
+            dns = {p.name: self._factories.dns_plugin(p) for p in cfg.pools if p.provider == name}
+            sup.start_child(f"provider:{name}", self._factories.provider(name, provider, dns,
                                                                       resolver)).get()
         sup.start_child("slots", lambda s: SlotBroker.start(
             directory=self.directory, supervisor=s)).get()
         for pool in cfg.pools:
-            sup.start_child(f"pool:{pool.name}", self._pool_factory(pool, hostnames)).get()
-        sup.start_child("ondemand", self._ondemand_factory()).get()
+            sup.start_child(f"pool:{pool.name}", self._factories.pool(pool, hostnames)).get()
+        sup.start_child("ondemand", self._factories.ondemand()).get()
         sup.start_child("tasks", lambda s: TaskActor.start(
             store=self.store, directory=self.directory,
             pool_providers={p.name: p.provider for p in cfg.pools}, clock=self.clock,
             scheduler=res.scheduler, interval=task_interval, supervisor=s,
         )).get()
-        sup.start_child("housekeeping", self._housekeeper_factory()).get()
-        sup.start_child("heartbeat", self._heartbeat_factory()).get()
-        sup.start_child("history", self._history_factory()).get()
+        sup.start_child("housekeeping", self._factories.housekeeper()).get()
+        sup.start_child("heartbeat", self._factories.heartbeat()).get()
+        sup.start_child("history", self._factories.history()).get()
         request_startup_purges(cfg, self.directory)
         if consume_commands:
             sup.start_child("commands", consumer_factory(
@@ -211,114 +190,6 @@ class PoolerSystem:
                 notify_request=self.notify_request, clock=self.clock)).get()
         log.info("[*] [manager] started: %d pools, %d providers", len(cfg.pools),
                  len(res.providers))
-
-    def _housekeeper_factory(self) -> Callable[[pykka.ActorRef[Any]], pykka.ActorRef[Any]]:
-        cfg, res = self.config, self._res
-        upkeep = UpkeepStore(res.client)
-
-        def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
-            return Housekeeper.start(
-                settings=cfg.settings, pools=[p.name for p in cfg.pools], upkeep=upkeep,
-                directory=self.directory, clock=self.clock, scheduler=res.scheduler,
-                metrics=res.metrics, supervisor=supervisor,
-            )
-
-        return factory
-
-    def _heartbeat_factory(self) -> Callable[[pykka.ActorRef[Any]], pykka.ActorRef[Any]]:
-        settings, res = self.config.settings, self._res
-        interval = settings.manager_heartbeat_interval
-
-        def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
-            return Heartbeat.start(
-                manager=self.manager_id, store=HeartbeatStore(res.client), interval=interval,
-                prune_after=prune_age(interval, settings.manager_heartbeat_max_age),
-                clock=self.clock, scheduler=res.scheduler, supervisor=supervisor,
-            )
-
-        return factory
-
-    def _history_factory(self) -> Callable[[pykka.ActorRef[Any]], pykka.ActorRef[Any]]:
-        pools, res = [p.name for p in self.config.pools], self._res
-        # Seconds between two history points; the environment knob exists for tests and demos.
-        interval = float(os.environ.get("VMPOOLER_HISTORY_INTERVAL") or DEFAULT_INTERVAL)
-
-        def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
-            return HistoryRecorder.start(
-                pools=pools, store=HistoryStore(res.client), interval=interval,
-                clock=self.clock, scheduler=res.scheduler, supervisor=supervisor,
-            )
-
-        return factory
-
-    def _build_provider(self, name: str) -> Provider:
-        cfg = self.config
-        pc = cfg.providers[name]
-        pools = {p.name: dict(p.raw) for p in cfg.pools if p.provider == name}
-        context = ProviderContext(
-            name=name, settings=dict(pc.settings), pools=pools,
-            global_settings=dict(cfg.settings.raw),
-            dns_domains={p.name: p.domain for p in cfg.pools if p.provider == name},
-            metrics=self._res.metrics,
-        )
-        return load_provider_class(pc.provider_class)(context)
-
-    def _dns_plugin(self, pool: PoolConfig) -> DnsPlugin | None:
-        if pool.dns_plugin is None:
-            return None
-        if pool.dns_plugin not in self._res.dns:
-            dc = self.config.dns_configs[pool.dns_plugin]
-            settings = {**dict(dc.settings), "domain": dc.domain}
-            self._res.dns[pool.dns_plugin] = load_dns_class(dc.dns_class)(dc.name, settings)
-        return self._res.dns[pool.dns_plugin]
-
-    def _provider_factory(
-        self, name: str, provider: Provider, dns: Mapping[str, DnsPlugin | None],
-        resolver: Callable[[str], bool],
-    ) -> Callable[[pykka.ActorRef[Any]], pykka.ActorRef[Any]]:
-        res = self._res
-        return provider_actor_factory(
-            name, provider, dns, resolver, config=self.config, clock=self.clock,
-            scheduler=res.scheduler, metrics=res.metrics, client=res.client,
-            directory=self.directory)
-
-    def _pool_factory(
-        self, pool: PoolConfig, hostnames: HostnameGenerator
-    ) -> Callable[[pykka.ActorRef[Any]], pykka.ActorRef[Any]]:
-        cfg, res = self.config, self._res
-        own = hostnames.spawn()  # the pool actor's own: a Random is not shared across threads
-
-        def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
-            return PoolActor.start(
-                pool=pool, settings=cfg.settings, data_ttl_hours=cfg.redis.data_ttl,
-                store=self.store, directory=self.directory, clock=self.clock,
-                scheduler=res.scheduler, metrics=res.metrics, hostnames=own,
-                requests=self.requests, supervisor=supervisor,
-            )
-
-        return factory
-
-    def _ondemand_factory(self) -> Callable[[pykka.ActorRef[Any]], pykka.ActorRef[Any]]:
-        cfg, res = self.config, self._res
-        pools = frozenset(p.name for p in cfg.pools)
-
-        def request_factory(request_id: str, manager: pykka.ActorRef[Any]) -> Any:
-            return RequestActor.start(
-                request_id=request_id, store=self.requests, settings=cfg.settings, pools=pools,
-                data_ttl_hours=cfg.redis.data_ttl, manager=manager, clock=self.clock,
-                scheduler=res.scheduler, metrics=res.metrics, executor=res.executor,
-            )
-
-        def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
-            return OnDemandManager.start(
-                store=self.requests, directory=self.directory, request_factory=request_factory,
-                clone_limit=cfg.settings.ondemand_clone_limit,
-                sweep_interval=float(cfg.settings.check_loop_delay_min),
-                data_ttl_hours=cfg.redis.data_ttl, clock=self.clock, scheduler=res.scheduler,
-                metrics=res.metrics, supervisor=supervisor, policy=self.restart_policy,
-            )
-
-        return factory
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop every actor (pools first, then tasks, providers, supervisor), then the actor

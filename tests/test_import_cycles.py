@@ -157,7 +157,7 @@ def test_only_the_composition_root_imports_the_pool_actor() -> None:
     importers = sorted(name for name, deps in graph.items()
                        if "vmpooler.actors.pool.actor" in deps
                        and name.startswith("vmpooler.actors."))
-    assert importers == ["vmpooler.actors.system"]
+    assert importers == ["vmpooler.actors.factories"]
 
 
 def test_cycles_are_found_through_type_checking_functions_and_relative_imports(

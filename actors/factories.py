@@ -1,0 +1,184 @@
+"""How the system builds each of its actors: one factory per supervised child.
+
+A factory takes the supervisor's ref and starts a fresh instance; the Supervisor calls it
+again for every restart, so each holds only what survives a restart (configuration, stores,
+the clock, the shared resources). :class:`~vmpooler.actors.system.PoolerSystem` builds one
+:class:`ActorFactories` and hands each factory to the Supervisor; nothing else uses it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pykka
+import redis
+
+from vmpooler.actors.config import Config, PoolConfig
+from vmpooler.actors.metrics.backends import Metrics
+from vmpooler.actors.ondemand.manager import OnDemandManager
+from vmpooler.actors.ondemand.request import RequestActor
+from vmpooler.actors.pool.actor import PoolActor
+from vmpooler.actors.pool.hostnames import HostnameGenerator
+from vmpooler.actors.provider.setup import provider_actor_factory
+from vmpooler.actors.runtime.clock import Clock, Scheduler
+from vmpooler.actors.runtime.executor import ActorExecutor
+from vmpooler.actors.runtime.restart_policy import RestartPolicy
+from vmpooler.actors.runtime.supervisor import ActorDirectory
+from vmpooler.actors.service.heartbeat import Heartbeat
+from vmpooler.actors.service.history import DEFAULT_INTERVAL, HistoryRecorder
+from vmpooler.actors.service.housekeeping import Housekeeper
+from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
+from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, prune_age
+from vmpooler.actors.storage.history_store import HistoryStore
+from vmpooler.actors.storage.request_store import RequestStore
+from vmpooler.actors.storage.store import Store
+from vmpooler.actors.storage.upkeep_store import UpkeepStore
+from vmpooler.providers.base import Provider, ProviderContext
+from vmpooler.providers.dns import DnsPlugin
+from vmpooler.providers.registry import load_dns_class, load_provider_class
+
+__all__ = ["ActorFactories", "Factory", "SystemResources"]
+
+Factory = Callable[[pykka.ActorRef[Any]], pykka.ActorRef[Any]]
+"""``factory(supervisor_ref)`` starts one instance of a supervised actor."""
+
+
+@dataclass
+class SystemResources:
+    """What the system owns or was given, released by ``PoolerSystem.stop``."""
+
+    scheduler: Scheduler
+    owns_scheduler: bool
+    metrics: Metrics
+    client: redis.Redis
+    owns_client: bool
+    embedded: EmbeddedRedis | None
+    executor: ActorExecutor = field(default_factory=ActorExecutor)  # runs the request actors
+    owns_executor: bool = True
+    providers: dict[str, Provider] = field(default_factory=dict)
+    dns: dict[str, DnsPlugin] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ActorFactories:
+    """The factories of one system's actors, over what they share."""
+
+    config: Config
+    store: Store
+    requests: RequestStore
+    clock: Clock
+    directory: ActorDirectory
+    res: SystemResources
+    restart_policy: RestartPolicy
+    manager_id: str
+
+    def housekeeper(self) -> Factory:
+        cfg, res = self.config, self.res
+        upkeep = UpkeepStore(res.client)
+
+        def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
+            return Housekeeper.start(
+                settings=cfg.settings, pools=[p.name for p in cfg.pools], upkeep=upkeep,
+                directory=self.directory, clock=self.clock, scheduler=res.scheduler,
+                metrics=res.metrics, supervisor=supervisor,
+            )
+
+        return factory
+
+    def heartbeat(self) -> Factory:
+        settings, res = self.config.settings, self.res
+        interval = settings.manager_heartbeat_interval
+
+        def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
+            return Heartbeat.start(
+                manager=self.manager_id, store=HeartbeatStore(res.client), interval=interval,
+                prune_after=prune_age(interval, settings.manager_heartbeat_max_age),
+                clock=self.clock, scheduler=res.scheduler, supervisor=supervisor,
+            )
+
+        return factory
+
+    def history(self) -> Factory:
+        pools, res = [p.name for p in self.config.pools], self.res
+        # Seconds between two history points; the environment knob exists for tests and demos.
+        interval = float(os.environ.get("VMPOOLER_HISTORY_INTERVAL") or DEFAULT_INTERVAL)
+
+        def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
+            return HistoryRecorder.start(
+                pools=pools, store=HistoryStore(res.client), interval=interval,
+                clock=self.clock, scheduler=res.scheduler, supervisor=supervisor,
+            )
+
+        return factory
+
+    def build_provider(self, name: str) -> Provider:
+        cfg = self.config
+        pc = cfg.providers[name]
+        pools = {p.name: dict(p.raw) for p in cfg.pools if p.provider == name}
+        context = ProviderContext(
+            name=name, settings=dict(pc.settings), pools=pools,
+            global_settings=dict(cfg.settings.raw),
+            dns_domains={p.name: p.domain for p in cfg.pools if p.provider == name},
+            metrics=self.res.metrics,
+        )
+        return load_provider_class(pc.provider_class)(context)
+
+    def dns_plugin(self, pool: PoolConfig) -> DnsPlugin | None:
+        if pool.dns_plugin is None:
+            return None
+        if pool.dns_plugin not in self.res.dns:
+            dc = self.config.dns_configs[pool.dns_plugin]
+            settings = {**dict(dc.settings), "domain": dc.domain}
+            self.res.dns[pool.dns_plugin] = load_dns_class(dc.dns_class)(dc.name, settings)
+        return self.res.dns[pool.dns_plugin]
+
+    def provider(
+        self, name: str, provider: Provider, dns: Mapping[str, DnsPlugin | None],
+        resolver: Callable[[str], bool],
+    ) -> Factory:
+        res = self.res
+        return provider_actor_factory(
+            name, provider, dns, resolver, config=self.config, clock=self.clock,
+            scheduler=res.scheduler, metrics=res.metrics, client=res.client,
+            directory=self.directory)
+
+    def pool(
+        self, pool: PoolConfig, hostnames: HostnameGenerator
+    ) -> Factory:
+        cfg, res = self.config, self.res
+        own = hostnames.spawn()  # the pool actor's own: a Random is not shared across threads
+
+        def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
+            return PoolActor.start(
+                pool=pool, settings=cfg.settings, data_ttl_hours=cfg.redis.data_ttl,
+                store=self.store, directory=self.directory, clock=self.clock,
+                scheduler=res.scheduler, metrics=res.metrics, hostnames=own,
+                requests=self.requests, supervisor=supervisor,
+            )
+
+        return factory
+
+    def ondemand(self) -> Factory:
+        cfg, res = self.config, self.res
+        pools = frozenset(p.name for p in cfg.pools)
+
+        def request_factory(request_id: str, manager: pykka.ActorRef[Any]) -> Any:
+            return RequestActor.start(
+                request_id=request_id, store=self.requests, settings=cfg.settings, pools=pools,
+                data_ttl_hours=cfg.redis.data_ttl, manager=manager, clock=self.clock,
+                scheduler=res.scheduler, metrics=res.metrics, executor=res.executor,
+            )
+
+        def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
+            return OnDemandManager.start(
+                store=self.requests, directory=self.directory, request_factory=request_factory,
+                clone_limit=cfg.settings.ondemand_clone_limit,
+                sweep_interval=float(cfg.settings.check_loop_delay_min),
+                data_ttl_hours=cfg.redis.data_ttl, clock=self.clock, scheduler=res.scheduler,
+                metrics=res.metrics, supervisor=supervisor, policy=self.restart_policy,
+            )
+
+        return factory
