@@ -29,17 +29,15 @@ from vmpooler.actors.messages import PoolChanged, ProviderCallFinished, Provider
 from vmpooler.actors.pool.context import PoolContext
 from vmpooler.actors.storage.pool_snapshot import PoolFlags, PoolOverrides, PoolSnapshot
 
-__all__ = ["OVERRIDE_REFRESH_CYCLES", "OVERRIDE_REFRESH_MAX", "PoolUpkeep"]
+__all__ = ["OVERRIDE_REFRESH_CYCLES", "PoolUpkeep"]
 
 log = logging.getLogger(__name__)
 
 OVERRIDE_REFRESH_CYCLES = 5
-OVERRIDE_REFRESH_MAX = 30.0
-"""The safety-net period is ``min(OVERRIDE_REFRESH_CYCLES × check_loop_delay_max,
-OVERRIDE_REFRESH_MAX)`` seconds: every fifth idle cycle at most, and never longer than 30 s.
-A key written without telling the manager is applied within that period plus one cycle
-(``check_loop_delay_max``); with a ``check_loop_delay_max`` of 30 s or more every idle
-cycle reads the keys, as before (docs/compatibility.md)."""
+"""The safety-net period is ``OVERRIDE_REFRESH_CYCLES × check_loop_delay_max`` seconds: at
+most every fifth idle cycle reads the keys (5 min at vmpooler's default of 60 s). A key
+written without telling the manager is applied within that period plus one cycle
+(docs/compatibility.md)."""
 
 
 class PoolUpkeep:
@@ -59,8 +57,7 @@ class PoolUpkeep:
         self.preparing_since = 0.0  # monotonic
         self.overrides = PoolOverrides()  # as last read, less what this actor acknowledged
         self.flags = PoolFlags()  # as last read, with what this actor wrote since
-        self.refresh_period = min(OVERRIDE_REFRESH_CYCLES * ctx.backoff.max,
-                                  OVERRIDE_REFRESH_MAX)
+        self.refresh_period = OVERRIDE_REFRESH_CYCLES * ctx.backoff.max
         self._read_at: float | None = None  # monotonic, of the last read of both; None: now
         self._overrides_stale = False  # told of a change since the override keys were read
 
