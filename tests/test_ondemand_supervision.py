@@ -190,7 +190,9 @@ def test_request_actors_share_the_systems_few_threads(redis_client: redis.Redis)
 def test_the_system_owns_its_executor_and_leaves_an_injected_one_running(
     redis_client: redis.Redis,
 ) -> None:
-    config = make_config([pool("a", 0)])
+    # No on-demand clone slot: the request stays in flight, so its actor lives until the
+    # stop (with a slot the dummy provider made it ready before a poll could see the actor).
+    config = make_config([pool("a", 0)], ondemand_clone_limit=0)
     with started(redis_client, config) as h:
         own = h.system._res.executor  # the test looks at the wiring only
         assert own.threads_alive() == DEFAULT_THREADS
