@@ -985,6 +985,11 @@ UNREACHABLE = {
     f"post {V}/config/clonetarget 404", f"post {V}/poolreset 404",
     # documented, but no hostname rule applies to snapshots (as in vmpooler): 404 instead
     f"post {V}/vm/{{hostname}}/snapshot 400", f"post {V}/vm/{{hostname}}/snapshot/{{snapshot}} 400",
+    # Redis unavailable: Redis stays up here (tests/test_openapi.py points every operation
+    # at a closed port; tests/test_redis_faults_processes.py stops the server)
+    *(f"{method} {template} 503" for template, ops in DOC["paths"].items()
+      for method, op in ops.items()
+      if op["responses"].get("503", {}).get("$ref") == "#/components/responses/RedisUnavailable"),
 }
 
 

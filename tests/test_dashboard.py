@@ -314,13 +314,14 @@ def test_page_and_assets_do_not_touch_redis(redis_client: redis.Redis) -> None:
 
 
 @pytest.mark.parametrize("path", [POOL, RUNNING])
-def test_redis_down_is_a_json_500(path: str, caplog: pytest.LogCaptureFixture) -> None:
+def test_redis_down_is_a_json_503(path: str, caplog: pytest.LogCaptureFixture) -> None:
     dead = connect("127.0.0.1", 1, pool_size=2, pool_timeout=1)
     a = api(dead, api_config([api_pool("pool1")]))
     with caplog.at_level(logging.CRITICAL):
         resp = a.client.simulate_get(path)
-    assert resp.status_code == 500
-    assert resp.json == {"ok": False, "error": "internal error"}
+    assert resp.status_code == 503
+    assert resp.json == {"ok": False, "error": "redis unavailable", "retry_after": 5}
+    assert resp.headers["retry-after"] == "5"
     assert page(a).text.startswith("<!DOCTYPE html>")  # the page itself still loads
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,8 @@ from tests.openapi_check import (
     seeded_api,
 )
 from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.connection import connect
+from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, free_port
 from vmpooler.actors.storage.request_store import DeleteOutcome, Entry, RequestStore
 
 P = "/api/v3"
@@ -325,6 +328,8 @@ def test_every_documented_operation_has_a_case() -> None:
 def test_every_documented_status_is_exercised_or_generic() -> None:
     """Each documented status has a case, except the generic 400/401/404/429 ones."""
     seen = {(c.method.lower(), c.template, s) for c in CASES.values() for s in c.status}
+    seen |= {(c.method.lower(), c.template, 503) for c in REDIS_DOWN_CASES.values()
+             if (c.method.lower(), c.template) not in REDIS_FREE}  # Redis unavailable
     missing = [(m, p, s) for p, ops in DOC["paths"].items() for m, o in ops.items()
                for s in o["responses"] if s not in ("401", "404", "429", "400")
                and (m, p, int(s)) not in seen]
@@ -364,3 +369,55 @@ def test_every_documented_path_is_routed(redis_client: redis.Redis,
     if missing:
         request.applymarker(pytest.mark.xfail(reason=f"not routed yet: {missing}", strict=False))
     assert missing == []
+
+
+# -- Redis unavailable: every operation that reads Redis answers the documented 503 ---------
+def _first_case_per_operation() -> dict[str, Case]:
+    firsts: dict[tuple[str, str], str] = {}
+    for name, case in CASES.items():
+        firsts.setdefault((case.method, case.template), name)
+    return {name: CASES[name] for name in firsts.values()}
+
+
+REDIS_FREE = {("get", "/"), ("get", "/healthcheck"), ("get", f"{P}/openapi.json"),
+              ("get", f"{P}/vm"), ("get", f"{P}/full_config")}
+"""Operations that never touch Redis (the readiness probe has its own 503)."""
+REDIS_DOWN_CASES = _first_case_per_operation()
+
+
+@pytest.mark.parametrize("name", list(REDIS_DOWN_CASES))
+def test_redis_unavailable_answer_matches_document(name: str, redis_server: EmbeddedRedis,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """Seeded over a live server, then the API's client is pointed at a closed port."""
+    case = REDIS_DOWN_CASES[name]
+    client = connect("127.0.0.1", redis_server.port, pool_size=4, pool_timeout=1,
+                     reconnect_attempts=0)
+    try:
+        a = seeded_api(client, auth=case.auth, experimental=case.experimental,
+                       ownership=case.ownership)
+        if case.before is not None:
+            case.before(a)
+        client.connection_pool.disconnect()
+        client.connection_pool.connection_kwargs["port"] = free_port()
+        client.connection_pool.reset()  # new connections go to the closed port
+        body = (case.body if case.body is None or isinstance(case.body, str)
+                else json.dumps(case.body))
+        with caplog.at_level(logging.CRITICAL):
+            result = a.client.simulate_request(
+                case.method, case.path.split("?")[0],
+                query_string=case.path.partition("?")[2] or None,
+                headers=case.headers, body=body)
+    finally:
+        client.close()
+    operation = (case.method.lower(), case.template)
+    if operation in REDIS_FREE or case.template == f"{P}/readiness":
+        assert result.status_code != 503 or case.template == f"{P}/readiness"
+        assert "503" not in DOC["paths"][case.template][case.method.lower()]["responses"] \
+            or case.template == f"{P}/readiness"
+        return
+    assert result.status_code == 503, f"{case.method} {case.path}: {result.text[:300]}"
+    assert result.json == {"ok": False, "error": "redis unavailable", "retry_after": 5}
+    assert result.headers["retry-after"] == "5"
+    errors = body_errors(case.method, case.template, 503, result.text)
+    assert not errors, f"{case.method} {case.path} 503: {errors}"
+    assert "503" in DOC["paths"][case.template][case.method.lower()]["responses"]

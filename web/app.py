@@ -34,10 +34,10 @@ def create_app(ctx: ApiContext) -> falcon.App:
                      middleware=build_middleware(ctx, prometheus.observers(ctx)))
     app.req_options.strip_url_path_trailing_slash = True
     app.req_options.auto_parse_form_urlencoded = False
-    install_error_handlers(app)
+    unexpected = install_error_handlers(app, metrics=ctx.metrics, clock=ctx.clock)
     for module in (misc, readiness, dashboard, vm, ondemand, status, token, config_resources,
                    openapi):
         module.register(app, ctx, API_PREFIX)
-    prometheus.register(app, ctx)
+    prometheus.register(app, ctx, unexpected)
     app.add_sink(_NotFound(), r"/")
     return app

@@ -1,20 +1,50 @@
 """Errors of the REST API, rendered as vmpooler's JSON bodies.
 
 Resources raise :class:`ApiError` with the exact status and body vmpooler answers; one
-handler renders it. Anything else that escapes a resource becomes a JSON 500 (never HTML,
-never a traceback to the client) and is logged.
+handler renders it. A request that fails because Redis cannot be reached (see
+:func:`redis_unavailable`) is answered 503 ``{"ok": false, "error": "redis unavailable",
+"retry_after": 5}`` with ``Retry-After: 5``, counted (``api.redis_unavailable``) and logged
+at most once per :data:`OUTAGE_LOG_EVERY` seconds per process. Anything else that escapes a
+resource becomes a JSON 500 (never HTML, never a traceback to the client) and is logged.
+Nothing is kept between requests but the log throttle, so the API answers again as soon as
+Redis does.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import falcon
 import orjson
+import redis
+from redis.exceptions import MasterDownError
 
-__all__ = ["ApiError", "install_error_handlers", "json_body", "unauthorized"]
+from vmpooler.actors.metrics.backends import Metrics, NullMetrics
+from vmpooler.actors.runtime.clock import Clock, RealClock
+
+__all__ = ["OUTAGE_LOG_EVERY", "RETRY_AFTER", "ApiError", "ErrorHandler",
+           "install_error_handlers", "json_body", "redis_unavailable", "unauthorized"]
+
+RETRY_AFTER = 5
+"""Seconds a client is told to wait (``Retry-After``) when Redis is unavailable."""
+OUTAGE_LOG_EVERY = 5.0
+"""At most one log line per this many seconds for requests refused because of Redis."""
+UNAVAILABLE_METRIC = "api.redis_unavailable"
+
+ErrorHandler = Callable[[falcon.Request, falcon.Response, Exception, dict[str, Any]], None]
+"""A Falcon error handler: ``(req, resp, exception, params)``."""
+
+_OUTAGE_ERRORS: tuple[type[Exception], ...] = (
+    redis.ConnectionError,  # refused, reset, no free connection, BusyLoadingError, no master
+    redis.TimeoutError,
+    redis.ReadOnlyError,  # a demoted master during a failover
+    MasterDownError,  # a replica that lost its master
+)
+_OUTAGE_REPLIES = ("MASTERDOWN", "LOADING", "READONLY", "TRYAGAIN")
 
 log = logging.getLogger(__name__)
 
@@ -77,14 +107,74 @@ def _http_error(req: falcon.Request, resp: falcon.Response, ex: falcon.HTTPError
         resp.set_header(name, value)
 
 
+def redis_unavailable(exc: BaseException) -> bool:
+    """True when ``exc`` says Redis cannot serve now (a retry later may succeed): redis-py's
+    ``ConnectionError`` (``BusyLoadingError``, ``MasterNotFoundError`` included),
+    ``TimeoutError``, ``ReadOnlyError`` or a ``MASTERDOWN``/``LOADING``/``READONLY``/
+    ``TRYAGAIN`` reply; also when such an error is the ``__cause__`` of ``exc``."""
+    seen = 0
+    current: BaseException | None = exc
+    while current is not None and seen < 5:
+        if isinstance(current, _OUTAGE_ERRORS):
+            return True
+        if isinstance(current, redis.ResponseError) and str(current).startswith(_OUTAGE_REPLIES):
+            return True
+        current, seen = current.__cause__, seen + 1
+    return False
+
+
 def _unexpected(req: falcon.Request, resp: falcon.Response, ex: Exception,
                 params: dict[str, Any]) -> None:
     log.exception("[!] [api] %s %s failed", req.method, req.path)
     json_body(resp, 500, {"ok": False, "error": "internal error"})
 
 
-def install_error_handlers(app: falcon.App) -> None:
-    """Map errors to JSON: the most specific handler wins (falcon walks the MRO)."""
-    app.add_error_handler(Exception, _unexpected)
+class _Unexpected:
+    """The handler of every other exception: 503 for Redis being away, else a JSON 500."""
+
+    def __init__(self, metrics: Metrics, clock: Clock, log_every: float) -> None:
+        self._metrics, self._clock, self._every = metrics, clock, log_every
+        self._lock = threading.Lock()
+        self._logged_at: float | None = None
+        self._quiet = 0
+
+    def __call__(self, req: falcon.Request, resp: falcon.Response, ex: Exception,
+                 params: dict[str, Any]) -> None:
+        if not redis_unavailable(ex):
+            _unexpected(req, resp, ex, params)
+            return
+        json_body(resp, 503, {"ok": False, "error": "redis unavailable",
+                              "retry_after": RETRY_AFTER})
+        resp.set_header("Retry-After", str(RETRY_AFTER))
+        try:
+            self._metrics.increment(UNAVAILABLE_METRIC)
+        except Exception:  # a metrics backend must never break a response
+            log.debug("[!] [api] metrics backend failed", exc_info=True)
+        self._log(req, ex)
+
+    def _log(self, req: falcon.Request, ex: Exception) -> None:
+        now = self._clock.monotonic()
+        with self._lock:
+            if self._logged_at is not None and now - self._logged_at < self._every:
+                self._quiet += 1
+                return
+            quiet, self._quiet, self._logged_at = self._quiet, 0, now
+        more = f"; {quiet} more refused since the last line" if quiet else ""
+        log.warning("[!] [api] redis is unavailable, answering 503 (%s %s: %s: %s)%s",
+                    req.method, req.path, type(ex).__name__, ex, more)
+
+
+def install_error_handlers(app: falcon.App, *, metrics: Metrics | None = None,
+                           clock: Clock | None = None,
+                           log_every: float = OUTAGE_LOG_EVERY) -> ErrorHandler:
+    """Map errors to JSON: the most specific handler wins (falcon walks the MRO).
+
+    Returns the handler of every other exception (503 when Redis is unavailable, else
+    500), for a caller that wraps it (the Prometheus exception counter). ``metrics``
+    counts the 503s; ``clock`` paces their log lines.
+    """
+    unexpected = _Unexpected(metrics or NullMetrics(), clock or RealClock(), log_every)
+    app.add_error_handler(Exception, unexpected)
     app.add_error_handler(falcon.HTTPError, _http_error)
     app.add_error_handler(ApiError, _api_error)
+    return unexpected

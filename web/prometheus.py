@@ -24,7 +24,7 @@ import falcon
 
 from vmpooler.actors.metrics.prometheus import PrometheusMetrics
 from vmpooler.web.context import ApiContext
-from vmpooler.web.errors import _unexpected
+from vmpooler.web.errors import ErrorHandler
 from vmpooler.web.middleware import RequestObserver
 
 __all__ = ["collapse_path", "observers", "register"]
@@ -71,9 +71,10 @@ def observers(ctx: ApiContext) -> list[RequestObserver]:
     return [observe]
 
 
-def register(app: falcon.App, ctx: ApiContext) -> None:
+def register(app: falcon.App, ctx: ApiContext, unexpected: ErrorHandler) -> None:
     """Route the scrape endpoint and count unexpected exceptions (after the error handlers
-    of :mod:`vmpooler.web.errors` are installed)."""
+    of :mod:`vmpooler.web.errors` are installed; ``unexpected`` is the one they installed
+    for every other exception, which still renders the answer)."""
     metrics = _backend(ctx)
     if metrics is None:
         return
@@ -83,6 +84,6 @@ def register(app: falcon.App, ctx: ApiContext) -> None:
     def counted(req: falcon.Request, resp: falcon.Response, ex: Exception,
                 params: dict[str, Any]) -> None:
         metrics.count_exception(type(ex).__name__)
-        _unexpected(req, resp, ex, params)
+        unexpected(req, resp, ex, params)
 
     app.add_error_handler(Exception, counted)

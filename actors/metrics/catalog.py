@@ -128,6 +128,8 @@ def _specs() -> list[MetricSpec]:
         # Only this service:
         MetricSpec("http_request", "timing", ("method", "status"), "s", emitter=api,
                    reference=False, plain_unit="s", doc="every API response"),
+        MetricSpec("api.redis_unavailable", "increment", emitter=api, reference=False,
+                   doc="API requests answered 503 because Redis could not be reached"),
         MetricSpec("vmpooler_ondemand.ready", "increment", reference=False),
         MetricSpec("vmpooler_ondemand.failed", "increment", reference=False),
         *[MetricSpec(f"vmpooler_actor.{e}", "increment", ("actor",), reference=False)

@@ -151,6 +151,8 @@ KEYED: Mapping[str, Family] = {
         "counter", "Clone outcomes by pool, provider and result",
         ("poolname", "provider", "result"),
         keys={**_POOL_KEY, "provider": "provider", "result": "result"}),
+    "api.redis_unavailable": Family(
+        "counter", "API requests answered 503 because Redis could not be reached"),
     "vm.lost": Family("counter", "VMs destroyed without ever being used, by reason",
                       ("poolname", "reason"), keys={**_POOL_KEY, "reason": "reason"}),
 }

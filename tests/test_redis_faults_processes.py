@@ -1,0 +1,231 @@
+"""Redis stopping and starting again under real ``vmpooler api`` and ``vmpooler manager``
+processes.
+
+Each test owns its redis-server (AOF on, in ``tmp_path``), so it can stop it and start it
+again on the same port and data directory while the processes run: the API answers 503 with
+``Retry-After`` while Redis is away and 200 again afterwards, with no restart; the manager
+keeps running, restarts no actor, creates no VM twice and loses no record.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import yaml
+
+from tests.harness import wait_until
+from tests.test_manager_process import accounted, full, spawn, write_config
+from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.connection import connect
+from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, find_redis_server, free_port
+
+pytestmark = pytest.mark.integration
+
+REFUSED = "redis is unavailable, answering 503"
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[EmbeddedRedis]:
+    server = EmbeddedRedis(data_dir=tmp_path / "redis", persist=True,
+                           binary=find_redis_server(prefer_system=True))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def client(own_redis: EmbeddedRedis) -> Iterator[redis.Redis]:
+    c = connect("127.0.0.1", own_redis.port, pool_size=4, pool_timeout=1, reconnect_attempts=1)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def processes() -> Iterator[list[subprocess.Popen[str]]]:
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for process in started:
+        if process.poll() is None:
+            process.terminate()
+    for process in started:
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def call(method: str, url: str, body: Any = None) -> tuple[int, dict[str, str], Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=20) as answer:
+            return answer.status, _lower(answer.headers.items()), json.load(answer)
+    except urllib.error.HTTPError as error:
+        return error.code, _lower(error.headers.items()), json.load(error)
+
+
+def _lower(headers: Iterable[tuple[str, str]]) -> dict[str, str]:
+    return {name.lower(): value for name, value in headers}
+
+
+def status_code(url: str) -> int:
+    try:
+        return call("GET", url)[0]
+    except OSError:
+        return 0
+
+
+def with_redis_settings(path: Path, **settings: Any) -> Path:
+    document = yaml.safe_load(path.read_text())
+    document[":redis"].update(settings)
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def test_api_answers_503_while_redis_is_down_and_200_when_it_is_back(
+    tmp_path: Path, own_redis: EmbeddedRedis, processes: list[subprocess.Popen[str]],
+) -> None:
+    config = with_redis_settings(
+        write_config(tmp_path / "f.yaml", redis_port=own_redis.port, pools={"alpha": 1},
+                     dummy={}), reconnect_attempts=1)
+    port = free_port()
+    api = spawn(processes, "api", "--config", str(config), "--bind", f"127.0.0.1:{port}",
+                "--workers", "2", log=tmp_path / "api.log")
+    base = f"http://127.0.0.1:{port}/api/v3"
+    wait_until(lambda: status_code(f"{base}/status") == 200, 30, "the API to answer")
+
+    own_redis.stop()
+    answers = [call("GET", f"{base}/status") for _ in range(30)]
+    answers += [call("POST", f"{base}/vm", {"alpha": 1}) for _ in range(10)]
+    assert [code for code, _, _ in answers] == [503] * 40
+    for _, headers, body in answers:
+        assert headers["retry-after"] == "5"
+        assert body == {"ok": False, "error": "redis unavailable", "retry_after": 5}
+    assert call("GET", f"{base}/vm")[0] == 200  # what needs no Redis still answers
+
+    own_redis.start()  # same port, same data
+    wait_until(lambda: status_code(f"{base}/status") == 200, 15, "the API to recover")
+    code, _, body = call("POST", f"{base}/vm", {"alpha": 1})
+    assert code == 503 and body == {"ok": False}  # the pool is empty: vmpooler's 503
+    assert api.poll() is None, "the API exited"
+
+    api.send_signal(signal.SIGTERM)
+    api.wait(timeout=30)
+    log = (tmp_path / "api.log").read_text()
+    assert "Traceback" not in log
+    refused = log.count(REFUSED)
+    # 40 refusals within a few seconds: at most one line per worker per 5 s
+    assert 1 <= refused <= 6, f"{refused} log lines for 40 refused requests"
+
+
+class InventoryWatch:
+    """Polls the dummy provider's inventory file: every VM name created, and names created
+    again (seen with a second ``boottime``, or back after having gone)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.boots: dict[str, str] = {}
+        self.gone: set[str] = set()
+        self.twice: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.02):
+            self.poll()
+
+    def poll(self) -> None:
+        try:
+            doc = yaml.safe_load(self.path.read_text()) or {}
+        except (OSError, yaml.YAMLError):  # not written yet, or caught mid-write
+            return
+        present: set[str] = set()
+        for vms in (doc.get("pool") or {}).values():
+            for vm in vms:
+                name, boot = vm["name"], str(vm.get("boottime"))
+                present.add(name)
+                if name in self.gone or self.boots.get(name, boot) != boot:
+                    self.twice.append(name)
+                    self.gone.discard(name)
+                self.boots[name] = boot
+        self.gone |= set(self.boots) - present
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.poll()
+
+
+def test_manager_pauses_while_redis_is_down_and_resumes(
+    tmp_path: Path, own_redis: EmbeddedRedis, client: redis.Redis,
+    processes: list[subprocess.Popen[str]],
+) -> None:
+    pools = {"alpha": 4, "beta": 3}
+    inventory = tmp_path / "dummy.yaml"
+    config = write_config(tmp_path / "f.yaml", redis_port=own_redis.port, pools=pools,
+                          dummy={"filename": str(inventory), "createvm_max_time": 2})
+    log_path = tmp_path / "m.log"
+    watch = InventoryWatch(inventory)
+    try:
+        manager = spawn(processes, "manager", "--config", str(config), log=log_path)
+        wait_until(lambda: full(client, pools), 60, "the pools to fill")
+        taken = sorted(client.smembers(schema.ready("alpha")))[:2]
+        for vm in taken:  # a checkout: the pool refills, clones run into the outage
+            client.smove(schema.ready("alpha"), schema.running("alpha"), vm)
+            client.hset(schema.active("alpha"), vm, "2024-05-01 13:02:11 +0000")
+        wait_until(lambda: client.scard(schema.pending("alpha")) > 0, 30, "a refill clone")
+        before = {pool: accounted(client, pool) for pool in pools}
+
+        own_redis.stop()
+        outage_start = log_path.read_text().count("redis unavailable")
+
+        def outage_lines() -> int:
+            return log_path.read_text().count("redis unavailable") - outage_start
+
+        def clones_done() -> bool:  # the refill clones finish while Redis is away
+            doc = yaml.safe_load(inventory.read_text()) or {}
+            return all(vm.get("dummy_state") == "RUNNING"
+                       for vms in (doc.get("pool") or {}).values() for vm in vms)
+
+        wait_until(clones_done, 30, "the clones in flight to finish")
+        wait_until(lambda: outage_lines() >= 6, 60, "the pools to notice the outage")
+        assert manager.poll() is None, "the manager exited during the outage"
+
+        own_redis.start()  # same port, same data (AOF)
+        wait_until(lambda: full(client, pools), 60, "the pools to fill again")
+        after = {pool: accounted(client, pool) for pool in pools}
+        assert client.smembers(schema.running("alpha")) == set(taken)
+        for pool in pools:
+            lost = set(before[pool]) - set(after[pool])
+            assert not lost, f"{pool}: records lost over the outage: {lost}"
+            doubled = {vm: qs for vm, qs in after[pool].items() if len(qs) > 1}
+            assert not doubled, f"VMs in two queues: {doubled}"
+        assert int(client.get(schema.tasks_clone()) or 0) == 0, "a clone slot leaked"
+        manager.send_signal(signal.SIGTERM)
+        assert manager.wait(timeout=30) == 0
+    finally:
+        watch.stop()
+    assert watch.twice == [], f"VMs created twice: {watch.twice}"
+    doc = yaml.safe_load(inventory.read_text()) or {}
+    for pool, vms in (doc.get("pool") or {}).items():
+        where = accounted(client, pool)
+        missing = [vm["name"] for vm in vms if vm["name"] not in where]
+        assert not missing, f"{pool}: in the provider but in no queue: {missing}"
+    log = log_path.read_text()
+    assert "Traceback" not in log
+    assert not re.search(r"\[supervisor\] '[^']+' crashed", log), "an actor crashed"
+    assert log.count("[*] [manager] started") == 1, "the manager started again"
