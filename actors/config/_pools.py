@@ -149,6 +149,10 @@ def build_pools(
                 entry, "check_hostname_for_mismatch", path, "bool?"
             ),
         }
+        optional["max_unhealthy"] = chk.get(entry, "max_unhealthy", path, "share?")
+        optional["max_unhealthy_window"] = chk.get(
+            entry, "max_unhealthy_window", path, "number?", positive=True
+        )
         for key in ("check_loop_delay_min", "check_loop_delay_max"):
             optional[key] = chk.get(entry, key, path, "number?", positive=True)
         optional["check_loop_delay_decay"] = chk.get(

@@ -57,6 +57,30 @@ def parse_number(text: str) -> float:
     return float(text.strip())
 
 
+_PERCENT = re.compile(r"\s*([+-]?(\d+(\.\d*)?|\.\d+))\s*%\s*")
+
+
+def _share(value: Any) -> float:
+    """A share between 0 and 1: a fraction (``0.4``) or a percentage (``"40%"``)."""
+    expected = f"expected a share: a percentage such as '40%' or a fraction between 0 and 1 " \
+               f"such as 0.4, got {show(value)}"
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(expected)
+    if isinstance(value, str):
+        match = _PERCENT.fullmatch(value)
+        if match:
+            number = float(match.group(1)) / 100.0
+        elif _NUMBER.fullmatch(value.strip()):
+            number = float(value.strip())
+        else:
+            raise ValueError(expected)
+    else:
+        number = float(value)
+    if not 0.0 <= number <= 1.0:
+        raise ValueError(expected)
+    return number
+
+
 def _range_text(noun: str, minimum: float | None, maximum: float | None, positive: bool) -> str:
     if positive:
         return f"{noun} > 0"
@@ -118,6 +142,8 @@ def coerce(
         if not _in_range(number, minimum, maximum, positive):
             raise ValueError(expected)
         return number
+    if kind == "share":
+        return _share(value)
     if kind == "bool":
         if isinstance(value, bool):
             return value

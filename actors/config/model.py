@@ -66,8 +66,9 @@ def setting(
 ) -> Any:
     """Declare one setting.
 
-    ``kind`` is one of ``int``, ``number`` (int or float), ``bool``, ``str``, ``strs`` (list
-    of strings) or ``weights`` (mapping of string to int); a trailing ``?`` means ``None`` is
+    ``kind`` is one of ``int``, ``number`` (int or float), ``share`` (``40%`` or ``0.4``,
+    read as a fraction 0..1), ``bool``, ``str``, ``strs`` (list of strings) or ``weights``
+    (mapping of string to int); a trailing ``?`` means ``None`` is
     allowed. ``minimum``/``maximum`` bound numbers inclusively, ``positive`` demands > 0.
     """
     meta = {
@@ -161,6 +162,11 @@ class GlobalSettings:
     # intervals (actors/storage/heartbeat_store.py).
     manager_heartbeat_interval: float = setting(5.0, "number", positive=True)
     manager_heartbeat_max_age: float | None = setting(None, "number?", positive=True)
+    # The mass-failure brake (ours, after Cluster API's maxUnhealthy): when more than this
+    # share of a pool's size fails a check within the window (seconds), failing VMs are held
+    # instead of destroyed. None or 1.0 (100%) is off.
+    max_unhealthy: float | None = setting(None, "share?")
+    max_unhealthy_window: float = setting(600.0, "number", positive=True)
     raw: Mapping[str, Any] = field(default_factory=empty_mapping)
     """The whole ``:config:`` section as written, after environment overrides."""
 
@@ -212,6 +218,8 @@ class PoolConfig:
     check_loop_delay_max: float | None = None  # seconds
     check_loop_delay_decay: float | None = None
     check_hostname_for_mismatch: bool | None = None
+    max_unhealthy: float | None = None  # share 0..1; None: the global one
+    max_unhealthy_window: float | None = None  # seconds; None: the global one
     raw: Mapping[str, Any] = field(default_factory=empty_mapping)
 
     def loop_delays(self, settings: GlobalSettings) -> tuple[float, float, float]:
@@ -224,6 +232,15 @@ class PoolConfig:
         high = max(low, _first(self.check_loop_delay_max, settings.check_loop_delay_max))
         decay = _first(self.check_loop_delay_decay, settings.check_loop_delay_decay)
         return low, high, decay if decay > 1 else 2.0
+
+
+    def brake(self, settings: GlobalSettings) -> tuple[float | None, float]:
+        """Effective ``(max_unhealthy, max_unhealthy_window)`` of the mass-failure brake: the
+        pool's values, else the global ones. The share is None when the brake is off (unset
+        or 100%)."""
+        share = _first(self.max_unhealthy, settings.max_unhealthy)
+        window = _first(self.max_unhealthy_window, settings.max_unhealthy_window)
+        return (None if share is None or share >= 1.0 else share), window
 
 
 def _first(value: _T | None, fallback: _T) -> _T:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from vmpooler.actors.config._yaml import Locator, SourceText
-from vmpooler.actors.config.errors import ConfigProblem, format_key
+from vmpooler.actors.config.errors import ConfigProblem, KeyPath, format_key
 from vmpooler.actors.config.model import Config
 
 __all__ = ["unacted_keys", "unacted_warnings"]
@@ -41,9 +41,9 @@ _SWITCHED = (
 _DEFAULT_ON = {"connection_pool_monitor_enabled": ("connection_pool_monitor_interval",)}
 
 
-def unacted_keys(config: Config) -> list[tuple[tuple[str, ...], str]]:
+def unacted_keys(config: Config) -> list[tuple[KeyPath, str]]:
     """``(key path, why nothing acts on it)`` for every such key, in document order."""
-    out: list[tuple[tuple[str, ...], str]] = []
+    out: list[tuple[KeyPath, str]] = []
     if "tracing" in config.raw:
         out.append((("tracing",), "OpenTelemetry tracing is not implemented; this section "
                                   "is accepted and ignored"))
@@ -66,6 +66,7 @@ def unacted_keys(config: Config) -> list[tuple[tuple[str, ...], str]]:
         if not getattr(config.settings, switch):
             out.extend((("config", key), f"has no effect while {switch} is false")
                        for key in keys if key in section)
+    out.extend(_brake_windows(config))
     for name, provider in config.providers.items():
         if name in used:
             continue
@@ -73,6 +74,21 @@ def unacted_keys(config: Config) -> list[tuple[tuple[str, ...], str]]:
             if key in provider.settings:
                 out.append((("providers", name, key), f"no pool uses provider {name!r}, so "
                             "it is not started and nothing is purged"))
+    return out
+
+
+def _brake_windows(config: Config) -> list[tuple[KeyPath, str]]:
+    """``max_unhealthy_window`` where no pool it reaches has the brake on."""
+    out: list[tuple[KeyPath, str]] = []
+    braked = [pool for pool in config.pools if pool.brake(config.settings)[0] is not None]
+    inherits = [pool for pool in braked if pool.max_unhealthy_window is None]
+    if "max_unhealthy_window" in config.settings.raw and not inherits:
+        out.append((("config", "max_unhealthy_window"),
+                    "no pool that inherits it has max_unhealthy set below 100%"))
+    for index, pool in enumerate(config.pools):
+        if "max_unhealthy_window" in pool.raw and pool not in braked:
+            out.append((("pools", index, "max_unhealthy_window"),
+                        f"pool {pool.name!r} has no max_unhealthy below 100%"))
     return out
 
 

@@ -147,6 +147,13 @@ def _specs() -> list[MetricSpec]:
                    plain_unit="s", doc="seconds a successful checkout took"),
         MetricSpec("vm.lost", "increment", ("reason", "pool"), reference=False,
                    doc="VMs destroyed without ever being used"),
+        MetricSpec("brake.engaged", "gauge", p, "state", reference=False,
+                   doc="1 while the pool's mass-failure brake is engaged, else 0 (pools "
+                       "with max_unhealthy only)"),
+        MetricSpec("brake.engagements", "increment", p, reference=False,
+                   doc="times the pool's mass-failure brake engaged"),
+        MetricSpec("brake.held", "increment", p, reference=False,
+                   doc="ready VMs held instead of destroyed by the mass-failure brake"),
     ]
     return specs
 

@@ -155,6 +155,12 @@ KEYED: Mapping[str, Family] = {
         "counter", "API requests answered 503 because Redis could not be reached"),
     "vm.lost": Family("counter", "VMs destroyed without ever being used, by reason",
                       ("poolname", "reason"), keys={**_POOL_KEY, "reason": "reason"}),
+    "brake.engaged": Family("gauge", "1 while the pool's mass-failure brake is engaged",
+                            ("poolname",), keys=_POOL_KEY),
+    "brake.engagements": Family("counter", "Times the pool's mass-failure brake engaged",
+                                ("poolname",), keys=_POOL_KEY),
+    "brake.held": Family("counter", "Ready VMs held instead of destroyed by the brake",
+                         ("poolname",), keys=_POOL_KEY),
 }
 """Service-level families of ours, named by the whole call name, labelled by tag key."""
 

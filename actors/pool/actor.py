@@ -50,6 +50,7 @@ from vmpooler.actors.messages import (
     StartDrain,
 )
 from vmpooler.actors.metrics.backends import Metrics
+from vmpooler.actors.pool.brake import Brake
 from vmpooler.actors.pool.checks import PoolChecks
 from vmpooler.actors.pool.clones import Clones
 from vmpooler.actors.pool.context import LOST_REASONS, PoolContext
@@ -99,14 +100,15 @@ class PoolActor(SupervisedActor):
             pool=pool.name, store=store, requests=ctx.requests, directory=directory,
             busy=ctx.calls.busy, forget=ctx.vms.forget, lost=ctx.lost)
         dead_letters = DeadLetters(ctx, self.ondemand)
-        self.upkeep = PoolUpkeep(ctx)
+        brake = Brake(ctx)
+        self.upkeep = PoolUpkeep(ctx, on_drain=brake.drain)
         self.clones = Clones(ctx, self.upkeep, self.ondemand, dead_letters)
         self.migrations = Migrations(ctx)
         self.outcomes = Outcomes(ctx, ondemand=self.ondemand, dead_letters=dead_letters,
                                  clones=self.clones, upkeep=self.upkeep,
-                                 migrations=self.migrations)
+                                 migrations=self.migrations, brake=brake)
         self.purge = StalePurge(ctx, self.ondemand, dead_letters)
-        self.cycle = PoolCycle(ctx, checks=PoolChecks(ctx, self.ondemand, dead_letters),
+        self.cycle = PoolCycle(ctx, checks=PoolChecks(ctx, self.ondemand, dead_letters, brake),
                                upkeep=self.upkeep, clones=self.clones, ondemand=self.ondemand,
                                migrations=self.migrations)
 

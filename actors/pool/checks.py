@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 
 from vmpooler.actors.messages import ProviderOp
+from vmpooler.actors.pool.brake import Brake
 from vmpooler.actors.pool.context import PoolContext
 from vmpooler.actors.pool.dead_letters import DeadLetters
 from vmpooler.actors.pool.ondemand import OnDemandVms
@@ -25,10 +26,17 @@ class PoolChecks:
     """Checks of running, ready and vanished pending VMs."""
 
     def __init__(self, ctx: PoolContext, ondemand: OnDemandVms,
-                 dead_letters: DeadLetters) -> None:
+                 dead_letters: DeadLetters, brake: Brake | None = None) -> None:
         self.ctx = ctx
         self.ondemand = ondemand
         self.dead_letters = dead_letters
+        self.brake = brake or Brake(ctx)
+
+    def check_held(self, size: int) -> set[str]:
+        """The mass-failure brake's turn at the start of a cycle (before discovery):
+        release it when the failures stopped and check held VMs again. Returns the held
+        VMs, which are in no queue the discovery knows of."""
+        return self.brake.review(size)
 
     def check_running(self, snap: PoolSnapshot, inventory: set[str], now: float) -> None:
         """Retire running VMs gone from the inventory, without an ``active`` entry or past

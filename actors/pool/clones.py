@@ -82,7 +82,8 @@ class Clones:
         if not self.upkeep.preparing and self.upkeep.initialised and not backing_off:
             counts = ctx.store.counts(ctx.name, ("ready", "pending"))
             pooled_pending = max(0, counts["pending"] - len(self.ondemand))
-            want = self.upkeep.size - counts["ready"] - pooled_pending
+            want = (self.upkeep.size - counts["ready"] - len(ctx.vms.held)
+                    - pooled_pending)
             for _ in range(max(0, want)):
                 if not self.start(None):
                     break

@@ -151,7 +151,9 @@ class PoolCycle:
             self._initialise(snap)
         self.ondemand.prune(snap.pending)
         activity = False
-        known = snap.pending | snap.ready | snap.running | snap.completed | snap.discovered
+        held = self.checks.check_held(self.upkeep.size)
+        known = (snap.pending | snap.ready | snap.running | snap.completed | snap.discovered
+                 | held)
         unknown = inventory - known
         if unknown:
             added = store.discover(name, unknown)
@@ -183,7 +185,7 @@ class PoolCycle:
                 ctx.vms.forget(vm)
         if self.upkeep.apply_overrides():
             return True
-        activity |= self.clones.repopulate(len(ready), len(pending))
+        activity |= self.clones.repopulate(len(ready) + len(held), len(pending))
         self.upkeep.remove_excess(ready, pending)
         self.upkeep.flag_empty(len(ready))
         size = self.upkeep.size

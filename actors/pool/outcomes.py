@@ -19,6 +19,7 @@ from vmpooler.actors.messages import (
     ReadyCheckResult,
     RunningCheckResult,
 )
+from vmpooler.actors.pool.brake import Brake
 from vmpooler.actors.pool.calls import log_failure
 from vmpooler.actors.pool.clones import Clones
 from vmpooler.actors.pool.context import PoolContext
@@ -38,8 +39,10 @@ class Outcomes:
     """Handlers for :class:`ProviderCallFinished`, by operation."""
 
     def __init__(self, ctx: PoolContext, *, ondemand: OnDemandVms, dead_letters: DeadLetters,
-                 clones: Clones, upkeep: PoolUpkeep, migrations: Migrations) -> None:
+                 clones: Clones, upkeep: PoolUpkeep, migrations: Migrations,
+                 brake: Brake | None = None) -> None:
         self.ctx = ctx
+        self.brake = brake or Brake(ctx)
         self.ondemand = ondemand
         self.dead_letters = dead_letters
         self.clones = clones
@@ -129,6 +132,15 @@ class Outcomes:
                         vm, msg.failure.message, level=logging.WARNING)
             return
         result: ReadyCheckResult = msg.result
+        if vm in self.brake.held:  # checked again after the brake released
+            self.brake.rechecked(vm, result.ready, self.upkeep.size)
+            return
+        failing = hostname_mismatch(vm, result.hostname) or not result.ready
+        if failing and self.brake.failed(vm, self.upkeep.size):
+            if result.reason:
+                store.set_vm_fields(vm, {"open_socket_error": result.reason})
+            self.brake.hold(vm)
+            return
         if hostname_mismatch(vm, result.hostname):
             if store.retire(name, vm, "ready"):
                 ctx.lost("check_failed")
@@ -157,6 +169,10 @@ class Outcomes:
         result: RunningCheckResult = msg.result
         if result.tagged:
             store.set_vm_fields(vm, {"user_tagged": "true"})
+        if not result.exists and self.brake.failed(vm, self.upkeep.size):
+            log.info("[!] [%s] '%s' is no longer in inventory, but the brake is engaged: "
+                     "left in 'running'", name, vm)
+            return
         if not result.exists and store.retire(name, vm, "running"):
             log.info("[>] [%s] '%s' is no longer in inventory, moved to 'completed'", name,
                      vm)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 
 from vmpooler.actors.config.overrides import effective_size, size_override
 from vmpooler.actors.messages import PoolChanged, ProviderCallFinished, ProviderOp
@@ -47,8 +48,9 @@ class PoolUpkeep:
     drain (a restarted manager must not drain every overridden pool).
     """
 
-    def __init__(self, ctx: PoolContext) -> None:
+    def __init__(self, ctx: PoolContext, on_drain: Callable[[], int] | None = None) -> None:
         self.ctx = ctx
+        self.on_drain = on_drain  # also drains what the pool holds aside (the brake's VMs)
         self.size = ctx.pool.size
         self.template = ctx.pool.template
         self.clone_target = ctx.pool.clone_target
@@ -144,6 +146,8 @@ class PoolUpkeep:
         ctx = self.ctx
         moved = ctx.store.drain(ctx.name)
         ctx.lost("drained", moved)
+        if self.on_drain is not None:
+            moved += self.on_drain()
         log.info("[*] [%s] %s: %d ready and pending VMs moved to 'completed'", ctx.name, reason,
                  moved)
         ctx.self_ref.tell(PoolChanged(ctx.name, "drained"))

@@ -23,7 +23,9 @@ class VmCache:
       the ``ready`` and ``check`` fields when a ready VM is first seen;
     * ``next_running_check`` (monotonic) — of running VMs; empty after a restart, so the
       first cycle checks every running VM;
-    * ``notified`` — pending VMs whose timeout warning was logged.
+    * ``notified`` — pending VMs whose timeout warning was logged;
+    * ``held`` — the pool's held VMs (``vmpooler__held__<pool>``), written only by the
+      :class:`~vmpooler.actors.pool.brake.Brake`, which reads the set on its first cycle.
     """
 
     def __init__(self, store: Store) -> None:
@@ -34,6 +36,7 @@ class VmCache:
         self.next_check: dict[str, float] = {}
         self.next_running_check: dict[str, float] = {}
         self.notified: set[str] = set()
+        self.held: set[str] = set()
 
     def clone_started_at(self, vm: str) -> float | None:
         """When the VM's clone began (epoch), from the cache or its hash; None if unknown.

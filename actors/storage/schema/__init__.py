@@ -11,12 +11,14 @@ handle. Scripts document their KEYS and ARGV.
 
 from __future__ import annotations
 
+from vmpooler.actors.storage.schema.brake_scripts import BrakeScripts
 from vmpooler.actors.storage.schema.pool_scripts import Scripts
 from vmpooler.actors.storage.schema.request_scripts import RequestScripts
 from vmpooler.actors.storage.schema.status_scripts import StatusScripts
 from vmpooler.actors.storage.schema.upkeep_scripts import UpkeepScripts
 
 __all__ = [
+    "BrakeScripts",
     "RequestScripts",
     "Scripts",
     "StatusScripts",
@@ -34,6 +36,7 @@ __all__ = [
     "dlq_pattern",
     "empty",
     "health",
+    "held",
     "history",
     "history_checkouts",
     "history_clones",
@@ -101,6 +104,13 @@ def discovered(pool: str) -> str:
 def migrating(pool: str) -> str:
     """Set of checked-out VMs the provider may migrate (a side set: they stay in running)."""
     return f"{_P}migrating__{pool}"
+
+
+def held(pool: str) -> str:
+    """Set of a pool's ready VMs that failed a check while its mass-failure brake was
+    engaged (ours): out of ``ready``, so no checkout takes them, and not destroyed; checked
+    again when the brake releases."""
+    return f"{_P}held__{pool}"
 
 
 def active(pool: str) -> str:
