@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.api_harness import api
 from tests.harness import (
     Harness,
     assert_no_vm_in_two_queues,
@@ -199,6 +200,26 @@ def test_a_pool_of_one_never_brakes(redis_client: redis.Redis) -> None:
         _fail(h, provider, {vm2})
         wait_until(lambda: _destroyed(redis_client, {vm2}), 10, "the second VM destroyed")
         assert not _held(redis_client)
+
+
+def test_status_shows_the_brake_of_pools_that_have_one(redis_client: redis.Redis) -> None:
+    config = make_config([pool("a", 5, max_unhealthy=0.4, max_unhealthy_window=WINDOW),
+                          pool("b", 1)], vm_checktime=1, check_loop_delay_min=30,
+                         check_loop_delay_max=30)
+    provider = SickReadiness(context_for(config), rng=random.Random(3), sleep=lambda _s: None)
+    with started(redis_client, config, provider=provider) as h:
+        first = h.wait_full("a", 5)
+        h.wait_full("b", 1)
+        h.quiesce()
+        client = api(redis_client, config).client
+        pools = client.simulate_get("/api/v3/status").json["pools"]
+        assert pools["a"]["brake"] == {"engaged": False, "failures": 0, "held": 0}
+        assert "brake" not in pools["b"], "no brake configured: vmpooler's entry"
+        _fail(h, provider, set(sorted(first)[:4]))
+        h.advance(60, step=30)
+        body = client.simulate_get("/api/v3/status").json
+        assert body["pools"]["a"]["brake"] == {"engaged": True, "failures": 4, "held": 2}
+        assert body["pools"]["a"]["ready"] == len(redis_client.smembers(schema.ready("a")))
 
 
 # -- the rule -------------------------------------------------------------------------------

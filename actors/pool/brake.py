@@ -81,6 +81,7 @@ class Brake:
         self.window = FailureWindow(window)
         self.engaged = False
         self.loaded = False  # ctx.vms.held mirrors Redis
+        self.published: tuple[bool, int, int] | None = None  # the state last written
 
     @property
     def held(self) -> set[str]:
@@ -152,7 +153,17 @@ class Brake:
         if self.rule is not None:
             ctx.metrics.gauge("brake.engaged", 1 if self.engaged else 0,
                               tags={"pool": ctx.name})
+            self.publish()
         return set(self.held)
+
+    def publish(self) -> None:
+        """Write the brake's state for ``/status`` when it changed since the last write."""
+        ctx = self.ctx
+        state = (self.engaged, self.failures(), len(self.held))
+        if state != self.published:
+            self.store.publish(ctx.name, engaged=state[0], failures=state[1], held=state[2],
+                               updated=timefmt.format_epoch(ctx.clock.now()))
+            self.published = state
 
     def rechecked(self, vm: str, healthy: bool, size: int) -> None:
         """The answer to a held VM's check: back to ready when healthy; otherwise held again

@@ -27,12 +27,13 @@ class BrakeStore:
         """The pool's held VMs."""
         return set(self.client.smembers(schema.held(pool)))
 
-    def held_counts(self, pools: list[str]) -> dict[str, int]:
-        """SCARD of each pool's held set, pipelined."""
-        pipe = self.client.pipeline(transaction=False)
-        for pool in pools:
-            pipe.scard(schema.held(pool))
-        return dict(zip(pools, (int(n) for n in pipe.execute()), strict=True))
+    def publish(self, pool: str, *, engaged: bool, failures: int, held: int,
+                updated: str) -> None:
+        """Record the brake's state for ``/status`` (``vmpooler__brake__<pool>``; its only
+        writer is the pool's actor, so a plain HSET)."""
+        self.client.hset(schema.brake(pool), mapping={
+            "engaged": "1" if engaged else "0", "failures": str(failures),
+            "held": str(held), "updated": updated})
 
     def hold(self, pool: str, vm: str, *, now: str) -> bool:
         """ready → held. False if the VM was not ready (checked out, retired meanwhile)."""

@@ -76,7 +76,9 @@ class StatusReading:
     ``vmpooler__odcreate__task`` (``"<name>:<pool>:<count>:<id>"``). ``daily[kind]`` is
     the raw statistics hash of the requested date; ``durations[kind]`` the totals of such a
     hash of durations, summed in Redis. ``providers[name]`` is the hash a provider actor
-    publishes (``vmpooler__provider__<name>``), absent when none is fresh.
+    publishes (``vmpooler__provider__<name>``), absent when none is fresh; ``brakes[pool]``
+    the hash a pool actor publishes for its mass-failure brake (``vmpooler__brake__<pool>``),
+    absent before the first write.
     """
 
     counts: Mapping[str, Mapping[str, int]] = field(default_factory=_empty)
@@ -90,6 +92,7 @@ class StatusReading:
     daily: Mapping[str, Mapping[str, str]] = field(default_factory=_empty)
     durations: Mapping[str, DurationTotals] = field(default_factory=_empty)
     providers: Mapping[str, Mapping[str, str]] = field(default_factory=_empty)
+    brakes: Mapping[str, Mapping[str, str]] = field(default_factory=_empty)
 
 
 class _Flight(Generic[T]):
@@ -312,6 +315,7 @@ class StatusStore:
         durations: Collection[str] = (),
         date: str = "",
         providers: Sequence[str] = (),
+        brakes: Sequence[str] = (),
     ) -> StatusReading:
         """Read what ``/status`` needs in one round trip (one EVALSHA).
 
@@ -320,19 +324,22 @@ class StatusStore:
         clone counters and the on-demand queues; ``daily`` names kinds of
         :data:`DAILY_KINDS` to read whole for ``date`` (``YYYY-MM-DD``), ``durations`` the
         kinds (``clone``, ``boot``) whose totals to read, summed in Redis; ``providers``
-        names the providers whose published state to read.
+        names the providers whose published state to read, ``brakes`` the pools whose brake
+        state to read.
 
         Concurrent calls with equal arguments may share one reading (see
         :class:`SharedReads`): it is read-only, and was read after each of them was made.
         """
         request = (tuple(pools), tuple(queues), bool(last_boot), bool(queue_totals),
-                   tuple(daily), tuple(durations), date, tuple(providers))
+                   tuple(daily), tuple(durations), date, tuple(providers), tuple(brakes))
         return self._shared.read(request, lambda: self._status(*request))
 
     def _status(self, pools: tuple[str, ...], queues: tuple[str, ...], last_boot: bool,
                 queue_totals: bool, daily: tuple[str, ...], durations: tuple[str, ...],
-                date: str, providers: tuple[str, ...]) -> StatusReading:
-        request = (pools, queues, last_boot, queue_totals, daily, durations, date, providers)
+                date: str, providers: tuple[str, ...],
+                brakes: tuple[str, ...] = ()) -> StatusReading:
+        request = (pools, queues, last_boot, queue_totals, daily, durations, date, providers,
+                   brakes)
         layout = self._layouts.get(request)
         if layout is None:
             lookups = []
@@ -344,7 +351,8 @@ class StatusStore:
                 sets=[QUEUES[queue](pool) for queue in queues for pool in pools],
                 lookups=lookups, fields=list(pools), totals=queue_totals,
                 wholes=[*(DAILY_KINDS[kind](date) for kind in daily),
-                        *(schema.provider_health(name) for name in providers)],
+                        *(schema.provider_health(name) for name in providers),
+                        *(schema.brake(pool) for pool in brakes)],
                 sums=[DAILY_KINDS[kind](date) for kind in durations])
             if len(self._layouts) >= self._LAYOUTS_KEPT:
                 self._layouts.clear()
@@ -371,8 +379,12 @@ class StatusStore:
             daily=MappingProxyType(dict(zip(daily, raw.wholes[:len(daily)], strict=True))),
             durations=MappingProxyType(dict(zip(durations, raw.sums, strict=True))),
             providers=MappingProxyType({
-                name: whole for name, whole in zip(providers, raw.wholes[len(daily):],
-                                                   strict=True) if whole}),
+                name: whole for name, whole in zip(
+                    providers, raw.wholes[len(daily):len(daily) + len(providers)], strict=True)
+                if whole}),
+            brakes=MappingProxyType({
+                pool: whole for pool, whole in zip(
+                    brakes, raw.wholes[len(daily) + len(providers):], strict=True) if whole}),
         )
 
     def ready_counts(self, pools: Sequence[str]) -> tuple[dict[str, int], Mapping[str, str]]:

@@ -141,7 +141,8 @@ class Status(_Resource):
         reading = self._store.status(
             names, queues=queues, last_boot="pools" in wanted, queue_totals="queue" in wanted,
             durations=[kind for kind in ("clone", "boot") if kind in wanted], date=today,
-            providers=self._providers_used() if "providers" in wanted else ())
+            providers=self._providers_used() if "providers" in wanted else (),
+            brakes=self._braked() if "pools" in wanted else ())
         # Requests that shared one reading get the same sections: build them once.
         built = self._built
         if (built is None or built[0] is not reading or built[1] is not config
@@ -168,7 +169,8 @@ class Status(_Resource):
         if "clone" in wanted:
             result["clone"] = stats.duration_metrics(reading.durations["clone"])
         if "pools" in wanted:
-            result["pools"] = self._pools(pools, sizes, reading, self._alias_list())
+            result["pools"] = self._pools(pools, sizes, reading, self._alias_list(),
+                                          frozenset(self._braked()))
         if "providers" in wanted:
             result["providers"] = {name: provider_section(reading.providers.get(name))
                                    for name in self._providers_used()}
@@ -178,8 +180,10 @@ class Status(_Resource):
 
     @staticmethod
     def _pools(pools: tuple[PoolConfig, ...], sizes: dict[str, int],
-               reading: StatusReading, aliases: list[Any]) -> dict[str, Any]:
-        """The ``pools`` section; ``aliases[i]`` is :func:`_alias` of ``pools[i]``."""
+               reading: StatusReading, aliases: list[Any],
+               braked: frozenset[str] = frozenset()) -> dict[str, Any]:
+        """The ``pools`` section; ``aliases[i]`` is :func:`_alias` of ``pools[i]``; a pool of
+        ``braked`` has a mass-failure brake and gets its ``brake`` entry (ours)."""
         body: dict[str, Any] = {}
         ready, running = reading.counts["ready"], reading.counts["running"]
         pending, last_boot = reading.counts["pending"], reading.last_boot
@@ -194,8 +198,16 @@ class Status(_Resource):
             }
             if aka is not None:
                 entry["alias"] = aka
+            if name in braked:
+                entry["brake"] = brake_section(reading.brakes.get(name))
             body[name] = entry
         return body
+
+    def _braked(self) -> list[str]:
+        """The pools whose mass-failure brake is on (``max_unhealthy`` below 100%)."""
+        config = self._ctx.config
+        return [pool.name for pool in config.pools
+                if pool.brake(config.settings)[0] is not None]
 
     def _providers_used(self) -> list[str]:
         return sorted({pool.provider for pool in self._ctx.config.pools})
@@ -208,6 +220,16 @@ class Status(_Resource):
         if empty:
             status.update(ok=False, message=f"Found {len(empty)} empty pools.", empty=empty)
         return status
+
+
+def brake_section(published: Mapping[str, str] | None) -> dict[str, Any]:
+    """One pool's ``brake`` entry of ``/status`` (ours): whether its mass-failure brake is
+    engaged, how many VMs failed a check within its window and how many it holds, as its
+    pool actor last published them (all zero before the first publication)."""
+    published = published or {}
+    return {"engaged": published.get("engaged") == "1",
+            "failures": _number(published.get("failures")),
+            "held": _number(published.get("held"))}
 
 
 def provider_section(published: Mapping[str, str] | None) -> dict[str, Any]:

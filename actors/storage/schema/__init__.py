@@ -25,6 +25,7 @@ __all__ = [
     "UpkeepScripts",
     "active",
     "boot_stats",
+    "brake",
     "clone_stats",
     "commands",
     "completed",
@@ -111,6 +112,12 @@ def held(pool: str) -> str:
     engaged (ours): out of ``ready``, so no checkout takes them, and not destroyed; checked
     again when the brake releases."""
     return f"{_P}held__{pool}"
+
+
+def brake(pool: str) -> str:
+    """Hash ``engaged failures held updated`` of a pool's mass-failure brake (ours), written
+    by its pool actor when they change, for ``/status``."""
+    return f"{_P}brake__{pool}"
 
 
 def active(pool: str) -> str:
