@@ -4,20 +4,47 @@ Every write that could race is one of the Lua scripts of :mod:`vmpooler.actors.s
 methods return whether the transition applied. Methods may raise ``redis.RedisError``
 (connection lost, timeout): callers decide how to back off. All methods are thread-safe
 (the client's connection pool is).
+
+Fencing: :meth:`Store.with_fence` gives a view whose writes of a pool's state (its queues,
+its VM hashes, its empty flag) run behind a lease's fence and raise
+:class:`~vmpooler.actors.storage.lease_store.Fenced` (nothing written) once the lease is no
+longer held. The unfenced store writes exactly as before (the API and the task actor).
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import redis
 
 from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.lease_store import Fence, Fenced
 from vmpooler.actors.storage.pool_snapshot import PoolSnapshot, read_snapshot
 from vmpooler.actors.storage.schema import Scripts
+from vmpooler.actors.storage.schema.lease_scripts import FENCED, fenced
 
-__all__ = ["CloneReservation", "PoolSnapshot", "Store", "read_vm_fields"]
+__all__ = ["FENCED_SCRIPTS", "CloneReservation", "PoolSnapshot", "Store", "read_vm_fields"]
+
+_RELEASE_ON_REFUSED = """
+  local n = tonumber(redis.call('GET', KEYS[1]) or '0')
+  if n > 0 then redis.call('DECR', KEYS[1]) else redis.call('SET', KEYS[1], 0) end
+"""
+
+FENCED_SCRIPTS: dict[str, str] = {
+    name: fenced(getattr(Scripts, name))
+    for name in ("START_CLONE", "MARK_READY", "RETIRE", "BEGIN_DESTROY", "FORGET", "DISCOVER",
+                 "RESOLVE_DISCOVERED", "DRAIN", "SET_FIELDS", "SET_REMOVE", "SET_FLAG")
+}
+"""The fenced sources of every script that writes a pool's state. A refused
+``CLONE_SUCCEEDED`` or ``CLONE_FAILED`` still gives its clone slot back (the counter is not the
+pool's state, and a slot must not leak because its pool changed hands)."""
+FENCED_SCRIPTS["CLONE_SUCCEEDED"] = fenced(Scripts.CLONE_SUCCEEDED,
+                                           on_refused=_RELEASE_ON_REFUSED)
+FENCED_SCRIPTS["CLONE_FAILED"] = fenced(
+    Scripts.CLONE_FAILED,
+    on_refused=f"  if ARGV[5] == '1' then {_RELEASE_ON_REFUSED}  end")
 
 def read_vm_fields(
     client: redis.Redis, vms: Iterable[str], fields: Sequence[str]
@@ -53,9 +80,26 @@ class Store:
                 "RELEASE_SLOT",
             )
         }
+        self._fenced = {name: client.register_script(source)
+                        for name, source in FENCED_SCRIPTS.items()}
+        self.fence: Fence | None = None
+
+    def with_fence(self, fence: Fence) -> Store:
+        """A view of this store (same client and scripts) whose pool writes run behind
+        ``fence`` and raise :class:`Fenced` when it no longer holds."""
+        view = copy.copy(self)
+        view.fence = fence
+        return view
 
     def _run(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        return self._scripts[script](keys=list(keys), args=list(args))
+        fence = self.fence
+        if fence is None or script not in self._fenced:
+            return self._scripts[script](keys=list(keys), args=list(args))
+        held = fence.held()  # None: '' never matches a lease, so the script refuses
+        reply = self._fenced[script](keys=[*keys, fence.key], args=[*args, held or ""])
+        if reply == FENCED:
+            raise Fenced(fence.key, held)
+        return reply
 
     # -- start-up ---------------------------------------------------------------------------
     def reset_task_counters(self) -> None:
@@ -225,12 +269,20 @@ class Store:
 
     # -- small writes -----------------------------------------------------------------------
     def set_vm_fields(self, vm: str, fields: Mapping[str, str]) -> None:
-        """HSET fields of a VM hash."""
+        """HSET fields of a VM hash (fenced: one script)."""
+        if self.fence is not None:
+            self._run("SET_FIELDS", [schema.vm(vm)] * len(fields),
+                      [f"{k}\t{v}" for k, v in fields.items()])
+            return
         self.client.hset(schema.vm(vm), mapping=dict(fields))
 
     def set_check_times(self, stamps: Mapping[str, str]) -> None:
-        """HSET ``check`` on several VM hashes, pipelined."""
+        """HSET ``check`` on several VM hashes, pipelined (fenced: one script)."""
         if not stamps:
+            return
+        if self.fence is not None:
+            self._run("SET_FIELDS", [schema.vm(n) for n in stamps],
+                      [f"check\t{v}" for v in stamps.values()])
             return
         pipe = self.client.pipeline(transaction=False)
         for name, value in stamps.items():
@@ -239,11 +291,15 @@ class Store:
 
     def leave_migrating(self, pool: str, vm: str) -> bool:
         """SREM the VM from the pool's migrating set."""
+        if self.fence is not None:
+            return bool(self._run("SET_REMOVE", [schema.migrating(pool)], [vm]))
         return bool(self.client.srem(schema.migrating(pool), vm))
 
     def set_empty_flag(self, pool: str, empty: bool) -> None:
         """Set or clear ``vmpooler__empty__<pool>``."""
-        if empty:
+        if self.fence is not None:
+            self._run("SET_FLAG", [schema.empty(pool)], ["1" if empty else "0"])
+        elif empty:
             self.client.set(schema.empty(pool), "true")
         else:
             self.client.delete(schema.empty(pool))

@@ -9,6 +9,7 @@ thread-safe (the client's connection pool is).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -16,7 +17,9 @@ import redis
 
 from vmpooler.actors.storage import schema, timefmt
 from vmpooler.actors.storage.dlq import QUEUES, DeadLetter, parse_member
+from vmpooler.actors.storage.lease_store import Fence, Fenced
 from vmpooler.actors.storage.schema import UpkeepScripts
+from vmpooler.actors.storage.schema.lease_scripts import FENCED, fenced
 
 __all__ = ["QueueAges", "ReplayOutcome", "UpkeepStore", "VmHash"]
 
@@ -67,12 +70,27 @@ class UpkeepStore:
             name: client.register_script(getattr(UpkeepScripts, name))
             for name in ("PURGE_COMPLETED", "EXPIRE_ORPHAN", "REPLAY_DEAD_LETTER")
         }
+        self._fenced_purge = client.register_script(fenced(UpkeepScripts.PURGE_COMPLETED))
+        self.fence: Fence | None = None
+
+    def with_fence(self, fence: Fence) -> UpkeepStore:
+        """A view whose pool writes (:meth:`purge_completed`) run behind ``fence`` and raise
+        :class:`~vmpooler.actors.storage.lease_store.Fenced` when it no longer holds."""
+        view = copy.copy(self)
+        view.fence = fence
+        return view
 
     # -- purge --------------------------------------------------------------------------------
     def purge_completed(self, pool: str, vm: str, *, ttl: int) -> bool:
         """Take a stale VM out of completed (its hash gets ``ttl`` if it had no expiry)."""
-        return bool(self._scripts["PURGE_COMPLETED"](
-            keys=[schema.completed(pool), schema.active(pool), schema.vm(vm)], args=[vm, ttl]))
+        keys, args = [schema.completed(pool), schema.active(pool), schema.vm(vm)], [vm, ttl]
+        if self.fence is None:
+            return bool(self._scripts["PURGE_COMPLETED"](keys=keys, args=args))
+        held = self.fence.held()
+        reply = self._fenced_purge(keys=[*keys, self.fence.key], args=[*args, held or ""])
+        if reply == FENCED:
+            raise Fenced(self.fence.key, held)
+        return bool(reply)
 
     def expire_orphan(self, orphan: VmHash, *, ttl: int) -> int:
         """Let an orphaned VM hash expire within ``ttl`` s if it is still orphaned: 1 set,

@@ -12,6 +12,7 @@ handle. Scripts document their KEYS and ARGV.
 from __future__ import annotations
 
 from vmpooler.actors.storage.schema.brake_scripts import BrakeScripts
+from vmpooler.actors.storage.schema.lease_scripts import LeaseScripts
 from vmpooler.actors.storage.schema.pool_scripts import Scripts
 from vmpooler.actors.storage.schema.request_scripts import RequestScripts
 from vmpooler.actors.storage.schema.status_scripts import StatusScripts
@@ -19,6 +20,7 @@ from vmpooler.actors.storage.schema.upkeep_scripts import UpkeepScripts
 
 __all__ = [
     "BrakeScripts",
+    "LeaseScripts",
     "RequestScripts",
     "Scripts",
     "StatusScripts",
@@ -42,6 +44,8 @@ __all__ = [
     "history_checkouts",
     "history_clones",
     "lastboot",
+    "lease",
+    "lease_token",
     "manager_heartbeat",
     "migrating",
     "migration",
@@ -322,6 +326,19 @@ def history_checkouts() -> str:
 def history_clones() -> str:
     """Hash pool -> clones ever finished for it (ours; ``HINCRBY`` when a clone succeeds)."""
     return f"{_P}history__clones"
+
+
+def lease(kind: str, name: str) -> str:
+    """String (ours): the lease of one owned thing, ``kind`` ``pool`` (later ``request``).
+    Value ``<token> <holder>`` (holder = manager id); it expires after the lease TTL unless
+    its holder renews it (:mod:`vmpooler.actors.storage.lease_store`)."""
+    return f"{_P}lease__{kind}__{name}"
+
+
+def lease_token() -> str:
+    """String (ours): the fencing-token counter; INCR once per lease taken, so tokens only
+    grow."""
+    return f"{_P}lease__token"
 
 
 def manager_heartbeat() -> str:

@@ -55,6 +55,29 @@ redis.call('HSET', KEYS[1], unpack(ARGV))
 return 1
 """
 
+    # The owner's plain writes, as scripts so that they can run behind the fence
+    # (schema.lease_scripts.fenced); unfenced, the store sends the plain commands instead.
+    # KEYS vm hashes; ARGV[i] the field, value pairs for KEYS[i], each ``field\tvalue``.
+    # HSETs each. Returns 1.
+    SET_FIELDS = """
+for i, key in ipairs(KEYS) do
+  local field, value = string.match(ARGV[i], '^([^\t]*)\t(.*)$')
+  redis.call('HSET', key, field, value)
+end
+return 1
+"""
+
+    # KEYS[1] set; ARGV[1] member. SREM. Returns what SREM returns.
+    SET_REMOVE = """
+return redis.call('SREM', KEYS[1], ARGV[1])
+"""
+
+    # KEYS[1] the empty flag; ARGV[1] '1' to set it ("true"), '0' to delete it. Returns 1.
+    SET_FLAG = """
+if ARGV[1] == '1' then redis.call('SET', KEYS[1], 'true') else redis.call('DEL', KEYS[1]) end
+return 1
+"""
+
     # KEYS[1] counter, KEYS[2] vm hash, KEYS[3] clone stats hash of the day
     # ARGV[1] "<pool>:<vm>", ARGV[2] clone seconds, ARGV[3] ip
     # Releases the clone slot (never below 0) and records the clone; counts it in the pool's
