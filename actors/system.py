@@ -43,7 +43,7 @@ from vmpooler.actors.runtime.executor import ActorExecutor
 from vmpooler.actors.runtime.restart_policy import RestartPolicy
 from vmpooler.actors.runtime.supervisor import ActorDirectory, Supervisor
 from vmpooler.actors.service.command_stream import consumer_factory
-from vmpooler.actors.storage.connection import connect
+from vmpooler.actors.storage.connection import connect_configured
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 from vmpooler.actors.storage.heartbeat_store import manager_id
 from vmpooler.actors.storage.request_store import DeleteOutcome, Entry, RequestRecord, RequestStore
@@ -120,17 +120,11 @@ class PoolerSystem:
         embedded = None
         client = redis_client
         if client is None:
+            address = None
             if config.redis.embedded:
                 embedded = EmbeddedRedis(data_dir=Path(config.redis.data_dir)).start()
-                host, port = "127.0.0.1", embedded.port
-            else:
-                host, port = str(config.redis.server), config.redis.port
-            client = connect(
-                host, port, password=config.redis.password, username=config.redis.username,
-                db=config.redis.db, pool_size=config.redis.connection_pool_size,
-                pool_timeout=config.redis.connection_pool_timeout,
-                reconnect_attempts=config.redis.reconnect_attempts,
-            )
+                address = ("127.0.0.1", embedded.port)
+            client = connect_configured(config.redis, address=address)
         m = config.metrics
         res = SystemResources(
             scheduler=scheduler or ThreadScheduler(clock), owns_scheduler=scheduler is None,

@@ -33,7 +33,7 @@ from typing import Any
 import redis
 
 from vmpooler.actors.config import Config
-from vmpooler.actors.storage.connection import connect
+from vmpooler.actors.storage.connection import connect_configured
 from vmpooler.actors.storage.dlq import QUEUES, DeadLetter
 from vmpooler.actors.storage.upkeep_store import ReplayOutcome, UpkeepStore
 
@@ -61,19 +61,17 @@ def add_parser(sub: Any, parents: Sequence[argparse.ArgumentParser]) -> None:
 
 
 def _client(config: Config) -> redis.Redis | None:
+    address = None
     if config.redis.embedded:  # where a running vmpooler's embedded server listens
         try:
-            host = "127.0.0.1"
             port = int((Path(config.redis.data_dir) / "redis.port").read_text().strip())
         except (OSError, ValueError):
             print(f"vmpooler: no embedded redis-server is running for {config.redis.data_dir} "
                   "(start vmpooler run or vmpooler manager, or set :redis: server)",
                   file=sys.stderr)
             return None
-    else:
-        host, port = str(config.redis.server), config.redis.port
-    return connect(host, port, password=config.redis.password, username=config.redis.username,
-                   db=config.redis.db, pool_size=2, reconnect_attempts=1)
+        address = ("127.0.0.1", port)
+    return connect_configured(config.redis, address=address, pool_size=2, reconnect_attempts=1)
 
 
 def _selected(store: UpkeepStore, args: argparse.Namespace) -> list[DeadLetter]:

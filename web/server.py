@@ -29,7 +29,7 @@ from vmpooler.actors.config import Config
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.metrics.factory import create_metrics
 from vmpooler.actors.metrics.prometheus import mark_process_dead, multiprocess_dir
-from vmpooler.actors.storage.connection import connect
+from vmpooler.actors.storage.connection import connect_configured
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 from vmpooler.actors.system import PoolerSystem
 from vmpooler.web.app import create_app
@@ -54,7 +54,10 @@ class ServeOptions:
 
 def redis_address(config: Config) -> tuple[str, int] | None:
     """Where the configured Redis is; for the embedded one, where a running vmpooler put
-    it (``<data_dir>/redis.port``), or None when none is running."""
+    it (``<data_dir>/redis.port``), or None when none is running. With sentinels, the
+    placeholder ``("sentinel", 0)``: each client asks the sentinels for the master."""
+    if config.redis.sentinels:
+        return "sentinel", 0
     if not config.redis.embedded:
         return str(config.redis.server), config.redis.port
     port_file = Path(config.redis.data_dir) / "redis.port"
@@ -65,11 +68,8 @@ def redis_address(config: Config) -> tuple[str, int] | None:
 
 
 def _client(config: Config, address: tuple[str, int]) -> redis.Redis:
-    return connect(address[0], address[1], password=config.redis.password,
-                   username=config.redis.username, db=config.redis.db,
-                   pool_size=config.redis.connection_pool_size,
-                   pool_timeout=config.redis.connection_pool_timeout,
-                   reconnect_attempts=config.redis.reconnect_attempts)
+    return connect_configured(config.redis,
+                              address=None if config.redis.sentinels else address)
 
 
 def _write_json_error(sock: Any, status_int: int, reason: str, mesg: str) -> None:

@@ -187,11 +187,26 @@ class RedisSettings:
     )  # seconds
     reconnect_attempts: int = setting(10, "int", env="REDIS_RECONNECT_ATTEMPTS")
     data_dir: str = setting("./var/redis", "str", env="VMPOOLER_REDIS_DATA_DIR")
+    # Redis Sentinel (ours): the master named ``sentinel_master`` is asked of these
+    # sentinels ("host:port" each) instead of connecting to ``server``.
+    sentinels: tuple[str, ...] = ()
+    sentinel_master: str | None = setting(None, "str?", env="REDIS_SENTINEL_MASTER")
+    sentinel_password: str | None = setting(None, "str?", env="REDIS_SENTINEL_PASSWORD")
 
     @property
     def embedded(self) -> bool:
-        """True when no server is configured and vmpooler runs its own redis-server."""
-        return self.server is None
+        """True when neither a server nor sentinels are configured and vmpooler runs its own
+        redis-server."""
+        return self.server is None and not self.sentinels
+
+    @property
+    def sentinel_addresses(self) -> tuple[tuple[str, int], ...]:
+        """``sentinels`` as ``(host, port)`` pairs (validated, so every entry parses)."""
+        pairs = []
+        for entry in self.sentinels:
+            host, _, port = entry.rpartition(":")
+            pairs.append((host.strip("[]"), int(port)))
+        return tuple(pairs)
 
 
 @dataclass(frozen=True, slots=True)

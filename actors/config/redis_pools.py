@@ -17,6 +17,7 @@ import redis
 
 from vmpooler.actors.config.model import RedisSettings
 from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.connection import connect_configured, describe
 
 __all__ = ["PoolReader", "RedisPoolsError", "read_pools", "redis_pool_reader"]
 
@@ -61,15 +62,12 @@ def redis_pool_reader(settings: RedisSettings) -> list[dict[str, Any]]:
     disconnects. An embedded Redis gives no pools (none is running while configuring)."""
     if settings.embedded:
         return []
-    client = redis.Redis(host=settings.server or "localhost", port=settings.port,
-                         db=settings.db, password=settings.password,
-                         username=settings.username, socket_connect_timeout=5,
-                         socket_timeout=10)
+    client = connect_configured(settings, pool_size=2, reconnect_attempts=1)
     try:
         return read_pools(client)
     except redis.RedisError as exc:
         raise RedisPoolsError(
-            f"redis {settings.server}:{settings.port}: cannot read the pools "
+            f"redis {describe(settings)}: cannot read the pools "
             f"({schema.pools()}): {exc}") from None
     finally:
         client.close()

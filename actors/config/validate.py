@@ -15,7 +15,7 @@ from typing import Any
 from vmpooler.actors.config._check import Checker
 from vmpooler.actors.config._data import freeze
 from vmpooler.actors.config._pools import build_dns_configs, build_pools, build_providers
-from vmpooler.actors.config._values import show
+from vmpooler.actors.config._values import coerce, show
 from vmpooler.actors.config.errors import DOMAIN_REMOVED, Issue
 from vmpooler.actors.config.model import (
     DEFAULT_HEALTH_THRESHOLDS,
@@ -185,7 +185,58 @@ def _redis(section: Mapping[str, Any], chk: Checker) -> RedisSettings:
     effective = dict(section)
     if effective.get("server") == "":
         effective["server"] = None
-    return chk.build(RedisSettings, effective, ("redis",))
+    sentinels = _sentinels(effective.get("sentinels"), chk)
+    settings = chk.build(RedisSettings, effective, ("redis",), sentinels=sentinels)
+    if sentinels or effective.get("sentinels") not in (None, []):
+        if settings.sentinel_master is None and "sentinel_master" not in effective:
+            chk.fail(("redis", "sentinel_master"), "required with sentinels: the name of "
+                     "the master the sentinels monitor (their `sentinel monitor <name> ...`)")
+        if settings.server is not None:
+            chk.fail(("redis", "server"), "set either server or sentinels, not both (with "
+                     "sentinels the master's address is asked of them)")
+    else:
+        for key in ("sentinel_master", "sentinel_password"):
+            if effective.get(key) is not None:
+                chk.fail(("redis", key), "has no effect without sentinels; add :redis: "
+                         "sentinels (a list of host:port) or remove it")
+    return settings
+
+
+def _sentinels(value: Any, chk: Checker) -> tuple[str, ...]:
+    """``:redis: sentinels`` as ``"host:port"`` strings: a list of ``host:port`` strings or
+    ``{host, port}`` mappings (port 26379 when omitted from a mapping)."""
+    path: tuple[str | int, ...] = ("redis", "sentinels")
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        chk.fail(path, f"expected a list of host:port, got {show(value)}")
+        return ()
+    out: list[str] = []
+    for index, entry in enumerate(value):
+        where = (*path, index)
+        if isinstance(entry, Mapping):
+            host, port = entry.get("host"), entry.get("port", 26379)
+            unknown = sorted(str(k) for k in entry if k not in ("host", "port"))
+            if unknown:
+                chk.fail(where, f"unknown key(s) {', '.join(unknown)} (host and port only)")
+                continue
+        elif isinstance(entry, str) and ":" in entry:
+            host, _, port = entry.strip().rpartition(":")
+            host = host.strip("[]")
+        else:
+            chk.fail(where, f"expected host:port or a mapping of host and port, got "
+                     f"{show(entry)}")
+            continue
+        if not isinstance(host, str) or not host:
+            chk.fail(where, f"expected a host name, got {show(host)}")
+            continue
+        try:
+            number = int(coerce(port, "int", minimum=1, maximum=65535))
+        except ValueError as exc:
+            chk.fail(where, f"port: {exc}")
+            continue
+        out.append(f"[{host}]:{number}" if ":" in host else f"{host}:{number}")
+    return tuple(out)
 
 
 def _auth(doc: Mapping[str, Any], chk: Checker, debug: bool) -> Mapping[str, Any] | None:

@@ -37,6 +37,7 @@ import redis
 from vmpooler.actors.runtime.clock import Clock, RealClock
 from vmpooler.actors.runtime.supervisor import SupervisedActor
 from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.connection import pool_like
 
 __all__ = ["BLOCK_MS", "CLAIM_EVERY", "CLAIM_IDLE_MS", "GROUP", "STREAM", "CommandConsumer",
            "SeenIds", "StreamOptions", "consumer_factory", "consumer_name", "ensure_group"]
@@ -118,8 +119,7 @@ def _dedicated(client: redis.Redis, block_ms: int) -> redis.Redis:
     kwargs["decode_responses"] = True
     if kwargs.get("socket_timeout") is not None:
         kwargs["socket_timeout"] = max(float(kwargs["socket_timeout"]), block_ms / 1000 + 5)
-    return redis.Redis(connection_pool=redis.ConnectionPool(
-        connection_class=pool.connection_class, **kwargs))
+    return redis.Redis(connection_pool=pool_like(client, blocking=False, **kwargs))
 
 
 class _Reader:

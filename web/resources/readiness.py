@@ -26,6 +26,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from vmpooler.actors.storage.connection import sibling
 from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, stale_age
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import json_body
@@ -38,12 +39,9 @@ PROBE_TIMEOUT = 1.0
 
 def probe_client(client: redis.Redis, timeout: float = PROBE_TIMEOUT) -> redis.Redis:
     """A client to the same server as ``client`` with short timeouts and no retries."""
-    pool = client.connection_pool
-    kwargs = {**pool.connection_kwargs, "socket_timeout": timeout,
-              "socket_connect_timeout": timeout, "health_check_interval": 0,
-              "retry": Retry(NoBackoff(), 0)}
-    return redis.Redis(connection_pool=redis.BlockingConnectionPool(
-        connection_class=pool.connection_class, max_connections=4, timeout=timeout, **kwargs))
+    return sibling(client, max_connections=4, timeout=timeout, socket_timeout=timeout,
+                   socket_connect_timeout=timeout, health_check_interval=0,
+                   retry=Retry(NoBackoff(), 0))
 
 
 class Readiness:
