@@ -171,6 +171,14 @@ def test_api_and_manager_follow_a_sentinel_failover(
                             capture_output=True, text=True, timeout=60)
     assert listed.returncode == 0, listed.stderr
     assert "lost-vm" in listed.stdout  # the CLI found the new master too
+    del document[":pools"]  # check-config reads the published pools through the sentinels
+    bare = tmp_path / "nopools.yaml"
+    bare.write_text(yaml.safe_dump(document))
+    checked = subprocess.run([*VMPOOLER, "check-config", "--config", str(bare)],
+                             capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0, checked.stderr
+    assert f"pools read from redis sentinel master {MASTER}" in checked.stdout, checked.stdout
+    assert "name: alpha" in checked.stdout
     assert manager.poll() is None and api.poll() is None
     client.close()
     for log in ("m.log", "api.log"):

@@ -22,6 +22,7 @@ from vmpooler.actors.config.model import Config
 from vmpooler.actors.config.redis_pools import PoolReader, RedisPoolsError
 from vmpooler.actors.config.validate import NO_POOLS_NOTE, validate_document
 from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.connection import describe
 
 __all__ = ["bundled_config_path", "load_config"]
 
@@ -124,7 +125,7 @@ def _with_redis_pools(
     notes: list[str],
 ) -> tuple[Config, list[str]]:
     """``config`` validated again with the pools ``reader`` finds (unchanged when none)."""
-    where = f"redis {config.redis.server}:{config.redis.port}"
+    where = f"redis {describe(config.redis)}"
     try:
         entries = reader(config.redis)
     except RedisPoolsError as exc:
