@@ -22,6 +22,7 @@ from vmpooler.actors.ondemand.manager import OnDemandManager
 from vmpooler.actors.ondemand.request import RequestActor
 from vmpooler.actors.pool.actor import PoolActor
 from vmpooler.actors.pool.hostnames import HostnameGenerator
+from vmpooler.actors.pool.ownership import OwnershipSettings
 from vmpooler.actors.provider.setup import provider_actor_factory
 from vmpooler.actors.runtime.clock import Clock, Scheduler
 from vmpooler.actors.runtime.executor import ActorExecutor
@@ -31,7 +32,7 @@ from vmpooler.actors.service.heartbeat import Heartbeat
 from vmpooler.actors.service.history import DEFAULT_INTERVAL, HistoryRecorder
 from vmpooler.actors.service.housekeeping import Housekeeper
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
-from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, prune_age
+from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, prune_age, stale_age
 from vmpooler.actors.storage.history_store import HistoryStore
 from vmpooler.actors.storage.request_store import RequestStore
 from vmpooler.actors.storage.store import Store
@@ -150,16 +151,27 @@ class ActorFactories:
     ) -> Factory:
         cfg, res = self.config, self.res
         own = hostnames.spawn()  # the pool actor's own: a Random is not shared across threads
+        ownership = self.ownership()
 
         def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
             return PoolActor.start(
                 pool=pool, settings=cfg.settings, data_ttl_hours=cfg.redis.data_ttl,
                 store=self.store, directory=self.directory, clock=self.clock,
                 scheduler=res.scheduler, metrics=res.metrics, hostnames=own,
-                requests=self.requests, supervisor=supervisor,
+                requests=self.requests, supervisor=supervisor, ownership=ownership,
             )
 
         return factory
+
+    def ownership(self) -> OwnershipSettings:
+        """Pool leases: this manager's id, ``manager_lease_ttl`` (default three heartbeat
+        intervals) and the heartbeat stale age."""
+        settings = self.config.settings
+        interval = settings.manager_heartbeat_interval
+        return OwnershipSettings(
+            manager=self.manager_id,
+            ttl=float(settings.manager_lease_ttl or 3 * interval),
+            stale_after=stale_age(interval, settings.manager_heartbeat_max_age))
 
     def ondemand(self) -> Factory:
         cfg, res = self.config, self.res

@@ -30,6 +30,7 @@ __all__ = [
     "PurgeStaleVms",
     "RecordHistory",
     "RefillPool",
+    "RenewLease",
     "RequestChanged",
     "RequestCloneAnswered",
     "RequestExpired",
@@ -231,6 +232,12 @@ class RunHealthCheck:
 @dataclass(frozen=True, slots=True)
 class RecordHistory:
     """Scheduler → history recorder: record every pool's point for the current interval."""
+
+
+@dataclass(frozen=True, slots=True)
+class RenewLease:
+    """Scheduler → pool actor: refresh the pool's lease (a third of the lease TTL): renew
+    it, take it over, or hand it over (actors/pool/ownership.py)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ from vmpooler.actors.messages import PoolChanged, RequestChanged, StartDrain, St
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.metrics.factory import create_metrics
 from vmpooler.actors.pool.hostnames import HostnameGenerator
+from vmpooler.actors.pool.ownership import live_managers
 from vmpooler.actors.pool.slot_broker import SlotBroker
 from vmpooler.actors.pool.task_actor import TaskActor
 from vmpooler.actors.provider.startup_purge import request_startup_purges
@@ -45,7 +46,7 @@ from vmpooler.actors.runtime.supervisor import ActorDirectory, Supervisor
 from vmpooler.actors.service.command_stream import consumer_factory
 from vmpooler.actors.storage.connection import connect_configured
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
-from vmpooler.actors.storage.heartbeat_store import manager_id
+from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, manager_id
 from vmpooler.actors.storage.request_store import DeleteOutcome, Entry, RequestRecord, RequestStore
 from vmpooler.actors.storage.store import Store
 from vmpooler.providers.base import Provider
@@ -148,7 +149,14 @@ class PoolerSystem:
         resolver: Callable[[str], bool], task_interval: float, consume_commands: bool,
     ) -> None:
         cfg, res = self.config, self._res
-        self.store.reset_task_counters()
+        # Several managers may share the clone counters: recount them, never zero them.
+        others = live_managers(HeartbeatStore(res.client), self.clock.now(),
+                               self._factories.ownership().stale_after) - {self.manager_id}
+        pooled, ondemand = self.store.recount_clones(p.name for p in cfg.pools)
+        if not others:  # in-flight migrations can only be a dead manager's
+            self.store.forget_migrations()
+        log.info("[*] [manager] %d other manager(s) live; clones in flight: %d pooled, "
+                 "%d on-demand", len(others), pooled, ondemand)
         removed = self.store.publish_pools({p.name: _published(p) for p in cfg.pools})
         for name in removed:
             log.info("[*] [%s] pool is no longer configured; forgotten", name)

@@ -41,11 +41,13 @@ import redis
 from vmpooler.actors.config import GlobalSettings, PoolConfig
 from vmpooler.actors.messages import (
     CloneForRequest,
+    CloneSlotFreed,
     PoolChanged,
     ProviderCallFinished,
     ProviderOp,
     PurgeStaleVms,
     RefillPool,
+    RenewLease,
     RunPoolCycle,
     StartDrain,
 )
@@ -60,10 +62,12 @@ from vmpooler.actors.pool.hostnames import HostnameGenerator
 from vmpooler.actors.pool.migrations import Migrations
 from vmpooler.actors.pool.ondemand import OnDemandVms
 from vmpooler.actors.pool.outcomes import Outcomes
+from vmpooler.actors.pool.ownership import OwnershipSettings
 from vmpooler.actors.pool.purge import StalePurge
 from vmpooler.actors.pool.upkeep import PoolUpkeep
-from vmpooler.actors.runtime.clock import Clock, Scheduler
+from vmpooler.actors.runtime.clock import Clock, Scheduler, Timer
 from vmpooler.actors.runtime.supervisor import ActorDirectory, SupervisedActor
+from vmpooler.actors.storage.lease_store import Fenced
 from vmpooler.actors.storage.request_store import RequestStore
 from vmpooler.actors.storage.store import Store
 
@@ -89,15 +93,18 @@ class PoolActor(SupervisedActor):
         hostnames: HostnameGenerator,
         requests: RequestStore | None = None,
         supervisor: pykka.ActorRef[Any] | None = None,
+        ownership: OwnershipSettings | None = None,
     ) -> None:
         super().__init__(name=f"pool:{pool.name}", supervisor=supervisor)
         ctx = self.ctx = PoolContext.create(
             pool=pool, settings=settings, data_ttl_hours=data_ttl_hours, store=store,
             requests=requests or RequestStore(store.client), directory=directory, clock=clock,
             scheduler=scheduler, metrics=metrics, hostnames=hostnames, self_ref=self.actor_ref,
+            ownership=ownership,
         )
+        self.renew_timer: Timer | None = None
         self.ondemand = OnDemandVms(
-            pool=pool.name, store=store, requests=ctx.requests, directory=directory,
+            pool=pool.name, store=ctx.store, requests=ctx.requests, directory=directory,
             busy=ctx.calls.busy, forget=ctx.vms.forget, lost=ctx.lost)
         dead_letters = DeadLetters(ctx, self.ondemand)
         brake = Brake(ctx)
@@ -121,9 +128,15 @@ class PoolActor(SupervisedActor):
         except redis.RedisError as exc:
             log.warning("[!] [%s] could not read pending VMs at start: %s", self.ctx.name, exc)
         self.actor_ref.tell(RunPoolCycle(generation=0))
+        if self.ctx.ownership is not None:
+            self._arm_renewal()
 
     def on_stop(self) -> None:
         self.cycle.cancel()
+        if self.renew_timer is not None:
+            self.renew_timer.cancel()
+        if self.ctx.ownership is not None:
+            self.ctx.ownership.release()  # the next owner need not wait for the TTL
 
     def handle(self, message: Any) -> Any:
         if isinstance(message, ProviderCallFinished):
@@ -140,9 +153,14 @@ class PoolActor(SupervisedActor):
             log.debug("[%s] woken: %s", self.ctx.name, message.reason)
             self.upkeep.changed()  # the override keys may have changed: read them
             self.cycle.request()
+        elif isinstance(message, RenewLease):
+            self._renew()
         elif isinstance(message, RefillPool):
             # A slot is offered; if this pool no longer needs it, refill passes it on.
-            self._guard(lambda: self.clones.refill(freed=1))
+            if self._acting():
+                self._guard(lambda: self.clones.refill(freed=1))
+            elif (broker := self.ctx.directory.get("slots")) is not None:
+                broker.tell(CloneSlotFreed(1))
         elif isinstance(message, StartDrain):
             self._guard(self.upkeep.drain, message.reason or "drain requested")
         elif isinstance(message, CloneForRequest):
@@ -156,3 +174,25 @@ class PoolActor(SupervisedActor):
             fn(*args)
         except redis.RedisError as exc:
             self.cycle.redis_failed(exc)
+        except Fenced as exc:  # the lease was lost: nothing was written
+            if self.ctx.ownership is not None:
+                self.ctx.ownership.fenced(exc)
+
+    # -- ownership ----------------------------------------------------------------------------
+    def _acting(self) -> bool:
+        return self.ctx.ownership is None or self.ctx.ownership.acting
+
+    def _arm_renewal(self) -> None:
+        assert self.ctx.ownership is not None
+        self.renew_timer = self.ctx.scheduler.tell_later(
+            self.ctx.ownership.renew_interval, self.actor_ref, RenewLease())
+
+    def _renew(self) -> None:
+        """Refresh the lease on its timer; a lease just taken starts a cycle at once."""
+        own = self.ctx.ownership
+        if own is None:
+            return
+        self._arm_renewal()
+        was = own.acting
+        if own.refresh() and not was:
+            self.cycle.request()

@@ -19,6 +19,7 @@ from vmpooler.actors.config import GlobalSettings, PoolConfig
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.pool.calls import ProviderCalls
 from vmpooler.actors.pool.hostnames import HostnameGenerator
+from vmpooler.actors.pool.ownership import Ownership, OwnershipSettings
 from vmpooler.actors.pool.policy import Backoff, LifetimePolicy
 from vmpooler.actors.pool.vm_cache import VmCache
 from vmpooler.actors.runtime.clock import Clock, Scheduler
@@ -65,27 +66,37 @@ class PoolContext:
     check_hostname: bool
     timeout_min: float
     notify_min: float
+    ownership: Ownership | None = None  # None: this actor owns the pool unconditionally
 
     @classmethod
     def create(
         cls, *, pool: PoolConfig, settings: GlobalSettings, data_ttl_hours: int, store: Store,
         requests: RequestStore, directory: ActorDirectory, clock: Clock, scheduler: Scheduler,
         metrics: Metrics, hostnames: HostnameGenerator, self_ref: pykka.ActorRef[Any],
+        ownership: OwnershipSettings | None = None,
     ) -> PoolContext:
         """The context of the pool actor ``self_ref``: pool settings fall back to the global
         ones; a provider answer older than ``provider_call_timeout + 60`` s is presumed lost
-        (its provider actor crashed)."""
+        (its provider actor crashed). With ``ownership`` the pool is acted on only while
+        this manager holds its lease, and ``store`` and ``upkeep_store`` write behind the
+        lease's fence; without it (a lone embedded system, tests) as before."""
         def either(own: Any, default: Any) -> Any:
             return own if own is not None else default
 
+        calls = ProviderCalls(pool=pool.name, provider=pool.provider, directory=directory,
+                              clock=clock, reply_to=self_ref,
+                              lost_after=settings.provider_call_timeout + 60.0)
+        owner = None if ownership is None else ownership.build(
+            pool.name, store.client, clock, busy=lambda: bool(calls.busy))
+        upkeep_store = UpkeepStore(store.client)
+        if owner is not None:
+            store, upkeep_store = store.with_fence(owner), upkeep_store.with_fence(owner)
         return cls(
             pool=pool, settings=settings, data_ttl=int(data_ttl_hours) * 3600, store=store,
             requests=requests, provider_store=ProviderStore(store.client),
-            upkeep_store=UpkeepStore(store.client), directory=directory, clock=clock,
+            upkeep_store=upkeep_store, directory=directory, clock=clock,
             scheduler=scheduler, metrics=metrics, hostnames=hostnames, self_ref=self_ref,
-            calls=ProviderCalls(pool=pool.name, provider=pool.provider, directory=directory,
-                                clock=clock, reply_to=self_ref,
-                                lost_after=settings.provider_call_timeout + 60.0),
+            calls=calls, ownership=owner,
             vms=VmCache(store),
             backoff=Backoff.of(
                 either(pool.check_loop_delay_min, settings.check_loop_delay_min),

@@ -23,6 +23,7 @@ from vmpooler.actors.pool.ondemand import OnDemandVms
 from vmpooler.actors.pool.upkeep import PoolUpkeep
 from vmpooler.actors.runtime.clock import Timer
 from vmpooler.actors.storage import timefmt
+from vmpooler.actors.storage.lease_store import Fenced
 from vmpooler.actors.storage.pool_snapshot import PoolSnapshot
 
 __all__ = ["PoolCycle"]
@@ -64,6 +65,9 @@ class PoolCycle:
                         mono - self.list_sent_at)
         ctx.calls.expire_lost(mono)
         self.upkeep.expire_preparing(mono)
+        if ctx.ownership is not None and not ctx.ownership.refresh():
+            self.schedule()  # not ours (or not yet): left alone, asked again next time
+            return
         provider = ctx.calls.provider()
         if provider is None:
             log.warning("[!] [%s] provider '%s' is not running", ctx.name, ctx.pool.provider)
@@ -122,12 +126,19 @@ class PoolCycle:
             log.warning("[*] [%s] inventory available again after %d failed cycles",
                         ctx.name, self.inventory_failures)
             self.inventory_failures = 0
+        if ctx.ownership is not None and not ctx.ownership.acting:
+            self.schedule()  # the lease went while listing: no inventory writes
+            return
         started = ctx.clock.monotonic()
         try:
             busy = self._cycle(set(inventory))
         except redis.RedisError as exc:
             log.error("[!] [%s] redis unavailable: %s", ctx.name, exc)
             self.upkeep.redis_failed()
+            busy = False
+        except Fenced as exc:  # the lease was lost mid-cycle: the rest was not written
+            if ctx.ownership is not None:
+                ctx.ownership.fenced(exc)
             busy = False
         ctx.metrics.gauge("vmpooler_performance.check_pool",
                           ctx.clock.monotonic() - started, tags={"pool": ctx.name})

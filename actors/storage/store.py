@@ -77,7 +77,7 @@ class Store:
             for name in (
                 "START_CLONE", "CLONE_SUCCEEDED", "CLONE_FAILED", "MARK_READY", "RETIRE",
                 "BEGIN_DESTROY", "FORGET", "DISCOVER", "RESOLVE_DISCOVERED", "DRAIN",
-                "RELEASE_SLOT",
+                "RELEASE_SLOT", "RECOUNT_CLONES",
             )
         }
         self._fenced = {name: client.register_script(source)
@@ -102,13 +102,20 @@ class Store:
         return reply
 
     # -- start-up ---------------------------------------------------------------------------
-    def reset_task_counters(self) -> None:
-        """Zero the clone counters and forget in-flight migrations (a manager start)."""
-        pipe = self.client.pipeline(transaction=True)
-        pipe.set(schema.tasks_clone(), 0)
-        pipe.set(schema.tasks_ondemandclone(), 0)
-        pipe.delete(schema.migration())
-        pipe.execute()
+    def recount_clones(self, pools: Iterable[str]) -> tuple[int, int]:
+        """Set the pooled and on-demand clone counters to the clones in flight in ``pools``
+        (pending VMs not cloned yet), atomically; returns them. Several managers may share
+        the counters, so a starting manager recounts them instead of zeroing them."""
+        pooled, ondemand = self._run(
+            "RECOUNT_CLONES",
+            [schema.tasks_clone(), schema.tasks_ondemandclone(),
+             *(schema.pending(p) for p in pools)],
+            [schema.vm("")])
+        return int(pooled), int(ondemand)
+
+    def forget_migrations(self) -> None:
+        """Forget every in-flight migration (a manager starting with no other live)."""
+        self.client.delete(schema.migration())
 
     def publish_pools(self, pools: Mapping[str, Mapping[str, str]]) -> list[str]:
         """Publish the configured pools; forget the ones no longer configured (returned)."""

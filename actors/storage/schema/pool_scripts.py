@@ -207,6 +207,28 @@ end
 return moved
 """
 
+    # KEYS[1] pooled clone counter, KEYS[2] on-demand clone counter, KEYS[3..] every pool's
+    # pending set; ARGV[1] VM hash key prefix
+    # Sets both counters to the clones in flight: pending VMs whose hash has no
+    # ``clone_time`` yet (CLONE_SUCCEEDED writes it), counted on-demand when the hash has a
+    # ``request_id``. One step, so a clone starting or finishing meanwhile is counted once.
+    # Returns {pooled, on-demand}.
+    RECOUNT_CLONES = """
+local pooled, ondemand = 0, 0
+for i = 3, #KEYS do
+  for _, name in ipairs(redis.call('SMEMBERS', KEYS[i])) do
+    local h = ARGV[1] .. name
+    if redis.call('EXISTS', h) == 1 and redis.call('HEXISTS', h, 'clone_time') == 0 then
+      if redis.call('HEXISTS', h, 'request_id') == 1 then ondemand = ondemand + 1
+      else pooled = pooled + 1 end
+    end
+  end
+end
+redis.call('SET', KEYS[1], pooled)
+redis.call('SET', KEYS[2], ondemand)
+return {pooled, ondemand}
+"""
+
     # KEYS[1] counter
     # Releases one slot, never going below zero. Returns the new value.
     RELEASE_SLOT = """

@@ -1,0 +1,240 @@
+"""Which manager owns a pool: rendezvous hashing over the live managers, held by a lease.
+
+Several managers may share one Redis. The live managers are the members of the heartbeat
+set (``vmpooler__manager__heartbeat``) whose beat is younger than the stale age, plus this
+manager itself (its heartbeat may not have been written yet). Each pool belongs to the live
+member with the highest rendezvous hash (blake2b of member and pool), so a joining or
+leaving manager moves only its share of pools.
+
+:class:`Ownership` holds the pool's lease (:mod:`vmpooler.actors.storage.lease_store`): the
+pool actor calls :meth:`Ownership.refresh` before each cycle and on a timer shorter than the
+lease TTL, and acts only while it returns True. Every write of the pool's state runs behind
+the lease's fence (:meth:`held` is the fence the stores ask), so a manager that lost its
+lease (stopped past the TTL, say) has its late writes refused by the scripts, never
+applied. When the rendezvous owner changes, the holder starts nothing new, lets its
+provider calls in flight answer (at most one TTL), releases, and the new owner takes the
+lease at its next refresh. A killed manager's leases expire after the TTL; one whose holder
+is a process of this host that no longer exists is released at once (a dead process cannot
+write). Used only on the pool actor's thread; each change of ownership is logged once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import redis
+
+from vmpooler.actors.runtime.clock import Clock
+from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.heartbeat_store import HeartbeatStore
+from vmpooler.actors.storage.lease_store import Fenced, Lease, LeaseStore
+
+__all__ = ["KIND", "Ownership", "OwnershipSettings", "dead_here", "live_managers",
+           "rendezvous_owner"]
+
+log = logging.getLogger(__name__)
+
+KIND = "pool"
+"""The lease kind of pools (``vmpooler__lease__pool__<name>``)."""
+
+
+def _score(member: str, name: str) -> int:
+    digest = hashlib.blake2b(f"{member}\0{name}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+def rendezvous_owner(members: set[str] | list[str], name: str) -> str:
+    """The member owning ``name``: the highest blake2b score of member and name (ties, which
+    need a hash collision, go to the larger member)."""
+    return max(members, key=lambda m: (_score(m, name), m))
+
+
+def dead_here(member: str) -> bool:
+    """True when ``member`` (``host:pid:started``) names a process of this host that no
+    longer exists. Any other member (another host, a live or unreadable pid) is not."""
+    host_pid = member.rpartition(":")[0]
+    host, _, pid = host_pid.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def live_managers(heartbeats: HeartbeatStore, now: float, stale_after: float) -> set[str]:
+    """The heartbeat members whose beat is at most ``stale_after`` s old at ``now``, less
+    those naming a process of this host that no longer exists."""
+    return {b.manager for b in heartbeats.beats()
+            if now - b.at <= stale_after and not dead_here(b.manager)}
+
+
+@dataclass(frozen=True, slots=True)
+class OwnershipSettings:
+    """What every pool actor of one manager shares: the manager's id (its heartbeat member),
+    the lease TTL and the heartbeat stale age (seconds)."""
+
+    manager: str
+    ttl: float
+    stale_after: float
+
+    def build(self, pool: str, client: redis.Redis, clock: Clock, *,
+              busy: Callable[[], bool]) -> Ownership:
+        """The ownership of ``pool`` by this manager."""
+        return Ownership(pool=pool, manager=self.manager, leases=LeaseStore(client),
+                         heartbeats=HeartbeatStore(client), clock=clock, ttl=self.ttl,
+                         stale_after=self.stale_after, busy=busy)
+
+
+class Ownership:
+    """One pool's ownership by this manager; the fence of its pool writes (``key`` and
+    :meth:`held`)."""
+
+    def __init__(
+        self, *, pool: str, manager: str, leases: LeaseStore, heartbeats: HeartbeatStore,
+        clock: Clock, ttl: float, stale_after: float, busy: Callable[[], bool],
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.pool = pool
+        self.manager = manager
+        self.leases = leases
+        self.heartbeats = heartbeats
+        self.clock = clock
+        self.ttl = ttl
+        self.stale_after = stale_after
+        self.busy = busy  # provider calls in flight (a handover waits for their answers)
+        self.monotonic = monotonic  # real time: Redis expires the lease in real time
+        self.lease: Lease | None = None
+        self.renewed_at = 0.0  # monotonic, when the lease was last taken or renewed
+        self.handing_over_since: float | None = None
+        self.last_seen: str | None = None  # holder last logged while waiting (log once)
+
+    @property
+    def key(self) -> str:
+        """The pool's lease key."""
+        return schema.lease(KIND, self.pool)
+
+    @property
+    def renew_interval(self) -> float:
+        """Seconds between two refreshes on the timer: a third of the TTL."""
+        return self.ttl / 3.0
+
+    # -- the fence ------------------------------------------------------------------------------
+    def held(self) -> str | None:
+        """The lease value this manager holds, or None (its writes are then refused). A lease
+        older than half its TTL is renewed first; one past its TTL is dropped."""
+        if self.lease is None:
+            return None
+        age = self.monotonic() - self.renewed_at
+        if age >= self.ttl:
+            self._lost("its TTL passed before it was renewed")
+            return None
+        if age >= self.ttl / 2.0:
+            if not self.leases.renew(self.lease, ttl=self.ttl):
+                self._lost("it was no longer held at renewal")
+                return None
+            self.renewed_at = self.monotonic()
+        return self.lease.value if self.lease is not None else None
+
+    def fenced(self, exc: Fenced) -> None:
+        """A write was refused by the fence: the lease is no longer ours."""
+        if self.lease is not None:
+            self._lost("a write was refused (fenced)")
+        else:
+            log.debug("[%s] write refused: %s", self.pool, exc)
+
+    # -- ownership --------------------------------------------------------------------------------
+    @property
+    def acting(self) -> bool:
+        """Whether this manager holds the lease and is not handing the pool over."""
+        return self.lease is not None and self.handing_over_since is None
+
+    def owner(self) -> str:
+        """The live manager the pool belongs to."""
+        live = live_managers(self.heartbeats, self.clock.now(), self.stale_after)
+        live.add(self.manager)
+        return rendezvous_owner(live, self.pool)
+
+    def refresh(self) -> bool:
+        """Take, renew, hand over or wait for the lease; True when this manager may act on
+        the pool now. A Redis error leaves the holding as it was (its writes will tell)."""
+        try:
+            return self._refresh()
+        except redis.RedisError as exc:
+            log.debug("[%s] lease not refreshed: %s", self.pool, exc)
+            return self.acting
+
+    def _refresh(self) -> bool:
+        owner = self.owner()
+        if owner != self.manager:
+            self._hand_over(owner)
+            return False
+        self.handing_over_since = None
+        state = self.leases.acquire(KIND, self.pool, self.manager, ttl=self.ttl)
+        if state.ours:
+            if state.taken or self.lease is None or self.lease != state.lease:
+                log.info("[*] [%s] pool owned by this manager (lease token %d)", self.pool,
+                         state.lease.token)
+            self.lease = state.lease
+            self.renewed_at = self.monotonic()
+            self.last_seen = None
+            return True
+        if self.lease is not None:
+            self._lost(f"'{state.lease.holder}' holds it")
+        holder = state.lease
+        if dead_here(holder.holder) and self.leases.release(holder):
+            log.warning("[*] [%s] lease of '%s' (a process that no longer exists) released",
+                        self.pool, holder.holder)
+            return self._refresh()
+        if self.last_seen != holder.value:
+            log.info("[*] [%s] waiting for the lease held by '%s' (token %d, %.1fs left)",
+                     self.pool, holder.holder, holder.token, state.ttl_ms / 1000.0)
+            self.last_seen = holder.value
+        return False
+
+    def _hand_over(self, owner: str) -> None:
+        if self.lease is None:
+            if self.last_seen != f"owner {owner}":
+                log.info("[*] [%s] pool left to manager '%s'", self.pool, owner)
+                self.last_seen = f"owner {owner}"
+            return
+        mono = self.monotonic()
+        if self.handing_over_since is None:
+            self.handing_over_since = mono
+            log.info("[*] [%s] pool now belongs to manager '%s': starting nothing new, "
+                     "handing over", self.pool, owner)
+        if (self.busy() and mono - self.handing_over_since < self.ttl / 2.0
+                and self.leases.renew(self.lease, ttl=self.ttl)):  # let the calls answer
+            self.renewed_at = mono
+            return
+        self.release(f"handed over to '{owner}'")
+        self.last_seen = f"owner {owner}"
+
+    def release(self, why: str = "stopping") -> None:
+        """Give the lease up (a handover or a clean stop); logged once."""
+        lease, self.lease, self.handing_over_since = self.lease, None, None
+        if lease is None:
+            return
+        try:
+            released = self.leases.release(lease)
+        except redis.RedisError as exc:
+            log.warning("[!] [%s] lease not released (%s): %s; it expires in %.0fs",
+                        self.pool, why, exc, self.ttl)
+            return
+        if released:
+            log.info("[*] [%s] lease released: %s (token %d)", self.pool, why, lease.token)
+
+    def _lost(self, why: str) -> None:
+        lease, self.lease, self.handing_over_since = self.lease, None, None
+        if lease is not None:
+            log.warning("[!] [%s] lease token %d lost: %s; acting on the pool stops",
+                        self.pool, lease.token, why)

@@ -1,0 +1,198 @@
+"""Pool ownership (actors/pool/ownership.py): rendezvous over the live managers, the lease
+taken, renewed, handed over and lost, and a pool actor that leaves a pool it does not own
+alone. Real Redis; time from a FakeClock (heartbeats) and an injected monotonic (the lease)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import redis
+
+from tests.harness import make_config, pool, started, wait_until
+from vmpooler.actors.pool.ownership import Ownership, dead_here, rendezvous_owner
+from vmpooler.actors.runtime.clock import FakeClock
+from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.heartbeat_store import HeartbeatStore
+from vmpooler.actors.storage.lease_store import Fenced, LeaseStore
+from vmpooler.actors.storage.store import Store
+
+POOLS = [f"pool{n}" for n in range(9)]
+
+
+def test_rendezvous_spreads_pools_and_a_newcomer_moves_only_its_share() -> None:
+    three = ["a:1:1", "b:2:2", "c:3:3"]
+    before = {p: rendezvous_owner(three, p) for p in POOLS * 1}
+    assert set(before.values()) == set(three)
+    after = {p: rendezvous_owner([*three, "d:4:4"], p) for p in POOLS}
+    assert all(after[p] in (before[p], "d:4:4") for p in POOLS)
+    gone = {p: rendezvous_owner(["a:1:1", "b:2:2"], p) for p in POOLS}
+    assert all(gone[p] == before[p] for p in POOLS if before[p] != "c:3:3")
+
+
+def test_dead_here_only_for_a_missing_process_of_this_host() -> None:
+    import os
+    import socket
+    host = socket.gethostname()
+    assert not dead_here(f"{host}:{os.getpid()}:1")
+    assert dead_here(f"{host}:{2**22 + 12345}:1")  # beyond pid_max
+    assert not dead_here(f"elsewhere.example:{2**22 + 12345}:1")
+
+
+class _Mono:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _ownership(client: redis.Redis, manager: str, pool_name: str, clock: FakeClock,
+               mono: _Mono, *, busy: bool = False) -> Ownership:
+    return Ownership(pool=pool_name, manager=manager, leases=LeaseStore(client),
+                     heartbeats=HeartbeatStore(client), clock=clock, ttl=15.0, stale_after=15.0,
+                     busy=lambda: busy, monotonic=mono)
+
+
+def _two_managers_and_pool(pools: list[str]) -> tuple[str, str, str]:
+    """Members a, b and a pool that a owns while b is not live but b owns once it is."""
+    a, b = "host-a.example:1:1", "host-b.example:2:2"
+    for name in pools:
+        if rendezvous_owner([a, b], name) == b:
+            return a, b, name
+    raise AssertionError("no pool moves to b")
+
+
+def test_take_wait_hand_over_and_fence(redis_client: redis.Redis,
+                                       caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="vmpooler.actors.pool.ownership")
+    clock, mono = FakeClock(), _Mono()
+    beats = HeartbeatStore(redis_client)
+    a, b, name = _two_managers_and_pool(POOLS)
+    own_a = _ownership(redis_client, a, name, clock, mono)
+    own_b = _ownership(redis_client, b, name, clock, mono)
+    beats.beat(a, clock.now(), prune_after=60)
+    assert own_a.refresh() and own_a.acting
+    first = own_a.lease
+    assert first is not None and own_a.held() == first.value
+    store_a = Store(redis_client).with_fence(own_a)
+    assert store_a.discover(name, ["vm1"]) == ["vm1"]  # the holder writes
+    assert own_a.refresh()  # a renewal: same token, logged once
+    assert own_a.lease == first
+    assert caplog.text.count("pool owned by this manager") == 1
+
+    beats.beat(b, clock.now(), prune_after=60)  # b joins and owns the pool
+    assert not own_b.refresh()  # not released yet? a still holds it
+    assert not own_a.refresh()  # a hands over: nothing in flight, released at once
+    assert own_a.lease is None and redis_client.get(schema.lease("pool", name)) is None
+    assert own_b.refresh()
+    assert own_b.lease is not None and own_b.lease.token > first.token
+    with pytest.raises(Fenced):
+        store_a.discover(name, ["vm2"])  # a no longer holds: refused, nothing written
+    assert not redis_client.sismember(schema.discovered(name), "vm2")
+    assert "handing over" in caplog.text and "lease released" in caplog.text
+
+
+def test_a_late_writer_is_refused_by_the_script(redis_client: redis.Redis) -> None:
+    """The lease expires while its holder is stopped; another takes it; the holder's late
+    write carries its old token and the script refuses it."""
+    clock, mono = FakeClock(), _Mono()
+    a, b, name = _two_managers_and_pool(POOLS)
+    own_a = _ownership(redis_client, a, name, clock, mono)
+    assert own_a.refresh()
+    old = own_a.lease
+    assert old is not None
+    redis_client.delete(old.key)  # what the TTL does while a is stopped
+    own_b = _ownership(redis_client, b, name, clock, mono)
+    assert own_b.refresh()  # a is not live (no heartbeat): b owns it now
+    store_a = Store(redis_client).with_fence(own_a)
+    mono.now += 5  # young enough that a believes it still holds
+    with pytest.raises(Fenced) as refused:
+        store_a.set_empty_flag(name, True)
+    assert refused.value.value == old.value  # the script saw the stale token
+    assert not redis_client.exists(schema.empty(name))
+    own_a.fenced(refused.value)
+    assert own_a.lease is None
+
+
+def test_a_lease_past_its_ttl_is_not_used(redis_client: redis.Redis) -> None:
+    clock, mono = FakeClock(), _Mono()
+    own = _ownership(redis_client, "host-a.example:1:1", "p", clock, mono)
+    assert own.refresh()
+    mono.now += 8  # past half the TTL: renewed before the write
+    assert own.held() is not None and redis_client.pttl(schema.lease("pool", "p")) > 14_000
+    mono.now += 16  # past the TTL without a renewal
+    assert own.held() is None and not own.acting
+
+
+def test_a_busy_holder_renews_until_its_calls_answer(redis_client: redis.Redis) -> None:
+    clock, mono = FakeClock(), _Mono()
+    beats = HeartbeatStore(redis_client)
+    a, b, name = _two_managers_and_pool(POOLS)
+    own_a = _ownership(redis_client, a, name, clock, mono, busy=True)
+    assert own_a.refresh()
+    beats.beat(b, clock.now(), prune_after=60)
+    assert not own_a.refresh() and own_a.lease is not None and not own_a.acting
+    mono.now += 8  # past half the TTL of handing over: released, calls or not
+    assert not own_a.refresh() and own_a.lease is None
+
+
+def test_a_pool_owned_by_another_manager_is_left_alone(redis_client: redis.Redis) -> None:
+    config = make_config([pool(n, 1) for n in ("pa", "pb")], manager_heartbeat_interval=5)
+    with started(redis_client, config) as h:
+        mine = h.system.manager_id
+        h.wait_full("pa", 1)
+        h.wait_full("pb", 1)
+        other = next(f"other-{n}.example:1:1" for n in range(1000)
+                     if rendezvous_owner([mine, f"other-{n}.example:1:1"], "pa")
+                     == f"other-{n}.example:1:1"
+                     and rendezvous_owner([mine, f"other-{n}.example:1:1"], "pb") == mine)
+        beats = HeartbeatStore(redis_client)
+        beats.beat(other, h.clock.now(), prune_after=600)
+        h.advance(5)  # the renewal timer: pa is handed over
+        wait_until(lambda: redis_client.get(schema.lease("pool", "pa")) is None, 10,
+                   "pa's lease to be released")
+        stray = "stray-vm"
+        h.provider._pools.setdefault("pa", []).append(  # type: ignore[attr-defined]
+            {"name": stray, "poolname": "pa", "hostname": stray, "dummy_state": "RUNNING"})
+        h.system.notify("pa", "test")
+        h.advance(10)
+        assert not redis_client.sismember(schema.discovered("pa"), stray)
+        assert not redis_client.sismember(schema.completed("pa"), stray)
+        assert redis_client.get(schema.lease("pool", "pb")) is not None
+        redis_client.zrem(schema.manager_heartbeat(), other)  # the other manager is gone
+        def destroyed() -> bool:
+            h.advance(5)
+            return stray not in h.provider.inventory_snapshot().get("pa", [])
+        wait_until(destroyed, 20, "the stray to be destroyed by pa's new owner")
+
+
+def test_recount_counts_the_clones_in_flight(redis_client: redis.Redis) -> None:
+    store = Store(redis_client)
+    redis_client.sadd(schema.pending("pa"), "cloning", "cloned", "for-request", "no-hash")
+    redis_client.sadd(schema.pending("pb"), "cloning-b")
+    redis_client.hset(schema.vm("cloning"), "clone", "t")
+    redis_client.hset(schema.vm("cloning-b"), "clone", "t")
+    redis_client.hset(schema.vm("cloned"), mapping={"clone": "t", "clone_time": "1.0"})
+    redis_client.hset(schema.vm("for-request"), mapping={"clone": "t", "request_id": "r"})
+    redis_client.set(schema.tasks_clone(), 9)
+    assert store.recount_clones(["pa", "pb"]) == (2, 1)
+    assert redis_client.get(schema.tasks_clone()) == "2"
+    assert redis_client.get(schema.tasks_ondemandclone()) == "1"
+
+
+def test_a_starting_manager_keeps_another_managers_clone_slots(
+        redis_client: redis.Redis) -> None:
+    """Another live manager has a clone in flight (its slot counted, its migration
+    recorded); a manager starting beside it neither zeroes the counter nor forgets the
+    migration (vmpooler zeroes both at start)."""
+    config = make_config([pool("pa", 0)])
+    clock = FakeClock()
+    HeartbeatStore(redis_client).beat("other.example:1:1", clock.now(), prune_after=600)
+    redis_client.sadd(schema.pending("pa"), "theirs")
+    redis_client.hset(schema.vm("theirs"), mapping={"clone": "t", "pool": "pa"})
+    redis_client.set(schema.tasks_clone(), 1)
+    redis_client.sadd(schema.migration(), "moving")
+    with started(redis_client, config):
+        assert redis_client.get(schema.tasks_clone()) == "1"
+        assert redis_client.sismember(schema.migration(), "moving")
