@@ -8,7 +8,10 @@ Settings (all optional, under ``:providers: :<name>:``):
 
 * ``filename`` — YAML inventory in vmpooler's format ``{'pool': {<pool>: [vm dicts]}}``;
   loaded at start if present (wins over ``initial_state``, the same shape, for tests), and
-  rewritten atomically (temp file + ``os.replace``) after every mutation.
+  rewritten atomically (temp file + ``os.replace``) after every mutation. Several processes
+  (managers sharing one Redis) may share the file: every operation holds an ``fcntl.flock``
+  on ``<filename>.lock`` and re-reads the file first when another process rewrote it, so
+  each read-modify-write is whole (ours; vmpooler's dummy keeps one process's copy).
 * ``<op>_max_time`` for ``createvm``, ``createdisk``, ``createsnapshot``, ``revertsnapshot``,
   ``migratevm``, ``destroyvm`` and ``destroyvm_max_shutdown_time`` — simulated duration: an
   integer ``n >= 1`` sleeps ``1 + randint(0, n-1)`` s as vmpooler does; a non-integral
@@ -39,6 +42,8 @@ name already exists raises instead of adding a duplicate.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import logging
 import os
@@ -46,7 +51,7 @@ import random
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import suppress
 from copy import deepcopy
 from datetime import datetime
@@ -105,9 +110,10 @@ class DummyProvider(Provider):
         self._rng = rng if rng is not None else random.Random()
         self._rng_lock = threading.Lock()
         self._sleep = sleep
-        self._lock = threading.Lock()
+        self._thread_lock = threading.Lock()
         filename = self.settings.get("filename")
         self._path = Path(filename) if filename else None
+        self._seen: tuple[int, int, int] | None = None  # the file's (ino, size, mtime) we know
         state: Any = deepcopy(self.settings.get("initial_state"))
         from_file = self._path is not None and self._path.exists()
         if self._path is not None and from_file:
@@ -132,6 +138,46 @@ class DummyProvider(Provider):
                 # task, it finished while nobody was watching.
                 if vm.get("dummy_state") == "CLONING":
                     vm["dummy_state"] = "RUNNING"
+        self._seen = self._stat()
+
+    @contextlib.contextmanager
+    def _lock_ctx(self) -> Iterator[None]:
+        """The inventory lock: this process's threads, and with a file every process sharing
+        it (``flock`` on ``<filename>.lock``); the file is re-read when another process
+        rewrote it since this one last read or wrote it."""
+        with self._thread_lock:
+            if self._path is None:
+                yield
+                return
+            with open(f"{self._path}.lock", "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                try:
+                    if self._stat() != self._seen:
+                        self._reload()
+                    yield
+                finally:
+                    fcntl.flock(lock, fcntl.LOCK_UN)
+
+    @property
+    def _lock(self) -> contextlib.AbstractContextManager[None]:
+        return self._lock_ctx()
+
+    def _stat(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self._path) if self._path is not None else None
+        except FileNotFoundError:
+            return None
+        return None if st is None else (st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def _reload(self) -> None:  # caller holds the lock
+        try:
+            state = yaml.safe_load(self._path.read_text()) if self._path else None
+        except FileNotFoundError:
+            state = None
+        pools = (state or {}).get("pool") or {} if isinstance(state, Mapping) else {}
+        self._pools = {str(p): [dict(vm) for vm in vms or []] for p, vms in pools.items()}
+        self._names = {vm["name"] for vms in self._pools.values() for vm in vms}
+        self._seen = self._stat()
 
     # -- contract ------------------------------------------------------------------------
 
@@ -196,6 +242,7 @@ class DummyProvider(Provider):
                 self._persist()
             raise
         with self._lock:
+            record = self._find(pool, vm) or record  # re-read: another process may write
             record["dummy_state"] = "RUNNING"
             self._persist()
             return self._info(record)
@@ -223,6 +270,9 @@ class DummyProvider(Provider):
             self._sleep(min(2.0, settle))
         self._maybe_fail("vmready_fail_percent")
         with self._lock:
+            record = self._find(pool, vm)
+            if record is None:
+                return False
             record["ready"] = True
             self._persist()
         return True
@@ -240,8 +290,10 @@ class DummyProvider(Provider):
         if powered_on:
             self._delay("destroyvm_max_shutdown_time")
             with self._lock:
-                record["powerstate"] = "PoweredOff"
-                self._persist()
+                record = self._find(pool, vm)
+                if record is not None:
+                    record["powerstate"] = "PoweredOff"
+                    self._persist()
         self._simulate("destroyvm")
         with self._lock:
             self._remove(pool, vm)
@@ -351,9 +403,12 @@ class DummyProvider(Provider):
         return record
 
     def _append(self, pool: str, vm: str, op: str, field: str, value: object) -> bool:
-        record = self._require(pool, vm)
+        self._require(pool, vm)
         self._simulate(op)
         with self._lock:
+            record = self._find(pool, vm)
+            if record is None:
+                raise VmNotFoundError(f"VM {vm} does not exist in pool {pool} for {self.name}")
             record[field].append(value)
             self._persist()
         return True
@@ -368,6 +423,7 @@ class DummyProvider(Provider):
             with os.fdopen(fd, "w") as handle:
                 handle.write(text)
             os.replace(tmp, self._path)
+            self._seen = self._stat()
         except BaseException:
             with suppress(OSError):
                 os.unlink(tmp)

@@ -400,7 +400,8 @@ def test_persistence_round_trip(tmp_path: Path) -> None:
     assert second.get_vm("pool1", "vm1") == first.get_vm("pool1", "vm1")
     assert second.vm_ready("pool1", "vm1") is True
     assert second.revert_snapshot("pool1", "vm1", "snap") is True
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["inventory.yaml"]  # no temp files
+    # no temp files; the lock file that processes sharing the inventory flock stays
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["inventory.yaml", "inventory.yaml.lock"]
 
 
 def test_initial_state_seeds_and_is_not_mutated() -> None:
@@ -541,3 +542,29 @@ def test_clone_in_flight_when_the_process_died_has_finished_on_reload(tmp_path: 
         {"pool": {"pool1": [{"name": "vm1", "poolname": "pool1", "dummy_state": "CLONING"}]}}))
     provider = make({"filename": str(path)})
     assert provider.vm_ready("pool1", "vm1") is True
+
+
+def test_two_providers_sharing_one_file_lose_no_write(tmp_path: Path) -> None:
+    """Two providers over one file (as two managers' processes): every read-modify-write
+    holds the file's flock and re-reads the other's writes, so none is lost, each sees the
+    other's VMs and a name taken by one cannot be created by the other."""
+    path = tmp_path / "inventory.yaml"
+    left, right = make({"filename": str(path)}), make({"filename": str(path)})
+
+    def create(provider: DummyProvider, prefix: str) -> None:
+        for n in range(25):
+            provider.create_vm("pool1", f"{prefix}{n}")
+
+    threads = [threading.Thread(target=create, args=(p, name))
+               for p, name in ((left, "l"), (right, "r"))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    expected = {f"{prefix}{n}" for prefix in "lr" for n in range(25)}
+    assert {vm["name"] for vm in read_file(path)["pool"]["pool1"]} == expected
+    assert set(left.vms_in_pool("pool1")) == set(right.vms_in_pool("pool1")) == expected
+    with pytest.raises(TransientProviderError):
+        right.create_vm("pool1", "l3")
+    assert left.destroy_vm("pool1", "r7")
+    assert "r7" not in right.vms_in_pool("pool1")
