@@ -115,9 +115,12 @@ def servers(tmp_path: Path) -> Iterator[Servers]:
         started.stop()
 
 
+@pytest.mark.parametrize("how", ["failover", "kill"])
 def test_api_and_manager_follow_a_sentinel_failover(
-    tmp_path: Path, servers: Servers, processes: list[subprocess.Popen[str]],
+    tmp_path: Path, servers: Servers, processes: list[subprocess.Popen[str]], how: str,
 ) -> None:
+    """``failover``: ``SENTINEL FAILOVER``; ``kill``: the master is killed (SIGKILL) and the
+    sentinels promote the replica once they see it down."""
     pools = {"alpha": 3}
     path = write_config(tmp_path / "f.yaml", redis_port=1, pools=pools, dummy={})
     document = yaml.safe_load(path.read_text())
@@ -135,7 +138,12 @@ def test_api_and_manager_follow_a_sentinel_failover(
     wait_until(lambda: full(client, pools), 60, "alpha to fill on the first master")
     assert servers.master_address()[1] == servers.master_port
 
-    servers.client(servers.sentinel_ports[0]).execute_command("SENTINEL", "FAILOVER", MASTER)
+    if how == "kill":
+        servers.children[0].kill()
+        servers.children[0].wait(timeout=10)
+    else:
+        servers.client(servers.sentinel_ports[0]).execute_command("SENTINEL", "FAILOVER",
+                                                                  MASTER)
     codes: list[int] = []
     unavailable = 0.0
 
@@ -152,7 +160,9 @@ def test_api_and_manager_follow_a_sentinel_failover(
     assert set(codes) <= {200, 503}, codes
     # writes the old master took between the promotion and its own demotion are lost with
     # its resync (asynchronous replication); the failover is over once it replicates
-    wait_until(lambda: servers.replicating(servers.master_port), 30, "the old master to follow")
+    if how == "failover":
+        wait_until(lambda: servers.replicating(servers.master_port), 30,
+                   "the old master to follow")
     # the new master takes writes: the API checks a VM out of it, the manager refills
     code, _, body = call("POST", f"{base}/vm", {"alpha": 1})
     assert code == 200, body
