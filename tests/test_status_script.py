@@ -35,7 +35,7 @@ class PipelineStatusStore(StatusStore):
     def status(self, pools: Sequence[str], *, queues: Collection[str] = ("ready",),
                last_boot: bool = False, queue_totals: bool = False,
                daily: Collection[str] = (), durations: Collection[str] = (), date: str = "",
-               providers: Sequence[str] = ()) -> StatusReading:
+               providers: Sequence[str] = (), brakes: Sequence[str] = ()) -> StatusReading:
         pipe = self._client.pipeline(transaction=False)
         for queue in queues:
             for pool in pools:
@@ -56,6 +56,8 @@ class PipelineStatusStore(StatusStore):
             pipe.hvals(DAILY_KINDS[kind](date))
         for name in providers:
             pipe.hgetall(schema.provider_health(name))
+        for pool in brakes:
+            pipe.hgetall(schema.brake(pool))
         got = iter(pipe.execute() if len(pipe) else [])
         counts = {queue: {pool: int(next(got)) for pool in pools} for queue in queues}
         overrides: dict[str, str] = {}
@@ -74,6 +76,7 @@ class PipelineStatusStore(StatusStore):
         days = {kind: dict(next(got)) for kind in daily}
         sums = {kind: duration_totals(next(got)) for kind in durations}
         published = {name: dict(next(got)) for name in providers}
+        braked = {pool: dict(next(got)) for pool in brakes}
         assert next(got, None) is None
         return StatusReading(
             counts=MappingProxyType({q: MappingProxyType(c) for q, c in counts.items()}),
@@ -81,7 +84,8 @@ class PipelineStatusStore(StatusStore):
             last_boot=MappingProxyType(
                 {pool: value or "" for pool, value in zip(pools, boots, strict=True)}),
             daily=MappingProxyType(days), durations=MappingProxyType(sums),
-            providers=MappingProxyType({k: v for k, v in published.items() if v}), **totals)
+            providers=MappingProxyType({k: v for k, v in published.items() if v}),
+            brakes=MappingProxyType({k: v for k, v in braked.items() if v}), **totals)
 
     def total_running(self, pools: Sequence[str]) -> int:
         pipe = self._client.pipeline(transaction=False)
@@ -164,9 +168,11 @@ def test_script_reading_by_hand(redis_client: redis.Redis) -> None:
     seed(redis_client, NAMES)
     redis_client.hset(schema.provider_health("vsphere"),
                       mapping={"circuit_breaker": "open", "failures": "5"})
+    redis_client.hset(schema.brake("pool b"), mapping={"engaged": "1", "held": "2"})
     reading = StatusStore(redis_client).status(
         NAMES[:4], queues=ALL_QUEUES, last_boot=True, queue_totals=True,
-        daily=("clone", "tag"), date=TODAY, providers=("dummy", "vsphere"))
+        daily=("clone", "tag"), date=TODAY, providers=("dummy", "vsphere"),
+        brakes=("pool-a", "pool b"))
     assert plain(reading) == {
         # (n + 2q) % 5 members for pool n, queue q (ready 0, running 1, pending 2, completed 3)
         "counts": {"ready": {"pool-a": 0, "pool b": 1, "ünïcode": 2, "colon:pool": 3},
@@ -182,6 +188,7 @@ def test_script_reading_by_hand(redis_client: redis.Redis) -> None:
         "daily": {"clone": {"pool-a:vm1": "2.5", "colon:pool:vm2": "3"}, "tag": {}},
         "durations": {},
         "providers": {"vsphere": {"circuit_breaker": "open", "failures": "5"}},
+        "brakes": {"pool b": {"engaged": "1", "held": "2"}},
     }
     assert StatusStore(redis_client).total_running(NAMES) == 2 + 3 + 4 + 0 + 0 + 2
     assert StatusStore(redis_client).ready_counts(NAMES[:2]) == (
