@@ -48,10 +48,11 @@ class _Mono:
 
 
 def _ownership(client: redis.Redis, manager: str, pool_name: str, clock: FakeClock,
-               mono: _Mono, *, busy: bool = False) -> Ownership:
+               mono: _Mono, *, busy: list[bool] | None = None) -> Ownership:
+    flag = busy if busy is not None else [False]
     return Ownership(pool=pool_name, manager=manager, leases=LeaseStore(client),
                      heartbeats=HeartbeatStore(client), clock=clock, ttl=15.0, stale_after=15.0,
-                     busy=lambda: busy, monotonic=mono)
+                     busy=lambda: flag[0], monotonic=mono)
 
 
 def _two_managers_and_pool(pools: list[str]) -> tuple[str, str, str]:
@@ -121,20 +122,42 @@ def test_a_lease_past_its_ttl_is_not_used(redis_client: redis.Redis) -> None:
     assert own.refresh()
     mono.now += 8  # past half the TTL: renewed before the write
     assert own.held() is not None and redis_client.pttl(schema.lease("pool", "p")) > 14_000
+    redis_client.delete(schema.lease("pool", "p"))  # expired while the holder stalled
     mono.now += 16  # past the TTL without a renewal
-    assert own.held() is None and not own.acting
+    stale = own.held()  # the old value, so that the script refuses it
+    assert stale is not None and not own.acting
+    with pytest.raises(Fenced):
+        Store(redis_client).with_fence(own).set_empty_flag("p", True)
 
 
 def test_a_busy_holder_renews_until_its_calls_answer(redis_client: redis.Redis) -> None:
     clock, mono = FakeClock(), _Mono()
     beats = HeartbeatStore(redis_client)
     a, b, name = _two_managers_and_pool(POOLS)
-    own_a = _ownership(redis_client, a, name, clock, mono, busy=True)
+    busy = [False]
+    own_a = _ownership(redis_client, a, name, clock, mono, busy=busy)
     assert own_a.refresh()
+    busy[0] = True  # a clone in flight
     beats.beat(b, clock.now(), prune_after=60)
     assert not own_a.refresh() and own_a.lease is not None and not own_a.acting
     mono.now += 8  # past half the TTL of handing over: released, calls or not
     assert not own_a.refresh() and own_a.lease is None
+
+
+def test_a_lost_lease_is_taken_again_only_once_its_calls_answered(
+        redis_client: redis.Redis) -> None:
+    clock, mono = FakeClock(), _Mono()
+    busy = [False]
+    own = _ownership(redis_client, "host-a.example:1:1", "p", clock, mono, busy=busy)
+    assert own.refresh()
+    first = own.lease
+    busy[0] = True  # a clone sent under the first holding
+    redis_client.delete(schema.lease("pool", "p"))  # expired while the manager was stopped
+    mono.now += 16
+    assert not own.refresh() and own.lease is None  # its answer must meet the fence first
+    busy[0] = False
+    assert own.refresh() and own.lease is not None and first is not None
+    assert own.lease.token > first.token
 
 
 def test_a_pool_owned_by_another_manager_is_left_alone(redis_client: redis.Redis) -> None:

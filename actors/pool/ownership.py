@@ -11,8 +11,10 @@ pool actor calls :meth:`Ownership.refresh` before each cycle and on a timer shor
 lease TTL, and acts only while it returns True. Every write of the pool's state runs behind
 the lease's fence (:meth:`held` is the fence the stores ask), so a manager that lost its
 lease (stopped past the TTL, say) has its late writes refused by the scripts, never
-applied. When the rendezvous owner changes, the holder starts nothing new, lets its
-provider calls in flight answer (at most one TTL), releases, and the new owner takes the
+applied; it takes a lease again only once the provider calls it sent under the lost one
+have answered, so no answer of an old holding is applied under a new token. When the
+rendezvous owner changes, the holder starts nothing new, lets its provider calls in flight
+answer (at most half a TTL), releases, and the new owner takes the
 lease at its next refresh. A killed manager's leases expire after the TTL; one whose holder
 is a process of this host that no longer exists is released at once (a dead process cannot
 write). Used only on the pool actor's thread; each change of ownership is logged once.
@@ -114,9 +116,11 @@ class Ownership:
         self.busy = busy  # provider calls in flight (a handover waits for their answers)
         self.monotonic = monotonic  # real time: Redis expires the lease in real time
         self.lease: Lease | None = None
+        self.last: Lease | None = None  # the latest holding, kept after it is lost
         self.renewed_at = 0.0  # monotonic, when the lease was last taken or renewed
         self.handing_over_since: float | None = None
         self.last_seen: str | None = None  # holder last logged while waiting (log once)
+        self.refusal_logged = False  # a refused write was logged since the last holding
 
     @property
     def key(self) -> str:
@@ -130,25 +134,28 @@ class Ownership:
 
     # -- the fence ------------------------------------------------------------------------------
     def held(self) -> str | None:
-        """The lease value this manager holds, or None (its writes are then refused). A lease
-        older than half its TTL is renewed first; one past its TTL is dropped."""
-        if self.lease is None:
-            return None
-        age = self.monotonic() - self.renewed_at
-        if age >= self.ttl:
-            self._lost("its TTL passed before it was renewed")
-            return None
-        if age >= self.ttl / 2.0:
-            if not self.leases.renew(self.lease, ttl=self.ttl):
+        """The lease value this manager believes it holds (or last held; None before any).
+        A holding older than
+        half its TTL is renewed first; one that could not be renewed is dropped, but its
+        value is still returned, so the script itself refuses the write (the old token)."""
+        lease = self.lease
+        if lease is None:  # the last holding's value: the script refuses it (its token)
+            return None if self.last is None else self.last.value
+        if self.monotonic() - self.renewed_at >= self.ttl / 2.0:
+            if self.leases.renew(lease, ttl=self.ttl):
+                self.renewed_at = self.monotonic()
+            else:
                 self._lost("it was no longer held at renewal")
-                return None
-            self.renewed_at = self.monotonic()
-        return self.lease.value if self.lease is not None else None
+        return lease.value
 
     def fenced(self, exc: Fenced) -> None:
-        """A write was refused by the fence: the lease is no longer ours."""
+        """A write was refused by the fence: the lease is no longer ours. The first refusal
+        after each holding is logged as a warning, later ones at debug."""
         if self.lease is not None:
             self._lost("a write was refused (fenced)")
+        if not self.refusal_logged:
+            self.refusal_logged = True
+            log.warning("[!] [%s] late write refused by the fence: %s", self.pool, exc)
         else:
             log.debug("[%s] write refused: %s", self.pool, exc)
 
@@ -179,12 +186,22 @@ class Ownership:
             self._hand_over(owner)
             return False
         self.handing_over_since = None
+        if self.lease is not None and self.monotonic() - self.renewed_at >= self.ttl:
+            self._lost("its TTL passed before it was renewed")  # stopped or stalled
+        if self.lease is None and self.busy():
+            # Calls sent under a previous holding are still out: their answers must meet
+            # the fence (refused), not a new token, so the lease is taken once they are in.
+            log.debug("[%s] lease not taken yet: calls of a previous holding in flight",
+                      self.pool)
+            return False
         state = self.leases.acquire(KIND, self.pool, self.manager, ttl=self.ttl)
         if state.ours:
             if state.taken or self.lease is None or self.lease != state.lease:
                 log.info("[*] [%s] pool owned by this manager (lease token %d)", self.pool,
                          state.lease.token)
-            self.lease = state.lease
+            if state.taken:
+                self.refusal_logged = False
+            self.lease = self.last = state.lease
             self.renewed_at = self.monotonic()
             self.last_seen = None
             return True
