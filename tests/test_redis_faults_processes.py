@@ -14,6 +14,7 @@ import re
 import signal
 import subprocess
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Iterator
@@ -170,14 +171,20 @@ class InventoryWatch:
         self.poll()
 
 
+@pytest.mark.parametrize("outage", [0.0, 5.0], ids=["short", "past-the-lease"])
 def test_manager_pauses_while_redis_is_down_and_resumes(
     tmp_path: Path, own_redis: EmbeddedRedis, client: redis.Redis,
-    processes: list[subprocess.Popen[str]],
+    processes: list[subprocess.Popen[str]], outage: float,
 ) -> None:
+    """``past-the-lease``: Redis stays away longer than the pools' leases last (1 s
+    heartbeats: 3 s leases), so they expire during the outage and are taken again."""
     pools = {"alpha": 4, "beta": 3}
     inventory = tmp_path / "dummy.yaml"
     config = write_config(tmp_path / "f.yaml", redis_port=own_redis.port, pools=pools,
                           dummy={"filename": str(inventory), "createvm_max_time": 2})
+    document = yaml.safe_load(config.read_text())
+    document[":config"]["manager_heartbeat_interval"] = 1
+    config.write_text(yaml.safe_dump(document))
     log_path = tmp_path / "m.log"
     watch = InventoryWatch(inventory)
     try:
@@ -191,6 +198,7 @@ def test_manager_pauses_while_redis_is_down_and_resumes(
         before = {pool: accounted(client, pool) for pool in pools}
 
         own_redis.stop()
+        stopped_at = time.monotonic()
         outage_start = log_path.read_text().count("redis unavailable")
 
         def outage_lines() -> int:
@@ -203,6 +211,8 @@ def test_manager_pauses_while_redis_is_down_and_resumes(
 
         wait_until(clones_done, 30, "the clones in flight to finish")
         wait_until(lambda: outage_lines() >= 6, 60, "the pools to notice the outage")
+        wait_until(lambda: time.monotonic() - stopped_at >= outage and outage_lines() >= 6,
+                   outage + 30, "the outage to last")
         assert manager.poll() is None, "the manager exited during the outage"
 
         own_redis.start()  # same port, same data (AOF)
