@@ -24,6 +24,8 @@ from vmpooler.actors.config import ConfigError, load_config
 from vmpooler.actors.config.unacted import unacted_warnings
 from vmpooler.actors.pool.brake import BrakeRule, FailureWindow
 from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.brake_store import BrakeStore
+from vmpooler.actors.storage.lease_store import Fenced
 from vmpooler.providers.dummy import DummyProvider
 
 WINDOW = 600.0
@@ -220,6 +222,28 @@ def test_status_shows_the_brake_of_pools_that_have_one(redis_client: redis.Redis
         body = client.simulate_get("/api/v3/status").json
         assert body["pools"]["a"]["brake"] == {"engaged": True, "failures": 4, "held": 2}
         assert body["pools"]["a"]["ready"] == len(redis_client.smembers(schema.ready("a")))
+
+
+class _Lease:
+    """The fence a pool actor holds: the lease key and the value it believes it holds."""
+
+    key = schema.lease("pool", "a")
+
+    def held(self) -> str | None:
+        return "1 me"
+
+
+def test_held_moves_run_behind_the_pool_lease(redis_client: redis.Redis) -> None:
+    store = BrakeStore(redis_client, fence=_Lease())
+    redis_client.sadd(schema.ready("a"), "vm1", "vm2")
+    redis_client.set(_Lease.key, "1 me")
+    assert store.hold("a", "vm1", now="now") and store.hold("a", "vm2", now="now")
+    assert store.unhold("a", "vm1", to_ready=True)
+    redis_client.set(_Lease.key, "2 another")  # the pool now belongs to another manager
+    with pytest.raises(Fenced):
+        store.unhold("a", "vm2", to_ready=True)
+    assert store.held("a") == {"vm2"}
+    assert set(redis_client.smembers(schema.ready("a"))) == {"vm1"}
 
 
 # -- the rule -------------------------------------------------------------------------------

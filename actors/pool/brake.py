@@ -25,6 +25,7 @@ from vmpooler.actors.messages import ProviderOp
 from vmpooler.actors.pool.context import PoolContext
 from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.brake_store import BrakeStore
+from vmpooler.actors.storage.lease_store import Fenced
 
 __all__ = ["Brake", "BrakeRule", "FailureWindow"]
 
@@ -75,7 +76,7 @@ class Brake:
 
     def __init__(self, ctx: PoolContext, store: BrakeStore | None = None) -> None:
         self.ctx = ctx
-        self.store = store or BrakeStore(ctx.store.client)
+        self.store = store or BrakeStore(ctx.store.client, fence=ctx.store.fence)
         share, window = ctx.pool.brake(ctx.settings)
         self.rule = BrakeRule(share, window) if share is not None else None
         self.window = FailureWindow(window)
@@ -200,8 +201,8 @@ class Brake:
     def _write(self, op: Callable[[], bool]) -> bool:
         try:
             return op()
-        except redis.RedisError:
-            self.loaded = False  # unknown whether it applied: read the set again
+        except (redis.RedisError, Fenced):
+            self.loaded = False  # unknown whether it applied, or another owner moved VMs
             raise
 
 
