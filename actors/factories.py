@@ -18,6 +18,7 @@ import redis
 
 from vmpooler.actors.config import Config, PoolConfig
 from vmpooler.actors.metrics.backends import Metrics
+from vmpooler.actors.ondemand.leases import RequestFence, RequestLeases
 from vmpooler.actors.ondemand.manager import OnDemandManager
 from vmpooler.actors.ondemand.request import RequestActor
 from vmpooler.actors.pool.actor import PoolActor
@@ -26,6 +27,7 @@ from vmpooler.actors.pool.ownership import OwnershipSettings
 from vmpooler.actors.provider.setup import provider_actor_factory
 from vmpooler.actors.runtime.clock import Clock, Scheduler
 from vmpooler.actors.runtime.executor import ActorExecutor
+from vmpooler.actors.runtime.remote import LocalOnly, Remote
 from vmpooler.actors.runtime.restart_policy import RestartPolicy
 from vmpooler.actors.runtime.supervisor import ActorDirectory
 from vmpooler.actors.service.heartbeat import Heartbeat
@@ -34,6 +36,7 @@ from vmpooler.actors.service.housekeeping import Housekeeper
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, prune_age, stale_age
 from vmpooler.actors.storage.history_store import HistoryStore
+from vmpooler.actors.storage.lease_store import LeaseStore
 from vmpooler.actors.storage.request_store import RequestStore
 from vmpooler.actors.storage.store import Store
 from vmpooler.actors.storage.upkeep_store import UpkeepStore
@@ -75,6 +78,7 @@ class ActorFactories:
     res: SystemResources
     restart_policy: RestartPolicy
     manager_id: str
+    remote: Remote = field(default_factory=LocalOnly)  # the other managers' actors
 
     def housekeeper(self) -> Factory:
         cfg, res = self.config, self.res
@@ -159,9 +163,16 @@ class ActorFactories:
                 store=self.store, directory=self.directory, clock=self.clock,
                 scheduler=res.scheduler, metrics=res.metrics, hostnames=own,
                 requests=self.requests, supervisor=supervisor, ownership=ownership,
+                remote=self.remote,
             )
 
         return factory
+
+    @staticmethod
+    def stale_after(config: Config) -> float:
+        """Seconds after which a manager's heartbeat no longer counts it as live."""
+        settings = config.settings
+        return stale_age(settings.manager_heartbeat_interval, settings.manager_heartbeat_max_age)
 
     def ownership(self) -> OwnershipSettings:
         """Pool leases: this manager's id, ``manager_lease_ttl`` (default three heartbeat
@@ -171,26 +182,33 @@ class ActorFactories:
         return OwnershipSettings(
             manager=self.manager_id,
             ttl=float(settings.manager_lease_ttl or 3 * interval),
-            stale_after=stale_age(interval, settings.manager_heartbeat_max_age))
+            stale_after=self.stale_after(self.config))
 
     def ondemand(self) -> Factory:
         cfg, res = self.config, self.res
         pools = frozenset(p.name for p in cfg.pools)
 
-        def request_factory(request_id: str, manager: pykka.ActorRef[Any]) -> Any:
+        def request_factory(request_id: str, manager: pykka.ActorRef[Any],
+                            fence: RequestFence | None) -> Any:
             return RequestActor.start(
                 request_id=request_id, store=self.requests, settings=cfg.settings, pools=pools,
                 data_ttl_hours=cfg.redis.data_ttl, manager=manager, clock=self.clock,
                 scheduler=res.scheduler, metrics=res.metrics, executor=res.executor,
+                fence=fence,
             )
 
         def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
+            own = self.ownership()
+            leases = RequestLeases(manager=self.manager_id, leases=LeaseStore(res.client),
+                                   heartbeats=HeartbeatStore(res.client), clock=self.clock,
+                                   ttl=own.ttl, stale_after=own.stale_after)
             return OnDemandManager.start(
                 store=self.requests, directory=self.directory, request_factory=request_factory,
                 clone_limit=cfg.settings.ondemand_clone_limit,
                 sweep_interval=float(cfg.settings.check_loop_delay_min),
                 data_ttl_hours=cfg.redis.data_ttl, clock=self.clock, scheduler=res.scheduler,
                 metrics=res.metrics, supervisor=supervisor, policy=self.restart_policy,
+                leases=leases, remote=self.remote,
             )
 
         return factory

@@ -309,6 +309,12 @@ class RequestChanged:
 
     request_id: str
     reason: str = ""
+    forwarded: bool = False  # it already went on from another manager: never again
+
+
+@dataclass(frozen=True, slots=True)
+class RenewRequestLeases:
+    """Scheduler → on-demand manager: renew the leases of the requests it runs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,12 +338,18 @@ class CloneForRequest:
     """On-demand manager → pool actor: clone one VM for the request, using an on-demand
     clone slot. Answered to the manager with :class:`RequestCloneAnswered`; the request
     actor hears :class:`RequestVmCloning`, then :class:`RequestVmReady` or
-    :class:`RequestVmFailed`. ``grant`` numbers the manager's grants."""
+    :class:`RequestVmFailed`. ``grant`` numbers the manager's grants; ``reply_to`` is the
+    granting manager's id ('' = the pool actor's own manager), ``fence`` the value of the
+    request's lease the grant was made under ('' = none: the clone is not fenced by it), and
+    ``forwarded`` says it already went on from a manager not owning the pool."""
 
     request_id: str
     alias: str
     pool: str
     grant: int = 0
+    reply_to: str = ""
+    fence: str = ""
+    forwarded: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,7 +392,9 @@ class RequestVmReady:
 @dataclass(frozen=True, slots=True)
 class RequestVmFailed:
     """Pool actor → request actor: ``vm``'s clone failed or it never became ready (it is
-    already out of pending). ``permanent`` errors are not worth retrying."""
+    already out of pending). ``permanent`` errors are not worth retrying; ``refused`` means
+    nothing was attempted (the provider's circuit breaker is open): not counted as a retry,
+    asked again later."""
 
     request_id: str
     alias: str
@@ -388,6 +402,7 @@ class RequestVmFailed:
     vm: str
     reason: str
     permanent: bool = False
+    refused: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -396,6 +411,14 @@ class RequestExpired:
 
     request_id: str
     grace: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyInFlight:
+    """Request actor → itself, on a timer: are its VMs on their way still pending? One that
+    left pending unannounced (the message was lost with a manager) counts as failed."""
+
+    request_id: str
 
 
 @dataclass(frozen=True, slots=True)

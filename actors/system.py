@@ -34,7 +34,6 @@ from vmpooler.actors.messages import PoolChanged, RequestChanged, StartDrain, St
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.metrics.factory import create_metrics
 from vmpooler.actors.pool.hostnames import HostnameGenerator
-from vmpooler.actors.pool.ownership import live_managers
 from vmpooler.actors.pool.slot_broker import SlotBroker
 from vmpooler.actors.pool.task_actor import TaskActor
 from vmpooler.actors.provider.startup_purge import request_startup_purges
@@ -44,9 +43,11 @@ from vmpooler.actors.runtime.executor import ActorExecutor
 from vmpooler.actors.runtime.restart_policy import RestartPolicy
 from vmpooler.actors.runtime.supervisor import ActorDirectory, Supervisor
 from vmpooler.actors.service.command_stream import consumer_factory
+from vmpooler.actors.service.relay import Relay
 from vmpooler.actors.storage.connection import connect_configured
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, manager_id
+from vmpooler.actors.storage.membership import live_managers
 from vmpooler.actors.storage.request_store import DeleteOutcome, Entry, RequestRecord, RequestStore
 from vmpooler.actors.storage.store import Store
 from vmpooler.providers.base import Provider
@@ -83,10 +84,15 @@ class PoolerSystem:
         self.restart_policy = RestartPolicy()  # the Supervisor's and the on-demand manager's
         self.manager_id = manager_id(clock.now())
         """This manager's member of ``vmpooler__manager__heartbeat``."""
+        stale_after = ActorFactories.stale_after(config)
+        self.relay = Relay(store.client, member=self.manager_id, directory=self.directory,
+                           live=lambda: live_managers(HeartbeatStore(store.client), clock.now(),
+                                                      stale_after))
+        """Messages to and from the actors of other managers on the same Redis."""
         self._factories = ActorFactories(
             config=config, store=store, requests=self.requests, clock=clock,
             directory=self.directory, res=res, restart_policy=self.restart_policy,
-            manager_id=self.manager_id)
+            manager_id=self.manager_id, remote=self.relay)
 
     # -- lifecycle ------------------------------------------------------------------------------
     @classmethod
@@ -185,6 +191,7 @@ class PoolerSystem:
         sup.start_child("housekeeping", self._factories.housekeeper()).get()
         sup.start_child("heartbeat", self._factories.heartbeat()).get()
         sup.start_child("history", self._factories.history()).get()
+        self.relay.start()  # once the actors it delivers to are registered
         request_startup_purges(cfg, self.directory)
         if consume_commands:
             sup.start_child("commands", consumer_factory(
@@ -218,6 +225,7 @@ class PoolerSystem:
                     ref.stop(block=True, timeout=timeout)
         if self._supervisor is not None:
             self._supervisor.stop(block=True, timeout=timeout)
+        self.relay.stop(timeout=timeout)
         if res.owns_executor:  # after every actor it runs
             res.executor.stop(timeout=timeout)
         if res.owns_scheduler:

@@ -48,6 +48,7 @@ import hashlib
 import logging
 import os
 import random
+import socket
 import tempfile
 import threading
 import time
@@ -76,6 +77,23 @@ log = logging.getLogger(__name__)
 
 _Vm = dict[str, Any]
 _HOSTS = 10  # simulated cluster size for migrations
+
+
+def _process_gone(cloned_by: object) -> bool:
+    """True unless ``cloned_by`` (``host:pid``) names a live process, or one of another host
+    (whose liveness cannot be known here)."""
+    if not isinstance(cloned_by, str) or ":" not in cloned_by:
+        return True
+    host, _, pid = cloned_by.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def fake_ip(name: str) -> str:
@@ -132,12 +150,8 @@ class DummyProvider(Provider):
             str(pool): [dict(vm) for vm in vms or []] for pool, vms in pools.items()
         }
         self._names = {vm["name"] for vms in self._pools.values() for vm in vms}
-        for vms in self._pools.values() if from_file else ():
-            for vm in vms:
-                # A clone in flight when the last process died: like a hypervisor's clone
-                # task, it finished while nobody was watching.
-                if vm.get("dummy_state") == "CLONING":
-                    vm["dummy_state"] = "RUNNING"
+        if from_file:
+            self._finish_orphaned_clones()
         self._seen = self._stat()
 
     @contextlib.contextmanager
@@ -177,7 +191,18 @@ class DummyProvider(Provider):
         pools = (state or {}).get("pool") or {} if isinstance(state, Mapping) else {}
         self._pools = {str(p): [dict(vm) for vm in vms or []] for p, vms in pools.items()}
         self._names = {vm["name"] for vms in self._pools.values() for vm in vms}
+        self._finish_orphaned_clones()
         self._seen = self._stat()
+
+    def _finish_orphaned_clones(self) -> None:  # caller holds the lock, or is __init__
+        """A clone in flight in a process that died (another manager sharing the file,
+        killed; or the last process, when ``cloned_by`` is not recorded): like a
+        hypervisor's clone task, it finished while nobody was watching."""
+        for vms in self._pools.values():
+            for vm in vms:
+                if vm.get("dummy_state") == "CLONING" and _process_gone(vm.get("cloned_by")):
+                    vm["dummy_state"] = "RUNNING"
+                    vm.pop("cloned_by", None)
 
     # -- contract ------------------------------------------------------------------------
 
@@ -228,6 +253,8 @@ class DummyProvider(Provider):
             "snapshots": [],
             "disks": [],
         }
+        if self._path is not None:  # who clones it (until it is done), for processes sharing
+            record["cloned_by"] = f"{socket.gethostname()}:{os.getpid()}"
         with self._lock:
             if vm in self._names:
                 raise TransientProviderError(f"VM {vm} already exists on provider {self.name}")
@@ -244,6 +271,7 @@ class DummyProvider(Provider):
         with self._lock:
             record = self._find(pool, vm) or record  # re-read: another process may write
             record["dummy_state"] = "RUNNING"
+            record.pop("cloned_by", None)
             self._persist()
             return self._info(record)
 

@@ -6,7 +6,11 @@ delays are observed, never waited for.
 
 from __future__ import annotations
 
+import os
 import random
+import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -568,3 +572,32 @@ def test_two_providers_sharing_one_file_lose_no_write(tmp_path: Path) -> None:
         right.create_vm("pool1", "l3")
     assert left.destroy_vm("pool1", "r7")
     assert "r7" not in right.vms_in_pool("pool1")
+
+
+def test_a_clone_left_by_a_dead_process_sharing_the_file_finishes_on_the_next_read(
+    tmp_path: Path,
+) -> None:
+    """Two processes share one inventory; one dies mid-clone. Like a hypervisor's clone
+    task, its clone finishes: the survivor's next read finds it RUNNING (ready), while a
+    clone of a live process stays CLONING until that process finishes it."""
+    path = tmp_path / "inventory.yaml"
+    survivor = make({"filename": str(path)})
+    survivor.create_vm("pool1", "mine")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    doc = read_file(path)
+    base = {"domain": "dummy.local", "template": "pool1", "poolname": "pool1",
+            "ready": False, "dummy_state": "CLONING", "snapshots": [], "disks": []}
+    doc["pool"]["pool1"] += [
+        {**base, "name": "orphan", "hostname": "orphan",
+         "cloned_by": f"{socket.gethostname()}:{dead}"},
+        {**base, "name": "busy", "hostname": "busy",
+         "cloned_by": f"{socket.gethostname()}:{os.getpid()}"},
+    ]
+    path.write_text(yaml.safe_dump(doc))  # as the other process would have written it
+
+    assert survivor.vm_ready("pool1", "orphan") is True
+    assert survivor.vm_ready("pool1", "busy") is False
+    orphan = next(vm for vm in read_file(path)["pool"]["pool1"] if vm["name"] == "orphan")
+    assert "cloned_by" not in orphan
+    assert "cloned_by" not in read_file(path)["pool"]["pool1"][0], "a finished clone's mark"

@@ -72,7 +72,8 @@ class Rig:
         return StandIn.start(manager=manager, executor=self.executor, release=self.release,
                              crashes=self.crashes)
 
-    def factory(self, request_id: str, manager: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
+    def factory(self, request_id: str, manager: pykka.ActorRef[Any],
+                fence: Any = None) -> pykka.ActorRef[Any]:
         current = self.directory.get(request_actor_name(request_id))
         self.starts.append(current is not None)
         return self.stand_in(manager)

@@ -37,10 +37,11 @@ from vmpooler.actors.messages import (
     RequestExpired,
     RequestFinished,
     RequestVmReady,
+    WantRequestVms,
     request_actor_name,
 )
 from vmpooler.actors.metrics.backends import RecordingMetrics
-from vmpooler.actors.ondemand.request import RequestActor
+from vmpooler.actors.ondemand.request import RequestActor, verify_interval
 from vmpooler.actors.pool.ondemand import OnDemandVms
 from vmpooler.actors.runtime.clock import FakeClock
 from vmpooler.actors.runtime.executor import ActorExecutor
@@ -207,7 +208,9 @@ def test_the_scheduled_deadline_between_readies_fails_the_request(rig: Rig) -> N
     seed_request(rig)
     ref = start_and_claim(rig)
     ref.ask("sync", timeout=5)  # start-up done: the deadline timer is set
-    (due, message), = rig.clock.pending()
+    timers = dict((type(m).__name__, (due, m)) for due, m in rig.clock.pending())
+    assert sorted(timers) == ["RequestExpired", "VerifyInFlight"]  # the deadline, the check
+    due, message = timers["RequestExpired"]
     assert message == RequestExpired(RID)
     assert due == TTL_MINUTES * 60
     for vm in VMS[:3]:
@@ -258,7 +261,8 @@ def test_request_without_a_score_gets_its_full_ttl(rig: Rig) -> None:
     ref = start_and_claim(rig)
     ref.ask("sync", timeout=5)
     assert rig.status() is None
-    assert [due for due, _m in rig.clock.pending()] == [TTL_MINUTES * 60]
+    assert [due for due, m in rig.clock.pending()
+            if isinstance(m, RequestExpired)] == [TTL_MINUTES * 60]
     rig.clock.advance(TTL_MINUTES * 60 - 1)
     ref.ask("sync", timeout=5)
     assert rig.status() is None and ref.is_alive()
@@ -433,3 +437,25 @@ def test_a_finished_status_only_moves_from_ready_to_deleted(
         assert rig.delivered() == delivered and after == before
     if status in ("failed", "deleted"):
         assert after["running"] == set()
+
+
+def test_a_vm_that_left_pending_unannounced_is_replaced_at_the_next_check(rig: Rig) -> None:
+    """The pool's RequestVmFailed was lost (its manager died as it sent it): the request's
+    actor finds its VM gone from pending at its periodic check and asks for another."""
+    seed_request(rig, count=2, vms=VMS[:2])
+    ref = start_and_claim(rig)
+    ref.ask("sync", timeout=5)
+    assert not [m for m in rig.told() if isinstance(m, WantRequestVms)], "both on their way"
+    rig.client.smove(schema.pending(POOL), schema.completed(POOL), VMS[0])  # no message
+    every = verify_interval(GlobalSettings())
+    rig.clock.advance(every)
+    ref.ask("sync", timeout=5)
+    wants = [m for m in rig.told() if isinstance(m, WantRequestVms)]
+    assert wants == [WantRequestVms(RID, ((POOL, POOL),))], "one replacement, no more"
+    assert rig.client.hget(schema.odrequest(RID), "retry_count") == "1"
+    rig.clock.advance(every)  # the next check finds nothing new to replace
+    ref.ask("sync", timeout=5)
+    assert len([m for m in rig.told() if isinstance(m, WantRequestVms)]) == 1
+    ref.tell(RequestVmReady(RID, POOL, POOL, VMS[1]))
+    ref.ask("sync", timeout=5)
+    assert rig.status() is None, "one of two delivered: still in flight"

@@ -21,11 +21,19 @@ clone slots among them.
   in the directory, so even a third manager after another crash waits for it. Nothing here
   blocks: the manager never waits for a request actor (one stuck actor would stall the
   grants of every request, as ``stop(block=True)`` once did for 5 s each), it only tells.
+* **One manager per request.** When several managers share the Redis, a request is run by
+  the one holding its lease (:mod:`vmpooler.actors.ondemand.leases`): the manager takes it
+  before starting the request's actor and hands the actor its fence, renews all its leases
+  in one round trip every third of the TTL (an actor whose lease was lost is stopped), and
+  releases a lease when its request finishes. A request another manager holds, or should
+  take, is not started here: a ``RequestChanged`` for it goes on to that manager.
 * **Fair clone slots.** Wanted VMs queue per request in a :class:`FairQueue` and are handed
   out one per request per turn while ``tasks__ondemandclone`` (counted in Redis by the pool
   actors' clone scripts) plus grants not yet answered stays under ``ondemand_clone_limit``.
-  A grant goes to the pool actor as :class:`CloneForRequest`; its answer, and each finished
-  clone (:class:`RequestSlotFreed`), lets the next one go.
+  A grant goes to the pool actor as :class:`CloneForRequest` (which passes it on to the
+  manager owning the pool) carrying the request's fence, so a grant made under a lease
+  since lost clones nothing; its answer, and each finished clone (:class:`RequestSlotFreed`,
+  from any manager), lets the next one go.
 """
 
 from __future__ import annotations
@@ -42,20 +50,25 @@ from vmpooler.actors.messages import (
     ActorCrashed,
     ActorStopped,
     CloneForRequest,
+    RenewRequestLeases,
     RequestChanged,
     RequestCloneAnswered,
     RequestFinished,
     RequestSlotFreed,
+    RequestVmCloning,
     SweepRequests,
     WantRequestVms,
     request_actor_name,
 )
 from vmpooler.actors.metrics.backends import Metrics
+from vmpooler.actors.ondemand.leases import KIND, RequestFence, RequestLeases
 from vmpooler.actors.runtime.clock import Clock, Scheduler
 from vmpooler.actors.runtime.fair_queue import FairQueue
 from vmpooler.actors.runtime.pooled import notify_when_stopped
+from vmpooler.actors.runtime.remote import LocalOnly, Remote
 from vmpooler.actors.runtime.restart_policy import RestartHistory, RestartPolicy
 from vmpooler.actors.runtime.supervisor import ActorDirectory, SupervisedActor
+from vmpooler.actors.storage.lease_store import Fenced
 from vmpooler.actors.storage.request_store import RequestStore
 
 __all__ = ["OnDemandManager", "RequestFactory"]
@@ -66,8 +79,9 @@ GRANT_LOST_AFTER = 30.0  # s without an answer from the pool actor (it answers a
 _PREFIX = request_actor_name("")
 _RESTART = "restart"  # RequestChanged.reason of the manager's own restart timer
 
-RequestFactory = Callable[[str, pykka.ActorRef[Any]], pykka.ActorRef[Any]]
-"""``factory(request_id, manager_ref)`` starts a request's actor and returns its ref."""
+RequestFactory = Callable[[str, pykka.ActorRef[Any], RequestFence | None], pykka.ActorRef[Any]]
+"""``factory(request_id, manager_ref, fence)`` starts a request's actor (writing behind
+``fence``, the request's lease; None: unfenced) and returns its ref."""
 
 
 class OnDemandManager(SupervisedActor):
@@ -87,8 +101,12 @@ class OnDemandManager(SupervisedActor):
         metrics: Metrics,
         supervisor: pykka.ActorRef[Any] | None = None,
         policy: RestartPolicy | None = None,
+        leases: RequestLeases | None = None,
+        remote: Remote | None = None,
     ) -> None:
         super().__init__(name="ondemand", supervisor=supervisor)
+        self.leases = leases  # None: this manager runs every request (no leases)
+        self.remote: Remote = remote or LocalOnly()
         self.policy = policy or RestartPolicy()
         self.store = store
         self.directory = directory
@@ -124,12 +142,21 @@ class OnDemandManager(SupervisedActor):
             else:
                 self._retire(name.removeprefix(_PREFIX), ref)
         self.actor_ref.tell(SweepRequests())
+        if self.leases is not None:
+            self.scheduler.tell_later(self.leases.renew_interval, self.actor_ref,
+                                      RenewRequestLeases())
 
     def on_stop(self) -> None:
         # Tell, never wait (they share a few threads): PoolerSystem.stop waits for each of
         # them from its own thread, finding them in the directory.
         for ref in self.requests.values():
             ref.stop(block=False)
+        if self.leases is not None:  # the other managers take the requests at once
+            try:
+                self.leases.release_all()
+            except redis.RedisError as exc:
+                log.warning("[!] [ondemand] request leases not released: %s; they expire in "
+                            "%.0fs", exc, self.leases.ttl)
 
     # -- mailbox --------------------------------------------------------------------------------
     def handle(self, message: Any) -> Any:
@@ -156,6 +183,8 @@ class OnDemandManager(SupervisedActor):
             self._stopped(message)
         elif isinstance(message, SweepRequests):
             self._sweep()
+        elif isinstance(message, RenewRequestLeases):
+            self._renew()
         return None
 
     def _changed(self, message: RequestChanged) -> None:
@@ -166,14 +195,34 @@ class OnDemandManager(SupervisedActor):
             with contextlib.suppress(pykka.ActorDeadError):
                 ref.tell(message)
             return
-        self._start(message.request_id)
+        try:
+            if self._elsewhere(message):
+                return
+            self._start(message.request_id)
+        except redis.RedisError as exc:  # the sweep finds it once Redis is back
+            log.error("[!] [ondemand] request '%s' not started: redis unavailable: %s",
+                      message.request_id, exc)
+
+    def _elsewhere(self, message: RequestChanged) -> bool:
+        """True when another manager runs (or should take) the request: told it there."""
+        if self.leases is None or message.request_id in self.leases.held:
+            return False
+        forwarded = RequestChanged(message.request_id, message.reason, forwarded=True)
+        if self.remote.to_lease_holder(KIND, message.request_id, "ondemand", forwarded):
+            return True
+        owner = self.leases.owner(message.request_id)
+        if owner == self.remote.member or message.forwarded:
+            return False
+        return self.remote.to_manager(owner, "ondemand", forwarded)
 
     def _sweep(self) -> None:
         try:
-            for request_id in self.store.waiting():
-                ref = self.requests.get(request_id)
-                if ref is None or not ref.is_alive():
-                    self._start(request_id)
+            waiting = [r for r in self.store.waiting()
+                       if (ref := self.requests.get(r)) is None or not ref.is_alive()]
+            if self.leases is not None:
+                waiting = self.leases.claimable(waiting)
+            for request_id in waiting:
+                self._start(request_id)
             self.store.prune_tasks(keep=self.requests)
             self._regrant_lost()
             self.blocked = False
@@ -196,8 +245,19 @@ class OnDemandManager(SupervisedActor):
             self._retire(request_id, current)
             self.deferred.add(request_id)
             return
+        fence = None
+        if self.leases is not None:
+            try:
+                lease = self.leases.take(request_id)
+            except redis.RedisError as exc:  # the sweep tries again
+                log.error("[!] [ondemand] request '%s' not started: redis unavailable: %s",
+                          request_id, exc)
+                return
+            if lease is None:  # another live manager runs it
+                return
+            fence = RequestFence.of(lease)
         self.deferred.discard(request_id)
-        ref = self.request_factory(request_id, self.actor_ref)
+        ref = self.request_factory(request_id, self.actor_ref, fence)
         self.requests[request_id] = ref
         self.directory.put(name, ref)
 
@@ -225,7 +285,29 @@ class OnDemandManager(SupervisedActor):
         self.restarts.pop(request_id, None)
         self.backing_off.discard(request_id)
         self.directory.remove(request_actor_name(request_id))
+        if self.leases is not None:
+            try:
+                self.leases.release(request_id)
+            except redis.RedisError as exc:
+                log.debug("request '%s': lease not released: %s", request_id, exc)
         self._grant()
+
+    def _renew(self) -> None:
+        """Renew every request lease held; a request whose lease was lost stops here."""
+        assert self.leases is not None
+        self.scheduler.tell_later(self.leases.renew_interval, self.actor_ref,
+                                  RenewRequestLeases())
+        try:
+            lost = self.leases.renew()
+        except redis.RedisError as exc:
+            log.debug("[ondemand] request leases not renewed: %s", exc)
+            return
+        for request_id in lost:
+            self.wants.drop(request_id)
+            self.backing_off.discard(request_id)
+            ref = self.requests.pop(request_id, None)
+            if ref is not None:  # its entry goes once it is seen stopped (never two actors)
+                self._retire(request_id, ref)
 
     def _crashed(self, message: ActorCrashed) -> None:
         request_id = message.name.removeprefix(_PREFIX)
@@ -250,14 +332,20 @@ class OnDemandManager(SupervisedActor):
 
     def _fail_crashed(self, request_id: str, error: str) -> None:
         """Escalation: the request's actor spent its restart budget; fail the request."""
+        lease = None if self.leases is None else self.leases.held.get(request_id)
+        fence = None if lease is None else RequestFence.of(lease)
         try:
-            claim = self.store.claim(request_id, now=self.clock.now())
+            claim = self.store.claim(request_id, now=self.clock.now(), fence=fence)
             if claim.found and claim.status is None:
                 failed, _ = self.store.fail(request_id, list(claim.entries),
                                             reason=f"Internal error: {error}",
-                                            ttl=self.data_ttl)
+                                            ttl=self.data_ttl, fence=fence)
                 if failed:
                     self.metrics.increment("ondemand.outcome", tags={"result": "failed"})
+            if self.leases is not None:
+                self.leases.release(request_id)
+        except Fenced as exc:
+            log.warning("[!] request '%s' not failed here: %s", request_id, exc)
         except redis.RedisError as exc:
             log.error("[!] request '%s' could not be failed: %s", request_id, exc)
 
@@ -291,8 +379,11 @@ class OnDemandManager(SupervisedActor):
             self.grants += 1
             self.granted[self.grants] = (request_id, alias, pool, self.clock.monotonic(),
                                          wanted_at)
+            lease = None if self.leases is None else self.leases.held.get(request_id)
             try:
-                ref.tell(CloneForRequest(request_id, alias, pool, grant=self.grants))
+                ref.tell(CloneForRequest(request_id, alias, pool, grant=self.grants,
+                                         reply_to=self.remote.member,
+                                         fence="" if lease is None else lease.value))
             except pykka.ActorDeadError:
                 del self.granted[self.grants]
                 self.wants.push_front(request_id, (alias, pool, wanted_at))
@@ -301,6 +392,12 @@ class OnDemandManager(SupervisedActor):
             free -= 1
 
     def _answered(self, message: RequestCloneAnswered) -> None:
+        if message.vm is not None:  # the request's actor (this manager granted it) hears
+            ref = self.requests.get(message.request_id)  # of its VM on its way
+            if ref is not None:
+                with contextlib.suppress(pykka.ActorDeadError):
+                    ref.tell(RequestVmCloning(message.request_id, message.alias, message.pool,
+                                              message.vm))
         grant = self.granted.pop(message.grant, None)
         if grant is None:
             return  # already given up on and granted again

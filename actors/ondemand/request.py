@@ -21,6 +21,9 @@ Life of the actor:
    is full, another script marks the request ``ready``.
 4. **Retry.** A failed clone or a VM that never became ready is retried (one new clone per
    failure) until ``max_vm_retries``; a permanent provider error fails the request at once.
+   Every ``check_loop_delay_max`` (5 s to 1 min) the actor also checks that its VMs on their
+   way are still pending: one that left unannounced (the pool's message was lost with a
+   manager that died) counts as failed.
 5. **Finish.** ``ready``, ``failed`` (deadline, permanent error, retries exhausted) or
    ``deleted`` (the API): the actor retires its VMs still booting, tells the manager
    (:class:`RequestFinished`) and stops. A VM that becomes ready afterwards is moved to
@@ -56,6 +59,7 @@ from vmpooler.actors.messages import (
     RequestVmCloning,
     RequestVmFailed,
     RequestVmReady,
+    VerifyInFlight,
     WantRequestVms,
     request_actor_name,
 )
@@ -64,15 +68,25 @@ from vmpooler.actors.runtime.clock import Clock, Scheduler, Timer
 from vmpooler.actors.runtime.executor import ActorExecutor
 from vmpooler.actors.runtime.supervisor import PooledSupervisedActor
 from vmpooler.actors.storage import timefmt
+from vmpooler.actors.storage.lease_store import Fence, Fenced
 from vmpooler.actors.storage.request_store import AttachOutcome, Entry, RequestStore
 
-__all__ = ["OUTCOMES", "RequestActor"]
+__all__ = ["OUTCOMES", "VERIFY_MIN", "RequestActor", "verify_interval"]
 
 log = logging.getLogger(__name__)
 
+VERIFY_MIN = 5.0
+"""Seconds between two checks that the VMs on their way are still pending, at least
+(``check_loop_delay_max``, at most a minute)."""
 OUTCOMES = frozenset({"ready", "failed", "deleted"})
 """The ``result`` tag values of ``ondemand.outcome``: the terminal state this actor saw the
 request reach (once per request; a request found already finished at start is not counted)."""
+
+
+def verify_interval(settings: GlobalSettings) -> float:
+    """Seconds between two checks of a request's VMs on their way: ``check_loop_delay_max``,
+    between :data:`VERIFY_MIN` and a minute."""
+    return min(60.0, max(VERIFY_MIN, float(settings.check_loop_delay_max)))
 
 
 class RequestActor(PooledSupervisedActor):
@@ -94,10 +108,12 @@ class RequestActor(PooledSupervisedActor):
         scheduler: Scheduler,
         metrics: Metrics,
         executor: ActorExecutor,
+        fence: Fence | None = None,
     ) -> None:
         super().__init__(name=request_actor_name(request_id), supervisor=manager,
                          executor=executor)
         self.request_id = request_id
+        self.fence = fence  # the request's lease (None: writes unfenced)
         self.store = store
         self.settings = settings
         self.pools = pools
@@ -119,11 +135,18 @@ class RequestActor(PooledSupervisedActor):
         self.in_grace = False
         self.finished = False
         self.timer: Timer | None = None
+        self.verify_timer: Timer | None = None
         self.outage = 0  # consecutive messages that met a Redis error
 
     # -- start --------------------------------------------------------------------------------
     def setup(self) -> None:
-        claim = self.store.claim(self.request_id, now=self.clock.now())
+        try:
+            self._setup()
+        except Fenced as exc:
+            self._fenced(exc)
+
+    def _setup(self) -> None:
+        claim = self.store.claim(self.request_id, now=self.clock.now(), fence=self.fence)
         if not claim.found or claim.status is not None:
             self._finish(claim.status or "", quiet=True)
             return
@@ -147,6 +170,7 @@ class RequestActor(PooledSupervisedActor):
         self.timer = self.scheduler.tell_later(
             max(0.0, deadline - self.clock.now()), self.actor_ref,
             RequestExpired(self.request_id))
+        self._arm_verify()
         self._ask_for_missing()
         # a predecessor (before a restart) may have left members with any count: replaced
         self._sync_tasks(stale=tuple(self.entries.values()))
@@ -159,6 +183,8 @@ class RequestActor(PooledSupervisedActor):
             self._dispatch(message)
             self.outage = 0
             self._sync_tasks()
+        except Fenced as exc:
+            self._fenced(exc)
         except redis.RedisError as exc:
             # Redis is away: handle the message again later (the scripts make that safe).
             self.outage += 1
@@ -180,6 +206,8 @@ class RequestActor(PooledSupervisedActor):
             self._vm_failed(message)
         elif isinstance(message, RequestExpired):
             self._expired(message)
+        elif isinstance(message, VerifyInFlight):
+            self._verify_in_flight()
         elif isinstance(message, RequestChanged):
             status = self.store.status(self.request_id)
             if status is not None:
@@ -192,7 +220,7 @@ class RequestActor(PooledSupervisedActor):
         lifetime = self.settings.vm_lifetime_auth if self.has_token else None
         outcome = self.store.attach(self.request_id, entry, msg.vm,
                                     now=timefmt.format_epoch(self.clock.now()),
-                                    lifetime=lifetime)
+                                    lifetime=lifetime, fence=self.fence)
         if outcome is AttachOutcome.ATTACHED:
             self.delivered[key] += 1
             log.info("[>] [%s] '%s' delivered to request '%s' (%d of %d)", msg.pool, msg.vm,
@@ -220,11 +248,18 @@ class RequestActor(PooledSupervisedActor):
             self.metrics.increment("vmpooler_errors.permanently_failed", tags={"pool": msg.pool})
             self._fail(f"Configuration error: {msg.reason}")
             return
+        if msg.refused:  # nothing was tried: no retry spent; asked again at the next check
+            log.info("[!] [%s] '%s' of request '%s' not cloned (%s); asking again in %.0fs",
+                     msg.pool, msg.vm, self.request_id, msg.reason,
+                     verify_interval(self.settings))
+            if self.in_grace and not self.in_flight:
+                self._fail(self._ttl_reason())
+            return
         if self.retries >= self.settings.max_vm_retries:
             self.metrics.increment("vmpooler_errors.permanently_failed", tags={"pool": msg.pool})
             self._fail("Max retry attempts exceeded")
             return
-        self.retries = self.store.record_retry(self.request_id)
+        self.retries = self.store.record_retry(self.request_id, fence=self.fence)
         log.info("[!] [%s] '%s' of request '%s' failed (%s); retry %d of %d", msg.pool,
                  msg.vm, self.request_id, msg.reason, self.retries,
                  self.settings.max_vm_retries)
@@ -233,6 +268,26 @@ class RequestActor(PooledSupervisedActor):
                 self._fail(self._ttl_reason())
         elif key in self.entries:
             self._ask_for_missing()
+
+    def _arm_verify(self) -> None:
+        self.verify_timer = self.scheduler.tell_later(
+            verify_interval(self.settings), self.actor_ref, VerifyInFlight(self.request_id))
+
+    def _verify_in_flight(self) -> None:
+        """A VM on its way that left pending without a word (its pool's message was lost
+        with a manager that died) counts as failed, so it is replaced."""
+        self._arm_verify()
+        if not self.in_grace:
+            self._ask_for_missing()  # what a refused clone left missing
+        if not self.in_flight:
+            return
+        pending = self.store.still_pending({vm: key[1] for vm, key in self.in_flight.items()})
+        for vm, (alias, pool) in list(self.in_flight.items()):
+            if vm not in pending:
+                self._vm_failed(RequestVmFailed(self.request_id, alias, pool, vm,
+                                                "VM left 'pending' unannounced"))
+                if self.finished:
+                    return
 
     def _expired(self, msg: RequestExpired) -> None:
         grace = self.settings.ondemand_request_grace
@@ -257,7 +312,8 @@ class RequestActor(PooledSupervisedActor):
 
     def _fulfil(self) -> bool:
         """Try the ready transition; True if the request is finished (either way)."""
-        ready, status = self.store.fulfil(self.request_id, list(self.entries.values()))
+        ready, status = self.store.fulfil(self.request_id, list(self.entries.values()),
+                                          fence=self.fence)
         if ready:
             self.metrics.increment("vmpooler_ondemand.ready")
             if self.created is not None:
@@ -273,7 +329,7 @@ class RequestActor(PooledSupervisedActor):
 
     def _fail(self, reason: str) -> None:
         failed, status = self.store.fail(self.request_id, list(self.entries.values()),
-                                         reason=reason, ttl=self.data_ttl)
+                                         reason=reason, ttl=self.data_ttl, fence=self.fence)
         if failed:
             self.metrics.increment("vmpooler_ondemand.failed")
             log.error("[!] request '%s' failed: %s", self.request_id, reason)
@@ -307,6 +363,20 @@ class RequestActor(PooledSupervisedActor):
             return
         self.tasks_written = wanted
 
+    def _fenced(self, exc: Fenced) -> None:
+        """The request's lease was lost (another manager holds it now): nothing was
+        written; stop without touching the request (its new holder runs it)."""
+        log.warning("[!] request '%s': late write refused by the fence (%s); this manager "
+                    "no longer runs it", self.request_id, exc)
+        self.finished = True
+        for timer in (self.timer, self.verify_timer):
+            if timer is not None:
+                timer.cancel()
+        self.in_flight.clear()
+        self.queued.clear()
+        self._tell_manager(RequestFinished(self.request_id, ""))
+        self.actor_ref.stop(block=False)
+
     def _tell_manager(self, message: Any) -> None:
         with contextlib.suppress(pykka.ActorDeadError):  # it is being restarted
             self.manager.tell(message)
@@ -317,13 +387,17 @@ class RequestActor(PooledSupervisedActor):
 
     def _finish(self, status: str, *, quiet: bool = False) -> None:
         self.finished = True
-        if self.timer is not None:
-            self.timer.cancel()
-        for vm, (_alias, pool) in self.in_flight.items():
-            if self.store.retire_pending(pool, vm):
-                self._lost(pool)
-                log.info("[>] [%s] '%s' of finished request '%s' moved to 'completed'", pool,
-                         vm, self.request_id)
+        for timer in (self.timer, self.verify_timer):
+            if timer is not None:
+                timer.cancel()
+        try:
+            for vm, (_alias, pool) in self.in_flight.items():
+                if self.store.retire_pending(pool, vm, fence=self.fence):
+                    self._lost(pool)
+                    log.info("[>] [%s] '%s' of finished request '%s' moved to 'completed'",
+                             pool, vm, self.request_id)
+        except Fenced as exc:  # the request's new holder has taken its VMs over
+            log.debug("request '%s': VMs not retired: %s", self.request_id, exc)
         self.in_flight.clear()
         self._sync_tasks()
         if not quiet:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pykka
@@ -66,8 +67,9 @@ from vmpooler.actors.pool.ownership import OwnershipSettings
 from vmpooler.actors.pool.purge import StalePurge
 from vmpooler.actors.pool.upkeep import PoolUpkeep
 from vmpooler.actors.runtime.clock import Clock, Scheduler, Timer
+from vmpooler.actors.runtime.remote import LocalOnly, Remote
 from vmpooler.actors.runtime.supervisor import ActorDirectory, SupervisedActor
-from vmpooler.actors.storage.lease_store import Fenced
+from vmpooler.actors.storage.lease_store import POOL, Fenced
 from vmpooler.actors.storage.request_store import RequestStore
 from vmpooler.actors.storage.store import Store
 
@@ -94,8 +96,10 @@ class PoolActor(SupervisedActor):
         requests: RequestStore | None = None,
         supervisor: pykka.ActorRef[Any] | None = None,
         ownership: OwnershipSettings | None = None,
+        remote: Remote | None = None,
     ) -> None:
         super().__init__(name=f"pool:{pool.name}", supervisor=supervisor)
+        self.remote: Remote = remote or LocalOnly()
         ctx = self.ctx = PoolContext.create(
             pool=pool, settings=settings, data_ttl_hours=data_ttl_hours, store=store,
             requests=requests or RequestStore(store.client), directory=directory, clock=clock,
@@ -105,7 +109,7 @@ class PoolActor(SupervisedActor):
         self.renew_timer: Timer | None = None
         self.ondemand = OnDemandVms(
             pool=pool.name, store=ctx.store, requests=ctx.requests, directory=directory,
-            busy=ctx.calls.busy, forget=ctx.vms.forget, lost=ctx.lost)
+            busy=ctx.calls.busy, forget=ctx.vms.forget, lost=ctx.lost, remote=self.remote)
         dead_letters = DeadLetters(ctx, self.ondemand)
         brake = Brake(ctx)
         self.upkeep = PoolUpkeep(ctx, on_drain=brake.drain)
@@ -164,7 +168,12 @@ class PoolActor(SupervisedActor):
         elif isinstance(message, StartDrain):
             self._guard(self.upkeep.drain, message.reason or "drain requested")
         elif isinstance(message, CloneForRequest):
-            self._guard(self.clones.for_request, message)
+            if self._acting():
+                self._guard(self.clones.for_request, message)
+            elif message.forwarded or not self.remote.to_lease_holder(
+                    POOL, self.ctx.name, f"pool:{self.ctx.name}",
+                    replace(message, forwarded=True)):
+                self.ondemand.clone_answered(message, None)  # nobody here owns the pool
         elif isinstance(message, PurgeStaleVms):
             self._guard(self.purge.purge, message)
         return None

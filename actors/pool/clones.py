@@ -104,21 +104,21 @@ class Clones:
 
     def for_request(self, msg: CloneForRequest) -> None:
         """Clone one VM for an on-demand request with an on-demand slot; the on-demand
-        manager is answered whatever happens (``RequestCloneAnswered``), the request's actor
-        told of a started clone (``RequestVmCloning``)."""
+        manager that granted it is answered whatever happens (``RequestCloneAnswered``; it
+        tells the request's actor of a started clone, in the same manager)."""
         vm: str | None = None
         try:
-            vm = self.start((msg.request_id, msg.alias))
+            vm = self.start((msg.request_id, msg.alias), request_fence=msg.fence)
         finally:
             self.ondemand.clone_answered(msg, vm)
-        if vm is not None:
-            self.ondemand.cloning(msg, vm)
 
-    def start(self, request: tuple[str, str] | None) -> str | None:
+    def start(self, request: tuple[str, str] | None, *, request_fence: str = "") -> str | None:
         """Reserve a name and a clone slot and start a clone; the VM's name, or None.
 
         ``request`` is ``(request_id, alias)`` for a clone of an on-demand request: it takes
-        an on-demand slot, and the VM is the request's (see ``OnDemandVms``).
+        an on-demand slot, and the VM is the request's (see ``OnDemandVms``). With
+        ``request_fence`` (the request's lease value the grant was made under) nothing
+        starts once the request's lease holds another value.
         """
         ctx, name = self.ctx, self.ctx.name
         settings = ctx.settings
@@ -131,8 +131,12 @@ class Clones:
             now = ctx.clock.now()
             code = ctx.store.reserve_clone(
                 name, vm, limit=limit, clone_time=timefmt.format_epoch(now),
-                domain=ctx.pool.domain, request=request,
+                domain=ctx.pool.domain, request=request, request_fence=request_fence,
             )
+            if code == CloneReservation.REQUEST_MOVED:
+                log.info("[*] [%s] clone for request '%s' not started: the request moved to "
+                         "another manager", name, request[0] if request else "")
+                return None
             if code == CloneReservation.NO_SLOT:
                 if request is None:
                     if self.slot_wait_since is None:
@@ -220,7 +224,7 @@ class Clones:
                     failure.error_class, failure.message)
         if ondemand:
             self.ondemand.failed(vm, f"clone failed: {failure.error_class}: {failure.message}",
-                                 permanent=failure.permanent)
+                                 permanent=failure.permanent, refused=failure.circuit_open)
             self.ondemand.slot_freed()
         else:
             self.refill(freed=1)

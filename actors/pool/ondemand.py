@@ -10,6 +10,12 @@ too, which decides whether to retry. A VM whose request has no actor any more go
 completed if the request is finished (``SETTLE_ORPHAN``), or stays pending until the
 request's actor is back.
 
+With several managers on one Redis, the request's actor may run in another manager (the
+holder of the request's lease) and the clone may have been granted by another manager's
+on-demand manager: those messages go through the ``Remote``
+(:mod:`vmpooler.actors.runtime.remote`). A ready VM is reported again at every pool check
+until its request takes it, so a message lost with a dead manager is repaired.
+
 Used only on the pool actor's thread.
 """
 
@@ -26,12 +32,13 @@ from vmpooler.actors.messages import (
     CloneForRequest,
     RequestCloneAnswered,
     RequestSlotFreed,
-    RequestVmCloning,
     RequestVmFailed,
     RequestVmReady,
     request_actor_name,
 )
+from vmpooler.actors.runtime.remote import LocalOnly, Remote
 from vmpooler.actors.runtime.supervisor import ActorDirectory
+from vmpooler.actors.storage.lease_store import REQUEST
 from vmpooler.actors.storage.request_store import RequestStore
 from vmpooler.actors.storage.store import Store
 
@@ -50,8 +57,10 @@ class OnDemandVms:
 
     def __init__(self, *, pool: str, store: Store, requests: RequestStore,
                  directory: ActorDirectory, busy: Container[str],
-                 forget: Callable[[str], None], lost: Callable[[str], None]) -> None:
+                 forget: Callable[[str], None], lost: Callable[[str], None],
+                 remote: Remote | None = None) -> None:
         self.name = pool
+        self.remote: Remote = remote or LocalOnly()
         self.store = store
         self.requests = requests
         self.directory = directory
@@ -97,20 +106,19 @@ class OnDemandVms:
 
     # -- telling their requests -------------------------------------------------------------------
     def clone_answered(self, msg: CloneForRequest, vm: str | None) -> None:
-        """Answer the on-demand manager's ``CloneForRequest`` (``vm`` None: not started)."""
-        self._tell("ondemand", RequestCloneAnswered(msg.request_id, msg.alias, self.name, vm,
-                                                    grant=msg.grant))
-
-    def cloning(self, msg: CloneForRequest, vm: str) -> None:
-        """Tell the request's actor that ``vm`` is being cloned for it."""
-        self._tell(request_actor_name(msg.request_id),
-                   RequestVmCloning(msg.request_id, msg.alias, self.name, vm))
+        """Answer the on-demand manager's ``CloneForRequest`` (``vm`` None: not started),
+        in the manager that granted it."""
+        answer = RequestCloneAnswered(msg.request_id, msg.alias, self.name, vm,
+                                      grant=msg.grant)
+        if msg.reply_to and msg.reply_to != self.remote.member:
+            self.remote.to_manager(msg.reply_to, "ondemand", answer)
+        else:
+            self._tell("ondemand", answer)
 
     def ready(self, vm: str) -> None:
         """A request's VM passed its readiness check: its request's actor attaches it."""
         request_id, alias = self.owners[vm]
-        if self._tell(request_actor_name(request_id),
-                      RequestVmReady(request_id, alias, self.name, vm)):
+        if self._tell_request(request_id, RequestVmReady(request_id, alias, self.name, vm)):
             return
         if self.requests.settle_orphan(request_id, self.name, vm):
             self.lost("abandoned")
@@ -119,19 +127,29 @@ class OnDemandVms:
             log.info("[>] [%s] '%s' is ready but its request '%s' is finished, moved to "
                      "'completed'", self.name, vm, request_id)
 
-    def failed(self, vm: str, reason: str, *, permanent: bool = False) -> None:
+    def failed(self, vm: str, reason: str, *, permanent: bool = False,
+               refused: bool = False) -> None:
         """A request's VM left pending without becoming ready: its request decides (nothing
-        happens for a VM of the pool's own)."""
+        happens for a VM of the pool's own). ``refused``: nothing was attempted."""
         owner = self.owners.pop(vm, None)
         if owner is None:
             return
         request_id, alias = owner
-        self._tell(request_actor_name(request_id),
-                   RequestVmFailed(request_id, alias, self.name, vm, reason, permanent))
+        self._tell_request(request_id,
+                           RequestVmFailed(request_id, alias, self.name, vm, reason, permanent,
+                                           refused))
 
     def slot_freed(self) -> None:
-        """An on-demand clone slot was released: the on-demand manager may hand it on."""
+        """An on-demand clone slot was released: the on-demand managers (every manager's
+        counts against one limit) may hand it on."""
         self._tell("ondemand", RequestSlotFreed())
+        self.remote.to_others("ondemand", RequestSlotFreed())
+
+    def _tell_request(self, request_id: str, message: Any) -> bool:
+        """Tell the request's actor, here or in the manager holding the request's lease."""
+        name = request_actor_name(request_id)
+        return self._tell(name, message) or self.remote.to_lease_holder(
+            REQUEST, request_id, name, message)
 
     def _tell(self, name: str, message: Any) -> bool:
         ref = self.directory.get(name)

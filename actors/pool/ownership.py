@@ -22,10 +22,7 @@ write). Used only on the pool actor's thread; each change of ownership is logged
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,49 +32,16 @@ import redis
 from vmpooler.actors.runtime.clock import Clock
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.heartbeat_store import HeartbeatStore
-from vmpooler.actors.storage.lease_store import Fenced, Lease, LeaseStore
+from vmpooler.actors.storage.lease_store import POOL, Fenced, Lease, LeaseStore
+from vmpooler.actors.storage.membership import dead_here, live_managers, rendezvous_owner
 
 __all__ = ["KIND", "Ownership", "OwnershipSettings", "dead_here", "live_managers",
            "rendezvous_owner"]
 
 log = logging.getLogger(__name__)
 
-KIND = "pool"
+KIND = POOL
 """The lease kind of pools (``vmpooler__lease__pool__<name>``)."""
-
-
-def _score(member: str, name: str) -> int:
-    digest = hashlib.blake2b(f"{member}\0{name}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big")
-
-
-def rendezvous_owner(members: set[str] | list[str], name: str) -> str:
-    """The member owning ``name``: the highest blake2b score of member and name (ties, which
-    need a hash collision, go to the larger member)."""
-    return max(members, key=lambda m: (_score(m, name), m))
-
-
-def dead_here(member: str) -> bool:
-    """True when ``member`` (``host:pid:started``) names a process of this host that no
-    longer exists. Any other member (another host, a live or unreadable pid) is not."""
-    host_pid = member.rpartition(":")[0]
-    host, _, pid = host_pid.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False
-    return False
-
-
-def live_managers(heartbeats: HeartbeatStore, now: float, stale_after: float) -> set[str]:
-    """The heartbeat members whose beat is at most ``stale_after`` s old at ``now``, less
-    those naming a process of this host that no longer exists."""
-    return {b.manager for b in heartbeats.beats()
-            if now - b.at <= stale_after and not dead_here(b.manager)}
 
 
 @dataclass(frozen=True, slots=True)

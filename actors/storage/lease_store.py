@@ -1,4 +1,4 @@
-"""Leases with fencing tokens: which manager owns a pool (and, later, an on-demand request).
+"""Leases with fencing tokens: which manager owns a pool or an in-flight on-demand request.
 
 A lease is one Redis string per owned thing (``schema.lease(kind, name)``) taken with
 ``SET NX PX``: it expires after its TTL unless its holder renews it, and only the holder may
@@ -21,7 +21,12 @@ import redis
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.schema import LeaseScripts
 
-__all__ = ["Fence", "Fenced", "Lease", "LeaseState", "LeaseStore"]
+__all__ = ["POOL", "REQUEST", "Fence", "Fenced", "Lease", "LeaseState", "LeaseStore"]
+
+POOL = "pool"
+"""The lease kind of pools (``vmpooler__lease__pool__<name>``)."""
+REQUEST = "request"
+"""The lease kind of in-flight on-demand requests (``vmpooler__lease__request__<id>``)."""
 
 
 class Fenced(Exception):  # noqa: N818 - the reply's name
@@ -102,6 +107,16 @@ class LeaseStore:
         """Extend ``lease`` by ``ttl`` seconds from now; False (nothing written) if it is no
         longer held."""
         return bool(self._renew(keys=[lease.key], args=[lease.value, max(1, int(ttl * 1000))]))
+
+    def renew_many(self, leases: list[Lease], *, ttl: float) -> list[bool]:
+        """:meth:`renew` each of ``leases``, in one round trip; whether each still held."""
+        if not leases:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for lease in leases:
+            self._renew(keys=[lease.key], args=[lease.value, max(1, int(ttl * 1000))],
+                        client=pipe)
+        return [bool(r) for r in pipe.execute()]
 
     def release(self, lease: Lease) -> bool:
         """Give ``lease`` up; False (nothing written) if it was no longer held."""

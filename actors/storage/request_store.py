@@ -3,6 +3,9 @@ status change as one compare-and-set script
 (:class:`vmpooler.actors.storage.schema.RequestScripts`).
 
 Used by the API (create, read, delete) and by request actors (claim, attach, fulfil, fail).
+A request actor's writes take the fence of the request's lease (``fence=``): when the lease
+no longer holds the value the fence names, nothing is written and
+:class:`~vmpooler.actors.storage.lease_store.Fenced` is raised.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from typing import Any
 import redis
 
 from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.lease_store import Fence, Fenced
 from vmpooler.actors.storage.schema import RequestScripts
+from vmpooler.actors.storage.schema.lease_scripts import FENCED, fenced
 
 __all__ = [
     "AttachOutcome",
@@ -29,6 +34,8 @@ __all__ = [
     "parse_requested",
 ]
 
+FENCED_SCRIPTS = ("CLAIM", "ATTACH", "FULFIL", "FAIL", "RETRY", "RETIRE")
+"""The scripts a request's actor runs, which take the fence of the request's lease."""
 READY_TTL = 2_592_000
 """Seconds a ready request's hash is kept (30 days, as vmpooler)."""
 DELETED_TTL = 1_296_000
@@ -129,11 +136,20 @@ class RequestStore:
         self._scripts = {
             name: client.register_script(getattr(RequestScripts, name))
             for name in ("CREATE", "CLAIM", "ATTACH", "FULFIL", "FAIL", "DELETE",
-                         "SETTLE_ORPHAN", "IN_FLIGHT")
+                         "SETTLE_ORPHAN", "IN_FLIGHT", "RETRY", "RETIRE")
         }
+        self._fenced = {name: client.register_script(fenced(getattr(RequestScripts, name)))
+                        for name in FENCED_SCRIPTS}
 
-    def _run(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        return self._scripts[script](keys=list(keys), args=list(args))
+    def _run(self, script: str, keys: Sequence[str], args: Sequence[Any],
+             fence: Fence | None = None) -> Any:
+        if fence is None:
+            return self._scripts[script](keys=list(keys), args=list(args))
+        held = fence.held()
+        reply = self._fenced[script](keys=[*keys, fence.key], args=[*args, held or ""])
+        if reply == FENCED:
+            raise Fenced(fence.key, held)
+        return reply
 
     @staticmethod
     def _vm_keys(request_id: str, entries: Iterable[Entry]) -> list[str]:
@@ -193,13 +209,13 @@ class RequestStore:
         waiting, processing = pipe.execute()
         return list(dict.fromkeys([*processing, *waiting]))
 
-    def claim(self, request_id: str, *, now: float) -> Claim:
+    def claim(self, request_id: str, *, now: float, fence: Fence | None = None) -> Claim:
         """Move the request to processing (keeping its creation time) and read it."""
         r = self._run(
             "CLAIM",
             [schema.odrequest(request_id), schema.provisioning_request(),
              schema.provisioning_processing()],
-            [request_id, int(now)],
+            [request_id, int(now)], fence,
         )
         code = int(r[0])
         if code == 0:
@@ -229,8 +245,24 @@ class RequestStore:
                 out[flat[i]] = (flat[i + 1], pool)
         return out
 
+    def still_pending(self, vms: dict[str, str]) -> set[str]:
+        """Of ``vms`` (``vm -> pool``), those still in their pool's pending set (one round
+        trip)."""
+        by_pool: dict[str, list[str]] = {}
+        for vm, pool in vms.items():
+            by_pool.setdefault(pool, []).append(vm)
+        if not by_pool:
+            return set()
+        pipe = self.client.pipeline(transaction=False)
+        for pool, names in by_pool.items():
+            pipe.smismember(schema.pending(pool), names)
+        found: set[str] = set()
+        for names, flags in zip(by_pool.values(), pipe.execute(), strict=True):
+            found.update(vm for vm, flag in zip(names, flags, strict=True) if flag)
+        return found
+
     def attach(self, request_id: str, entry: Entry, vm: str, *, now: str,
-               lifetime: int | None) -> AttachOutcome:
+               lifetime: int | None, fence: Fence | None = None) -> AttachOutcome:
         """Hand a ready VM to the request (pending → running), or retire it if the request
         cannot take it. See ``RequestScripts.ATTACH``."""
         return AttachOutcome(int(self._run(
@@ -239,10 +271,11 @@ class RequestStore:
              schema.running(entry.pool), schema.completed(entry.pool),
              schema.request_vms(request_id, entry.alias, entry.pool), schema.active(entry.pool),
              schema.vm(vm)],
-            [vm, now, entry.count, "" if lifetime is None else lifetime],
+            [vm, now, entry.count, "" if lifetime is None else lifetime], fence,
         )))
 
-    def fulfil(self, request_id: str, entries: Sequence[Entry]) -> tuple[bool, str | None]:
+    def fulfil(self, request_id: str, entries: Sequence[Entry], *,
+               fence: Fence | None = None) -> tuple[bool, str | None]:
         """Mark the request ready if every entry is full and it is still in flight.
 
         Returns ``(True, "ready")``, ``(False, None)`` when not complete yet, or
@@ -252,7 +285,7 @@ class RequestStore:
             "FULFIL",
             [schema.odrequest(request_id), schema.provisioning_processing(),
              *(schema.request_vms(request_id, e.alias, e.pool) for e in entries)],
-            [request_id, READY_TTL, *(e.count for e in entries)],
+            [request_id, READY_TTL, *(e.count for e in entries)], fence,
         )
         code = int(r[0])
         if code == 1:
@@ -260,7 +293,7 @@ class RequestStore:
         return False, (r[1] if code == 0 else None)
 
     def fail(self, request_id: str, entries: Sequence[Entry], *, reason: str,
-             ttl: int) -> tuple[bool, str | None]:
+             ttl: int, fence: Fence | None = None) -> tuple[bool, str | None]:
         """Fail the request if it is still in flight; its delivered VMs go to completed.
 
         Returns ``(True, "failed")`` or ``(False, status it already had)``.
@@ -269,7 +302,7 @@ class RequestStore:
             "FAIL",
             [schema.odrequest(request_id), schema.provisioning_request(),
              schema.provisioning_processing(), *self._vm_keys(request_id, entries)],
-            [request_id, reason, ttl],
+            [request_id, reason, ttl], fence,
         )
         return (True, "failed") if int(r[0]) == 1 else (False, r[1])
 
@@ -280,9 +313,9 @@ class RequestStore:
             return ""
         return fields[1] or None
 
-    def record_retry(self, request_id: str) -> int:
+    def record_retry(self, request_id: str, *, fence: Fence | None = None) -> int:
         """Count one more clone retry; returns the new count."""
-        return int(self.client.hincrby(schema.odrequest(request_id), "retry_count", 1))
+        return int(self._run("RETRY", [schema.odrequest(request_id)], [], fence))
 
     def settle_orphan(self, request_id: str, pool: str, vm: str) -> bool:
         """A ready VM whose request has no actor: to completed if the request is finished."""
@@ -328,6 +361,7 @@ class RequestStore:
         """On-demand clones in flight (``tasks__ondemandclone``)."""
         return int(self.client.get(schema.tasks_ondemandclone()) or 0)
 
-    def retire_pending(self, pool: str, vm: str) -> bool:
+    def retire_pending(self, pool: str, vm: str, *, fence: Fence | None = None) -> bool:
         """pending → completed (a finished request's VM still booting)."""
-        return bool(self.client.smove(schema.pending(pool), schema.completed(pool), vm))
+        return bool(self._run("RETIRE", [schema.pending(pool), schema.completed(pool)], [vm],
+                              fence))

@@ -20,7 +20,7 @@ from typing import Any
 import redis
 
 from vmpooler.actors.storage import schema
-from vmpooler.actors.storage.lease_store import Fence, Fenced
+from vmpooler.actors.storage.lease_store import REQUEST, Fence, Fenced
 from vmpooler.actors.storage.pool_snapshot import PoolSnapshot, read_snapshot
 from vmpooler.actors.storage.schema import Scripts
 from vmpooler.actors.storage.schema.lease_scripts import FENCED, fenced
@@ -65,6 +65,7 @@ class CloneReservation:
     RESERVED = 1
     NO_SLOT = 0
     NAME_TAKEN = -1
+    REQUEST_MOVED = -2
 
 
 class Store:
@@ -158,20 +159,22 @@ class Store:
     # -- transitions ------------------------------------------------------------------------
     def reserve_clone(
         self, pool: str, vm: str, *, limit: int, clone_time: str, domain: str | None,
-        request: tuple[str, str] | None = None,
+        request: tuple[str, str] | None = None, request_fence: str = "",
     ) -> int:
         """Take a clone slot and the name, and put the VM in pending, atomically.
 
         ``request`` is ``(request_id, alias)`` for an on-demand clone: it takes a slot of
-        ``tasks__ondemandclone`` instead and is recorded in the VM hash. Returns a
-        :class:`CloneReservation` code.
+        ``tasks__ondemandclone`` instead and is recorded in the VM hash; with
+        ``request_fence`` (a value of the request's lease) nothing is written unless the
+        lease still holds it. Returns a :class:`CloneReservation` code.
         """
         request_id, alias = request or ("", "")
-        return int(self._run(
-            "START_CLONE",
-            [_clone_counter(request is not None), schema.vm(vm), schema.pending(pool)],
-            [limit, vm, clone_time, pool, domain or "", request_id, alias],
-        ))
+        keys = [_clone_counter(request is not None), schema.vm(vm), schema.pending(pool)]
+        args: list[Any] = [limit, vm, clone_time, pool, domain or "", request_id, alias]
+        if request is not None and request_fence:
+            keys.append(schema.lease(REQUEST, request_id))
+            args.append(request_fence)
+        return int(self._run("START_CLONE", keys, args))
 
     def clone_succeeded(
         self, pool: str, vm: str, *, seconds: float, ip: str, date: str, ondemand: bool = False

@@ -47,6 +47,7 @@ __all__ = [
     "lease",
     "lease_token",
     "manager_heartbeat",
+    "manager_inbox",
     "migrating",
     "migration",
     "odcreate_task",
@@ -329,7 +330,7 @@ def history_clones() -> str:
 
 
 def lease(kind: str, name: str) -> str:
-    """String (ours): the lease of one owned thing, ``kind`` ``pool`` (later ``request``).
+    """String (ours): the lease of one owned thing, ``kind`` ``pool`` or ``request``.
     Value ``<token> <holder>`` (holder = manager id); it expires after the lease TTL unless
     its holder renews it (:mod:`vmpooler.actors.storage.lease_store`)."""
     return f"{_P}lease__{kind}__{name}"
@@ -347,6 +348,13 @@ def manager_heartbeat() -> str:
     members older than the prune age and re-arms the key's expiry, so the key vanishes
     once no manager beats (:mod:`vmpooler.actors.storage.heartbeat_store`)."""
     return f"{_P}manager__heartbeat"
+
+
+def manager_inbox(manager: str) -> str:
+    """Stream (ours): messages other managers send to one manager's actors, one entry per
+    message (fields ``to``, ``type``, ``body``; :mod:`vmpooler.actors.service.relay`). It
+    expires an hour after its last entry, so a dead manager's inbox goes by itself."""
+    return f"{_P}manager__inbox__{manager}"
 
 
 def provider_health(provider: str) -> str:

@@ -18,10 +18,14 @@ class Scripts:
     # KEYS[1] counter, KEYS[2] vm hash, KEYS[3] pending set
     # ARGV[1] limit, ARGV[2] vm name, ARGV[3] clone time, ARGV[4] pool, ARGV[5] domain ('' = none),
     # ARGV[6] on-demand request id ('' = a pooled clone), ARGV[7] the request's alias
+    # Optional KEYS[4] the request's lease, ARGV[8] the lease value the clone was granted
+    # under: nothing is written unless the lease holds it.
     # The counter is ``tasks__clone`` for pooled clones, ``tasks__ondemandclone`` for requests.
     # Returns 1 reserved (counter incremented, hash written, VM in pending),
-    #         0 no clone slot (counter >= limit), -1 name taken (hash exists).
+    #         0 no clone slot (counter >= limit), -1 name taken (hash exists),
+    #         -2 the request's lease holds another value (its holder changed).
     START_CLONE = """
+if KEYS[4] and redis.call('GET', KEYS[4]) ~= ARGV[8] then return -2 end
 local n = tonumber(redis.call('GET', KEYS[1]) or '0')
 if n >= tonumber(ARGV[1]) then return 0 end
 if redis.call('EXISTS', KEYS[2]) == 1 then return -1 end

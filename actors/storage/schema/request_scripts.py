@@ -10,6 +10,10 @@ one of these scripts, and each checks the current status first (compare-and-set)
 * a request becomes ``ready`` only when every entry's delivered-VM set is full and its status
   is still unset.
 
+The scripts a request's actor runs (CLAIM, ATTACH, FULFIL, FAIL, RETRY, RETIRE) also run
+behind the fence of the request's lease (``lease_scripts.fenced``) when several managers
+share the Redis: a former holder's late writes are refused.
+
 So a writer outside the actor system — an API process, a second manager, a Ruby vmpooler
 sharing the Redis — cannot resurrect a finished request or hand its VMs to anyone else.
 
@@ -172,6 +176,19 @@ if redis.call('HEXISTS', KEYS[1], 'requested') == 1 and not (status and status ~
   return 0
 end
 return redis.call('SMOVE', KEYS[2], KEYS[3], ARGV[1])
+"""
+
+    # KEYS[1] request hash; ARGV: none
+    # Counts one more clone retry of the request. Returns the new count.
+    RETRY = """
+return redis.call('HINCRBY', KEYS[1], 'retry_count', 1)
+"""
+
+    # KEYS[1] pool's pending set, KEYS[2] pool's completed set; ARGV[1] vm
+    # A finished request's VM still booting: pending -> completed. Returns 1 moved, 0 not
+    # pending.
+    RETIRE = """
+return redis.call('SMOVE', KEYS[1], KEYS[2], ARGV[1])
 """
 
     # KEYS: the pending set of each pool the request uses
