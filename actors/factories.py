@@ -37,6 +37,7 @@ from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, prune_age, stale_age
 from vmpooler.actors.storage.history_store import HistoryStore
 from vmpooler.actors.storage.lease_store import LeaseStore
+from vmpooler.actors.storage.membership import Membership
 from vmpooler.actors.storage.request_store import RequestStore
 from vmpooler.actors.storage.store import Store
 from vmpooler.actors.storage.upkeep_store import UpkeepStore
@@ -79,6 +80,7 @@ class ActorFactories:
     restart_policy: RestartPolicy
     manager_id: str
     remote: Remote = field(default_factory=LocalOnly)  # the other managers' actors
+    membership: Membership | None = None  # who is live and owns which pool (shared)
 
     def housekeeper(self) -> Factory:
         cfg, res = self.config, self.res
@@ -102,6 +104,7 @@ class ActorFactories:
                 manager=self.manager_id, store=HeartbeatStore(res.client), interval=interval,
                 prune_after=prune_age(interval, settings.manager_heartbeat_max_age),
                 clock=self.clock, scheduler=res.scheduler, supervisor=supervisor,
+                slots=self.store, stale_after=self.stale_after(self.config),
             )
 
         return factory
@@ -182,7 +185,7 @@ class ActorFactories:
         return OwnershipSettings(
             manager=self.manager_id,
             ttl=float(settings.manager_lease_ttl or 3 * interval),
-            stale_after=self.stale_after(self.config))
+            stale_after=self.stale_after(self.config), membership=self.membership)
 
     def ondemand(self) -> Factory:
         cfg, res = self.config, self.res

@@ -46,8 +46,8 @@ from vmpooler.actors.service.command_stream import consumer_factory
 from vmpooler.actors.service.relay import Relay
 from vmpooler.actors.storage.connection import connect_configured
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
-from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, manager_id
-from vmpooler.actors.storage.membership import live_managers
+from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, manager_id, prune_age
+from vmpooler.actors.storage.membership import Membership, live_managers
 from vmpooler.actors.storage.request_store import DeleteOutcome, Entry, RequestRecord, RequestStore
 from vmpooler.actors.storage.store import Store
 from vmpooler.providers.base import Provider
@@ -74,7 +74,9 @@ class PoolerSystem:
 
     def __init__(self, config: Config, store: Store, clock: Clock, res: SystemResources) -> None:
         self.config = config
-        self.store = store
+        self.manager_id = manager_id(clock.now())
+        """This manager's member of ``vmpooler__manager__heartbeat``."""
+        self.store = store = store.owned_by(self.manager_id)  # its clone slots are its own
         self.requests = RequestStore(store.client)
         self.clock = clock
         self.directory = ActorDirectory()
@@ -82,17 +84,18 @@ class PoolerSystem:
         self._supervisor: pykka.ActorRef[Any] | None = None
         self._stopped = False
         self.restart_policy = RestartPolicy()  # the Supervisor's and the on-demand manager's
-        self.manager_id = manager_id(clock.now())
-        """This manager's member of ``vmpooler__manager__heartbeat``."""
-        stale_after = ActorFactories.stale_after(config)
+        self.membership = Membership(
+            manager=self.manager_id, heartbeats=HeartbeatStore(store.client), now=clock.now,
+            stale_after=ActorFactories.stale_after(config), pools=[p.name for p in config.pools],
+            monotonic=clock.monotonic)
+        """Which managers are live and which owns each pool, shared by this one's actors."""
         self.relay = Relay(store.client, member=self.manager_id, directory=self.directory,
-                           live=lambda: live_managers(HeartbeatStore(store.client), clock.now(),
-                                                      stale_after))
+                           live=lambda: set(self.membership.live()))
         """Messages to and from the actors of other managers on the same Redis."""
         self._factories = ActorFactories(
             config=config, store=store, requests=self.requests, clock=clock,
             directory=self.directory, res=res, restart_policy=self.restart_policy,
-            manager_id=self.manager_id, remote=self.relay)
+            manager_id=self.manager_id, remote=self.relay, membership=self.membership)
 
     # -- lifecycle ------------------------------------------------------------------------------
     @classmethod
@@ -155,14 +158,22 @@ class PoolerSystem:
         resolver: Callable[[str], bool], task_interval: float, consume_commands: bool,
     ) -> None:
         cfg, res = self.config, self._res
-        # Several managers may share the clone counters: recount them, never zero them.
-        others = live_managers(HeartbeatStore(res.client), self.clock.now(),
+        # Beat first: from now on the others count this manager live (its clone slots too).
+        heartbeats = HeartbeatStore(res.client)
+        settings = cfg.settings
+        heartbeats.beat(self.manager_id, self.clock.now(), prune_after=prune_age(
+            settings.manager_heartbeat_interval, settings.manager_heartbeat_max_age))
+        # Several managers share the clone counters: give back the dead ones' slots, never
+        # zero the counters under the live ones.
+        others = live_managers(heartbeats, self.clock.now(),
                                self._factories.ownership().stale_after) - {self.manager_id}
-        pooled, ondemand = self.store.recount_clones(p.name for p in cfg.pools)
+        gone = self.store.slot_owners() - others - {self.manager_id}
+        pooled, ondemand, forgotten = self.store.fold_slots(gone)
         if not others:  # in-flight migrations can only be a dead manager's
             self.store.forget_migrations()
         log.info("[*] [manager] %d other manager(s) live; clones in flight: %d pooled, "
-                 "%d on-demand", len(others), pooled, ondemand)
+                 "%d on-demand; %d slot(s) of %d manager(s) gone given back", len(others),
+                 pooled, ondemand, forgotten, len(gone))
         removed = self.store.publish_pools({p.name: _published(p) for p in cfg.pools})
         for name in removed:
             log.info("[*] [%s] pool is no longer configured; forgotten", name)

@@ -78,8 +78,9 @@ def test_clone_succeeded_counts_per_pool(redis_client: redis.Redis) -> None:
     from vmpooler.actors.storage.schema import Scripts
     script = redis_client.register_script(Scripts.CLONE_SUCCEEDED)
     for vm in ("v1", "v2"):
-        script(keys=[schema.tasks_clone(), schema.vm(vm), schema.clone_stats("2024-01-01")],
-               args=[f"debian-12:{vm}", "1.5", ""])
+        script(keys=[schema.tasks_clone(), schema.vm(vm), schema.clone_stats("2024-01-01"),
+                     schema.tasks_clone_slots("m")],
+               args=[f"debian-12:{vm}", "1.5", "", vm])
     assert redis_client.hget(schema.history_clones(), "debian-12") == "2"
 
 

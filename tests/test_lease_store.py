@@ -8,7 +8,7 @@ import redis
 
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.lease_store import Fenced, Lease, LeaseStore
-from vmpooler.actors.storage.store import FENCED_SCRIPTS, Store
+from vmpooler.actors.storage.store import FENCED_SCRIPTS, STANDALONE, Store
 from vmpooler.actors.storage.upkeep_store import UpkeepStore
 
 
@@ -76,12 +76,17 @@ def _transitions(store: Store) -> list[tuple[str, object]]:
     ]
 
 
+SLOTS = schema.tasks_clone_slots(STANDALONE)
+SLOT_KEYS = (schema.tasks_clone(), SLOTS)
+
+
 def _seed(client: redis.Redis) -> None:
     client.flushdb()
     client.sadd(schema.completed("p"), "vm1")
     client.sadd(schema.migrating("p"), "vm1")
     client.hset(schema.vm("vm1"), mapping={"clone": "t", "pool": "p"})
     client.set(schema.tasks_clone(), 2)
+    client.sadd(SLOTS, "vm1", "vm0")  # the two slots: vm1's is given back by its answer
 
 
 def test_every_fenced_write_is_refused_without_the_lease(redis_client: redis.Redis) -> None:
@@ -94,16 +99,17 @@ def test_every_fenced_write_is_refused_without_the_lease(redis_client: redis.Red
             _seed(redis_client)
             redis_client.set(fence.key, "8 owner:1:1")
             before = {k: (redis_client.type(k), redis_client.dump(k))
-                      for k in redis_client.keys("vmpooler__*") if k != schema.tasks_clone()}
+                      for k in redis_client.keys("vmpooler__*") if k not in SLOT_KEYS}
             fence.value = held
             with pytest.raises(Fenced):
                 call()  # type: ignore[operator]
             after = {k: (redis_client.type(k), redis_client.dump(k))
-                     for k in redis_client.keys("vmpooler__*") if k != schema.tasks_clone()}
+                     for k in redis_client.keys("vmpooler__*") if k not in SLOT_KEYS}
             assert after == before, name
             # A refused clone answer still gives its slot back; nothing else touches it.
             slots = 1 if name in ("CLONE_SUCCEEDED", "CLONE_FAILED") else 2
             assert int(redis_client.get(schema.tasks_clone())) == slots, name
+            assert redis_client.scard(SLOTS) == slots, name
     assert covered == set(FENCED_SCRIPTS)
 
 

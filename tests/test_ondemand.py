@@ -388,3 +388,48 @@ def test_odcreate_task_counts_the_clones_not_started_as_vmpooler_writes_it(
             wait_until(lambda: tasks(redis_client) == set())
     finally:
         provider.go.set()
+
+
+class FirstClonesHeld(GatedProvider):
+    """The first ``held`` clones wait in ``create_vm`` until ``go`` is set."""
+
+    def __init__(self, *args: Any, held: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.go = threading.Event()
+        self.held = held
+        self.calls = 0
+
+    def create_vm(self, pool: str, vm: str, **kwargs: Any) -> Any:
+        with self.gate:
+            self.calls += 1
+            wait = self.calls <= self.held
+        if wait:
+            assert self.go.wait(30), "the test never let the clone go"
+        return super().create_vm(pool, vm, **kwargs)
+
+
+def test_refill_after_request_vms_left_pending_does_not_clone_above_the_size(
+    redis_client: redis.Redis,
+) -> None:
+    """The pool's own clones answer after a request's VMs were delivered (pending ->
+    running) and before a cycle forgot them: the pool counts its pending VMs, not pending
+    minus every request VM it still remembers, so it starts no clone beyond its size."""
+    config = make_config([pool("a", 2)])
+    provider = FirstClonesHeld(context_for(config), rng=random.Random(1),
+                               sleep=lambda _s: None, held=2)
+    try:
+        with started(redis_client, config, provider=provider) as h:
+            wait_until(lambda: provider.calls == 2)  # the pool's two, held
+            rid = h.system.request_ondemand({"a": 2})
+            wait_until(lambda: redis_client.scard(schema.pending("a")) == 4)
+            for vm in redis_client.smembers(schema.pending("a")):
+                if redis_client.hget(schema.vm(vm), "request_id"):
+                    provider.released.add(vm)
+            h.system.notify("a")  # a cycle: the request's VMs pass their check
+            wait_until(lambda: status(redis_client, rid) == "ready")
+            provider.go.set()  # the pool's clones answer: each frees a slot, refills
+            h.quiesce()
+            assert redis_client.scard(schema.pending("a")) == 2, "cloned above the size"
+            assert len(provider.created) == 4
+    finally:
+        provider.go.set()

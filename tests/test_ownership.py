@@ -190,18 +190,58 @@ def test_a_pool_owned_by_another_manager_is_left_alone(redis_client: redis.Redis
         wait_until(destroyed, 20, "the stray to be destroyed by pa's new owner")
 
 
-def test_recount_counts_the_clones_in_flight(redis_client: redis.Redis) -> None:
-    store = Store(redis_client)
-    redis_client.sadd(schema.pending("pa"), "cloning", "cloned", "for-request", "no-hash")
-    redis_client.sadd(schema.pending("pb"), "cloning-b")
-    redis_client.hset(schema.vm("cloning"), "clone", "t")
-    redis_client.hset(schema.vm("cloning-b"), "clone", "t")
-    redis_client.hset(schema.vm("cloned"), mapping={"clone": "t", "clone_time": "1.0"})
-    redis_client.hset(schema.vm("for-request"), mapping={"clone": "t", "request_id": "r"})
-    redis_client.set(schema.tasks_clone(), 9)
-    assert store.recount_clones(["pa", "pb"]) == (2, 1)
-    assert redis_client.get(schema.tasks_clone()) == "2"
+def take_slot(store: Store, pool_name: str, vm: str, *, request: str = "") -> None:
+    assert store.reserve_clone(pool_name, vm, limit=100, clone_time="t", domain=None,
+                               request=(request, "a") if request else None) == 1
+
+
+def test_clone_slots_are_kept_per_manager_and_folded_once_when_it_is_gone(
+        redis_client: redis.Redis) -> None:
+    """Each slot is the VM's member of its manager's slot set; folding a manager that is
+    gone gives its slots back once (a late answer of its releases nothing), and the
+    counters become the sum of the remaining managers' slots (a stale value is repaired,
+    never zeroed under a live manager's clones)."""
+    alive, dead = Store(redis_client).owned_by("alive"), Store(redis_client).owned_by("dead")
+    take_slot(alive, "pa", "a1")
+    take_slot(dead, "pa", "d1")
+    take_slot(dead, "pb", "d2")
+    take_slot(dead, "pb", "d3", request="r1")
+    assert redis_client.get(schema.tasks_clone()) == "3"
     assert redis_client.get(schema.tasks_ondemandclone()) == "1"
+    assert alive.slot_owners() == {"alive", "dead"}
+    redis_client.set(schema.tasks_clone(), 9)  # drifted (an older build, a crash)
+    assert alive.fold_slots({"dead"}) == (1, 0, 3)
+    assert redis_client.get(schema.tasks_clone()) == "1"
+    assert redis_client.get(schema.tasks_ondemandclone()) == "0"
+    assert alive.slot_owners() == {"alive"}
+    # the dead manager's clone answers after all (it was only paused): nothing released
+    dead.clone_succeeded("pa", "d1", seconds=1.0, ip="", date="2026-01-01")
+    dead.clone_failed("pb", "d3", error="x", error_class="E", ttl=60, release_slot=True,
+                      ondemand=True)
+    assert redis_client.get(schema.tasks_clone()) == "1"
+    assert redis_client.get(schema.tasks_ondemandclone()) == "0"
+    # the live one's answer releases its slot, once
+    alive.clone_succeeded("pa", "a1", seconds=1.0, ip="", date="2026-01-01")
+    assert alive.release_clone_slot("a1") == 0
+    assert redis_client.get(schema.tasks_clone()) == "0"
+
+
+def test_the_heartbeat_gives_back_the_slots_of_a_manager_gone(
+        redis_client: redis.Redis) -> None:
+    """A manager whose beat went stale while its clones were in flight (killed): a live
+    manager's heartbeat folds its slots, so they are not held for good."""
+    config = make_config([pool("pa", 0)], manager_heartbeat_interval=5)
+    clock = FakeClock()
+    HeartbeatStore(redis_client).beat("other.example:1:1", clock.now(), prune_after=600)
+    theirs = Store(redis_client).owned_by("other.example:1:1")
+    take_slot(theirs, "pa", "theirs")
+    with started(redis_client, config) as h:
+        h.quiesce()
+        assert redis_client.get(schema.tasks_clone()) == "1", "a live manager's slot kept"
+        h.advance(20)  # its beat is older than 3 x 5 s: gone
+        wait_until(lambda: redis_client.get(schema.tasks_clone()) == "0", 10,
+                   "the dead manager's slot given back")
+        assert "other.example:1:1" not in theirs.slot_owners()
 
 
 def test_a_starting_manager_keeps_another_managers_clone_slots(
@@ -212,9 +252,7 @@ def test_a_starting_manager_keeps_another_managers_clone_slots(
     config = make_config([pool("pa", 0)])
     clock = FakeClock()
     HeartbeatStore(redis_client).beat("other.example:1:1", clock.now(), prune_after=600)
-    redis_client.sadd(schema.pending("pa"), "theirs")
-    redis_client.hset(schema.vm("theirs"), mapping={"clone": "t", "pool": "pa"})
-    redis_client.set(schema.tasks_clone(), 1)
+    take_slot(Store(redis_client).owned_by("other.example:1:1"), "pa", "theirs")
     redis_client.sadd(schema.migration(), "moving")
     with started(redis_client, config):
         assert redis_client.get(schema.tasks_clone()) == "1"

@@ -46,15 +46,16 @@ class Clones:
         self.slot_wait_since: float | None = None  # monotonic: first NO_SLOT of a shortage
         self.failures = 0  # consecutive failed clones
         self.retry_at = 0.0  # monotonic: no clone starts before this
-        self.owed_slots = 0  # clone-slot releases that failed while Redis was away
+        self.owed_slots: dict[str, bool] = {}  # vm -> on-demand: releases Redis missed
 
     # -- refill -------------------------------------------------------------------------------
     def repay_slots(self) -> None:
-        """Give back the clone slots owed since Redis was away (``RELEASE_SLOT`` each)."""
-        if self.owed_slots:
-            for _ in range(self.owed_slots):
-                self.ctx.store.release_clone_slot()
-            self.owed_slots = 0
+        """Give back the clone slots owed since Redis was away (``RELEASE_SLOT`` each: a
+        slot already given back, by a fold say, is not given twice)."""
+        while self.owed_slots:
+            vm, ondemand = next(iter(self.owed_slots.items()))
+            self.ctx.store.release_clone_slot(vm, ondemand=ondemand)
+            del self.owed_slots[vm]
 
     def repopulate(self, ready: int, pending: int) -> bool:
         """Start ``size − ready − pending`` clones (the cycle's refill). True if any started."""
@@ -81,9 +82,14 @@ class Clones:
         backing_off = ctx.clock.monotonic() < self.retry_at
         if not self.upkeep.preparing and self.upkeep.initialised and not backing_off:
             counts = ctx.store.counts(ctx.name, ("ready", "pending"))
-            pooled_pending = max(0, counts["pending"] - len(self.ondemand))
-            want = (self.upkeep.size - counts["ready"] - len(ctx.vms.held)
-                    - pooled_pending)
+            pooled_pending = counts["pending"]
+            if pooled_pending and len(self.ondemand):
+                # a request's VMs are not the pool's: those pending are left out (counting
+                # them as len(ondemand) also took off request VMs already delivered, and
+                # over-cloned)
+                pending = ctx.store.members(ctx.name, "pending")
+                pooled_pending = sum(1 for vm in pending if vm not in self.ondemand)
+            want = self.upkeep.size - counts["ready"] - len(ctx.vms.held) - pooled_pending
             for _ in range(max(0, want)):
                 if not self.start(None):
                     break
@@ -184,7 +190,7 @@ class Clones:
                     date=timefmt.date_bucket(ctx.clock.now()), ondemand=ondemand,
                 )
             except Exception:
-                self.owed_slots += 1
+                self.owed_slots[vm] = ondemand
                 raise
             self.failures = 0
             ctx.metrics.increment("clone.outcome", tags={
@@ -214,8 +220,7 @@ class Clones:
                                                  ttl=ctx.data_ttl, release_slot=True,
                                                  ondemand=ondemand)
         except Exception:
-            if not ondemand:
-                self.owed_slots += 1
+            self.owed_slots[vm] = ondemand
             raise
         if was_pending and not failure.circuit_open:
             ctx.lost("clone_failed")

@@ -2,9 +2,12 @@
 
 Several managers may share one Redis. The live managers are the members of the heartbeat
 set (``vmpooler__manager__heartbeat``) whose beat is younger than the stale age, plus this
-manager itself (its heartbeat may not have been written yet). Each pool belongs to the live
-member with the highest rendezvous hash (blake2b of member and pool), so a joining or
-leaving manager moves only its share of pools.
+manager itself (its heartbeat may not have been written yet). The pools are spread over them
+by rendezvous hashing with bounded loads (blake2b of member and pool; each manager takes at
+most its share, :func:`~vmpooler.actors.storage.membership.balanced_owners`), so every live
+manager serves pools and a joining or leaving manager moves about its share. The manager's
+pool actors share one view of who is live (:class:`~vmpooler.actors.storage.membership.
+Membership`, read from Redis at most once a second).
 
 :class:`Ownership` holds the pool's lease (:mod:`vmpooler.actors.storage.lease_store`): the
 pool actor calls :meth:`Ownership.refresh` before each cycle and on a timer shorter than the
@@ -33,10 +36,16 @@ from vmpooler.actors.runtime.clock import Clock
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.heartbeat_store import HeartbeatStore
 from vmpooler.actors.storage.lease_store import POOL, Fenced, Lease, LeaseStore
-from vmpooler.actors.storage.membership import dead_here, live_managers, rendezvous_owner
+from vmpooler.actors.storage.membership import (
+    Membership,
+    balanced_owners,
+    dead_here,
+    live_managers,
+    rendezvous_owner,
+)
 
-__all__ = ["KIND", "Ownership", "OwnershipSettings", "dead_here", "live_managers",
-           "rendezvous_owner"]
+__all__ = ["KIND", "Ownership", "OwnershipSettings", "balanced_owners", "dead_here",
+           "live_managers", "rendezvous_owner"]
 
 log = logging.getLogger(__name__)
 
@@ -52,13 +61,14 @@ class OwnershipSettings:
     manager: str
     ttl: float
     stale_after: float
+    membership: Membership | None = None  # the manager's shared view (None: one per pool)
 
     def build(self, pool: str, client: redis.Redis, clock: Clock, *,
               busy: Callable[[], bool]) -> Ownership:
         """The ownership of ``pool`` by this manager."""
         return Ownership(pool=pool, manager=self.manager, leases=LeaseStore(client),
                          heartbeats=HeartbeatStore(client), clock=clock, ttl=self.ttl,
-                         stale_after=self.stale_after, busy=busy)
+                         stale_after=self.stale_after, busy=busy, membership=self.membership)
 
 
 class Ownership:
@@ -68,9 +78,14 @@ class Ownership:
     def __init__(
         self, *, pool: str, manager: str, leases: LeaseStore, heartbeats: HeartbeatStore,
         clock: Clock, ttl: float, stale_after: float, busy: Callable[[], bool],
-        monotonic: Callable[[], float] = time.monotonic,
+        monotonic: Callable[[], float] = time.monotonic, membership: Membership | None = None,
     ) -> None:
         self.pool = pool
+        # who owns the pool: the manager's shared view, or (alone) a view of this pool read
+        # at every refresh
+        self.membership = membership or Membership(
+            manager=manager, heartbeats=heartbeats, now=clock.now, stale_after=stale_after,
+            pools=[pool], max_age=0.0, monotonic=monotonic)
         self.manager = manager
         self.leases = leases
         self.heartbeats = heartbeats
@@ -131,9 +146,7 @@ class Ownership:
 
     def owner(self) -> str:
         """The live manager the pool belongs to."""
-        live = live_managers(self.heartbeats, self.clock.now(), self.stale_after)
-        live.add(self.manager)
-        return rendezvous_owner(live, self.pool)
+        return self.membership.owner(self.pool)
 
     def refresh(self) -> bool:
         """Take, renew, hand over or wait for the lease; True when this manager may act on

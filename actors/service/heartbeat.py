@@ -6,6 +6,11 @@ members older than ``prune_after`` (:mod:`~vmpooler.actors.storage.heartbeat_sto
 removes the member, so readiness sees the manager gone at once; a killed manager's member
 ages out instead. A Redis outage is logged once per outage and the next beat tries again;
 the actor never blocks on another actor. A restart by the supervisor keeps the manager id.
+
+Given the manager's ``slots`` store, each beat also gives back the clone slots of managers
+that are gone (a slot owner whose beat is older than ``stale_after``, or a process of this
+host that no longer exists: :meth:`~vmpooler.actors.storage.store.Store.fold_slots`), so a
+killed manager's clones in flight do not keep their slots for good.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from vmpooler.actors.runtime.clock import Clock, Scheduler
 from vmpooler.actors.runtime.supervisor import SupervisedActor
 from vmpooler.actors.service.periodic import OutageLog, Ticks
 from vmpooler.actors.storage.heartbeat_store import HeartbeatStore
+from vmpooler.actors.storage.membership import live_managers
+from vmpooler.actors.storage.store import Store
 
 __all__ = ["Heartbeat"]
 
@@ -40,9 +47,13 @@ class Heartbeat(SupervisedActor):
         clock: Clock,
         scheduler: Scheduler,
         supervisor: pykka.ActorRef[Any] | None = None,
+        slots: Store | None = None,
+        stale_after: float | None = None,
     ) -> None:
         super().__init__(name="heartbeat", supervisor=supervisor)
         self.manager = manager
+        self.slots = slots
+        self.stale_after = stale_after if stale_after is not None else 3 * interval
         self.store = store
         self.interval = interval
         self.prune_after = prune_after
@@ -81,4 +92,22 @@ class Heartbeat(SupervisedActor):
         if pruned:
             log.info("[*] [heartbeat] pruned %d manager heartbeat(s) older than %gs", pruned,
                      self.prune_after)
+        if self.slots is not None:
+            try:
+                self._fold_slots(self.slots)
+            except redis.RedisError as exc:
+                log.debug("[heartbeat] clone slots of managers gone not checked: %s", exc)
+
+    def _fold_slots(self, slots: Store) -> None:
+        """Give back the clone slots of slot owners that are gone."""
+        owners = slots.slot_owners() - {self.manager}
+        if not owners:
+            return
+        gone = owners - live_managers(self.store, self.clock.now(), self.stale_after)
+        if not gone:
+            return
+        pooled, ondemand, forgotten = slots.fold_slots(gone)
+        log.warning("[*] [heartbeat] %d clone slot(s) of %d manager(s) gone given back (%s); "
+                    "clones in flight now: %d pooled, %d on-demand", forgotten, len(gone),
+                    ", ".join(sorted(gone)), pooled, ondemand)
 

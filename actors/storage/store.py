@@ -24,13 +24,10 @@ from vmpooler.actors.storage.lease_store import REQUEST, Fence, Fenced
 from vmpooler.actors.storage.pool_snapshot import PoolSnapshot, read_snapshot
 from vmpooler.actors.storage.schema import Scripts
 from vmpooler.actors.storage.schema.lease_scripts import FENCED, fenced
+from vmpooler.actors.storage.schema.pool_scripts import RELEASE_SLOT_BODY
 
 __all__ = ["FENCED_SCRIPTS", "CloneReservation", "PoolSnapshot", "Store", "read_vm_fields"]
 
-_RELEASE_ON_REFUSED = """
-  local n = tonumber(redis.call('GET', KEYS[1]) or '0')
-  if n > 0 then redis.call('DECR', KEYS[1]) else redis.call('SET', KEYS[1], 0) end
-"""
 
 FENCED_SCRIPTS: dict[str, str] = {
     name: fenced(getattr(Scripts, name))
@@ -40,11 +37,13 @@ FENCED_SCRIPTS: dict[str, str] = {
 """The fenced sources of every script that writes a pool's state. A refused
 ``CLONE_SUCCEEDED`` or ``CLONE_FAILED`` still gives its clone slot back (the counter is not the
 pool's state, and a slot must not leak because its pool changed hands)."""
-FENCED_SCRIPTS["CLONE_SUCCEEDED"] = fenced(Scripts.CLONE_SUCCEEDED,
-                                           on_refused=_RELEASE_ON_REFUSED)
+FENCED_SCRIPTS["CLONE_SUCCEEDED"] = fenced(
+    Scripts.CLONE_SUCCEEDED,
+    on_refused=RELEASE_SLOT_BODY.format(counter="KEYS[1]", slots="KEYS[4]", vm="ARGV[4]"))
 FENCED_SCRIPTS["CLONE_FAILED"] = fenced(
     Scripts.CLONE_FAILED,
-    on_refused=f"  if ARGV[5] == '1' then {_RELEASE_ON_REFUSED}  end")
+    on_refused="if ARGV[5] == '1' then\n" + RELEASE_SLOT_BODY.format(
+        counter="KEYS[1]", slots="KEYS[4]", vm="ARGV[1]") + "end\n")
 
 def read_vm_fields(
     client: redis.Redis, vms: Iterable[str], fields: Sequence[str]
@@ -68,22 +67,38 @@ class CloneReservation:
     REQUEST_MOVED = -2
 
 
-class Store:
-    """vmpooler's Redis schema as methods. One instance is shared by every actor."""
+STANDALONE = "standalone"
+"""The slot owner of a store not given a manager's id (tests, tools)."""
 
-    def __init__(self, client: redis.Redis) -> None:
+
+class Store:
+    """vmpooler's Redis schema as methods. One instance is shared by every actor.
+
+    Clone slots are taken in the name of ``slot_owner`` (the manager's id, see
+    :meth:`owned_by`): each slot is also the VM's member of that manager's slot set, so a
+    dead manager's slots can be given back (:meth:`fold_slots`)."""
+
+    def __init__(self, client: redis.Redis, *, slot_owner: str = STANDALONE) -> None:
         self.client = client
+        self.slot_owner = slot_owner
         self._scripts = {
             name: client.register_script(getattr(Scripts, name))
             for name in (
                 "START_CLONE", "CLONE_SUCCEEDED", "CLONE_FAILED", "MARK_READY", "RETIRE",
                 "BEGIN_DESTROY", "FORGET", "DISCOVER", "RESOLVE_DISCOVERED", "DRAIN",
-                "RELEASE_SLOT", "RECOUNT_CLONES",
+                "RELEASE_SLOT", "FOLD_SLOTS",
             )
         }
         self._fenced = {name: client.register_script(source)
                         for name, source in FENCED_SCRIPTS.items()}
         self.fence: Fence | None = None
+
+    def owned_by(self, manager: str) -> Store:
+        """A view of this store (same client and scripts) taking clone slots in the name of
+        ``manager``."""
+        view = copy.copy(self)
+        view.slot_owner = manager
+        return view
 
     def with_fence(self, fence: Fence) -> Store:
         """A view of this store (same client and scripts) whose pool writes run behind
@@ -103,16 +118,22 @@ class Store:
         return reply
 
     # -- start-up ---------------------------------------------------------------------------
-    def recount_clones(self, pools: Iterable[str]) -> tuple[int, int]:
-        """Set the pooled and on-demand clone counters to the clones in flight in ``pools``
-        (pending VMs not cloned yet), atomically; returns them. Several managers may share
-        the counters, so a starting manager recounts them instead of zeroing them."""
-        pooled, ondemand = self._run(
-            "RECOUNT_CLONES",
-            [schema.tasks_clone(), schema.tasks_ondemandclone(),
-             *(schema.pending(p) for p in pools)],
-            [schema.vm("")])
-        return int(pooled), int(ondemand)
+    def slot_owners(self) -> set[str]:
+        """The managers that may hold clone slots."""
+        return set(self.client.hkeys(schema.tasks_slot_owners()))
+
+    def fold_slots(self, gone: Iterable[str]) -> tuple[int, int, int]:
+        """Give back every clone slot of the managers ``gone`` (dead: their clones will
+        never be answered, or an answer that comes releases nothing) and set both counters
+        to the slots the remaining managers hold, atomically. Returns ``(pooled, on-demand,
+        slots given back)``. Several managers share the counters: a starting manager folds
+        the dead ones' slots, never zeroes the counters under the live ones."""
+        pooled, ondemand, forgotten = self._run(
+            "FOLD_SLOTS",
+            [schema.tasks_clone(), schema.tasks_ondemandclone(), schema.tasks_slot_owners()],
+            [schema.tasks_clone_slots(""), schema.tasks_ondemandclone_slots(""),
+             *sorted(gone)])
+        return int(pooled), int(ondemand), int(forgotten)
 
     def forget_migrations(self) -> None:
         """Forget every in-flight migration (a manager starting with no other live)."""
@@ -169,8 +190,11 @@ class Store:
         lease still holds it. Returns a :class:`CloneReservation` code.
         """
         request_id, alias = request or ("", "")
-        keys = [_clone_counter(request is not None), schema.vm(vm), schema.pending(pool)]
-        args: list[Any] = [limit, vm, clone_time, pool, domain or "", request_id, alias]
+        ondemand = request is not None
+        keys = [_clone_counter(ondemand), schema.vm(vm), schema.pending(pool),
+                self._slots(ondemand), schema.tasks_slot_owners()]
+        args: list[Any] = [limit, vm, clone_time, pool, domain or "", request_id, alias,
+                           self.slot_owner]
         if request is not None and request_fence:
             keys.append(schema.lease(REQUEST, request_id))
             args.append(request_fence)
@@ -182,8 +206,9 @@ class Store:
         """Release the clone slot and record the clone's duration and IP."""
         self._run(
             "CLONE_SUCCEEDED",
-            [_clone_counter(ondemand), schema.vm(vm), schema.clone_stats(date)],
-            [f"{pool}:{vm}", f"{seconds:.2f}", ip],
+            [_clone_counter(ondemand), schema.vm(vm), schema.clone_stats(date),
+             self._slots(ondemand)],
+            [f"{pool}:{vm}", f"{seconds:.2f}", ip, vm],
         )
 
     def clone_failed(
@@ -193,7 +218,8 @@ class Store:
         """Remove a failed clone from pending and let its hash expire in ``ttl`` seconds."""
         return bool(self._run(
             "CLONE_FAILED",
-            [_clone_counter(ondemand), schema.vm(vm), schema.pending(pool)],
+            [_clone_counter(ondemand), schema.vm(vm), schema.pending(pool),
+             self._slots(ondemand)],
             [vm, error, error_class, ttl, "1" if release_slot else "0"],
         ))
 
@@ -211,9 +237,16 @@ class Store:
                 owners[name] = (request_id, alias or "")
         return owners
 
-    def release_clone_slot(self) -> int:
-        """Give back one clone slot (never below zero)."""
-        return int(self._run("RELEASE_SLOT", [schema.tasks_clone()], []))
+    def release_clone_slot(self, vm: str, *, ondemand: bool = False) -> int:
+        """Give back ``vm``'s clone slot if this store's manager still holds it; the
+        counter's new value."""
+        return int(self._run("RELEASE_SLOT", [_clone_counter(ondemand), self._slots(ondemand)],
+                             [vm]))
+
+    def _slots(self, ondemand: bool) -> str:
+        """This store's manager's slot set of the pooled or on-demand counter."""
+        return (schema.tasks_ondemandclone_slots(self.slot_owner) if ondemand
+                else schema.tasks_clone_slots(self.slot_owner))
 
     def mark_ready(self, pool: str, vm: str, *, now: str, boot_seconds: float, date: str) -> int:
         """pending → ready, with the boot statistics: 1. 0 if the VM was not pending; -1

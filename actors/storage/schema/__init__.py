@@ -64,8 +64,11 @@ __all__ = [
     "request_vms",
     "running",
     "tasks_clone",
+    "tasks_clone_slots",
     "tasks_disk",
     "tasks_ondemandclone",
+    "tasks_ondemandclone_slots",
+    "tasks_slot_owners",
     "tasks_snapshot",
     "tasks_snapshot_revert",
     "template_deltas",
@@ -161,6 +164,23 @@ def tasks_clone() -> str:
 def tasks_ondemandclone() -> str:
     """Integer: on-demand clones in flight."""
     return f"{_P}tasks__ondemandclone"
+
+
+def tasks_clone_slots(manager: str) -> str:
+    """Set (ours): the VMs whose pooled clone slot ``manager`` holds (their clone not
+    answered yet). ``tasks__clone`` is kept equal to the sum of these sets' sizes."""
+    return f"{_P}tasks__clone__{manager}"
+
+
+def tasks_ondemandclone_slots(manager: str) -> str:
+    """Set (ours): the VMs whose on-demand clone slot ``manager`` holds."""
+    return f"{_P}tasks__ondemandclone__{manager}"
+
+
+def tasks_slot_owners() -> str:
+    """Hash (ours): the managers that may hold clone slots (have slot sets), one field each
+    (value ``1``)."""
+    return f"{_P}tasks__slot_owners"
 
 
 def tasks_disk() -> str:

@@ -5,7 +5,18 @@ Part of :mod:`vmpooler.actors.storage.schema`: import ``Scripts`` from there.
 
 from __future__ import annotations
 
-__all__ = ["Scripts"]
+__all__ = ["RELEASE_SLOT_BODY", "Scripts"]
+
+RELEASE_SLOT_BODY = """
+if redis.call('SREM', {slots}, {vm}) == 1 then
+  local n = tonumber(redis.call('GET', {counter}) or '0')
+  if n > 0 then redis.call('DECR', {counter}) else redis.call('SET', {counter}, 0) end
+end
+"""
+"""Lua releasing one clone slot: the VM ``{vm}`` leaves the slot set ``{slots}`` of the
+manager that took it and, only if it was there, the counter ``{counter}`` goes down by one
+(never below zero). So a slot is released once, whoever comes first: the clone's answer, a
+refused (fenced) answer, or a fold of its manager's slots after it died (FOLD_SLOTS)."""
 
 
 class Scripts:
@@ -15,21 +26,27 @@ class Scripts:
     negative values are documented per script.
     """
 
-    # KEYS[1] counter, KEYS[2] vm hash, KEYS[3] pending set
+    # KEYS[1] counter, KEYS[2] vm hash, KEYS[3] pending set, KEYS[4] the starting manager's
+    # slot set (``tasks__clone__<manager>`` or ``tasks__ondemandclone__<manager>``), KEYS[5]
+    # the slot owners hash
     # ARGV[1] limit, ARGV[2] vm name, ARGV[3] clone time, ARGV[4] pool, ARGV[5] domain ('' = none),
-    # ARGV[6] on-demand request id ('' = a pooled clone), ARGV[7] the request's alias
-    # Optional KEYS[4] the request's lease, ARGV[8] the lease value the clone was granted
+    # ARGV[6] on-demand request id ('' = a pooled clone), ARGV[7] the request's alias,
+    # ARGV[8] the starting manager's id
+    # Optional KEYS[6] the request's lease, ARGV[9] the lease value the clone was granted
     # under: nothing is written unless the lease holds it.
-    # The counter is ``tasks__clone`` for pooled clones, ``tasks__ondemandclone`` for requests.
+    # The counter is ``tasks__clone`` for pooled clones, ``tasks__ondemandclone`` for requests;
+    # the slot is also recorded as the VM's member of the manager's slot set (RELEASE_SLOT).
     # Returns 1 reserved (counter incremented, hash written, VM in pending),
     #         0 no clone slot (counter >= limit), -1 name taken (hash exists),
     #         -2 the request's lease holds another value (its holder changed).
     START_CLONE = """
-if KEYS[4] and redis.call('GET', KEYS[4]) ~= ARGV[8] then return -2 end
+if KEYS[6] and redis.call('GET', KEYS[6]) ~= ARGV[9] then return -2 end
 local n = tonumber(redis.call('GET', KEYS[1]) or '0')
 if n >= tonumber(ARGV[1]) then return 0 end
 if redis.call('EXISTS', KEYS[2]) == 1 then return -1 end
 redis.call('INCR', KEYS[1])
+redis.call('SADD', KEYS[4], ARGV[2])
+redis.call('HSET', KEYS[5], ARGV[8], 1)
 redis.call('HSET', KEYS[2], 'clone', ARGV[3], 'template', ARGV[4], 'pool', ARGV[4])
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[2], 'domain', ARGV[5]) end
 if ARGV[6] and ARGV[6] ~= '' then
@@ -82,13 +99,13 @@ if ARGV[1] == '1' then redis.call('SET', KEYS[1], 'true') else redis.call('DEL',
 return 1
 """
 
-    # KEYS[1] counter, KEYS[2] vm hash, KEYS[3] clone stats hash of the day
-    # ARGV[1] "<pool>:<vm>", ARGV[2] clone seconds, ARGV[3] ip
-    # Releases the clone slot (never below 0) and records the clone; counts it in the pool's
+    # KEYS[1] counter, KEYS[2] vm hash, KEYS[3] clone stats hash of the day, KEYS[4] the
+    # manager's slot set
+    # ARGV[1] "<pool>:<vm>", ARGV[2] clone seconds, ARGV[3] ip, ARGV[4] vm
+    # Releases the clone slot (RELEASE_SLOT) and records the clone; counts it in the pool's
     # field of ``vmpooler__history__clones`` (schema.history_clones). Returns 1.
-    CLONE_SUCCEEDED = """
-local n = tonumber(redis.call('GET', KEYS[1]) or '0')
-if n > 0 then redis.call('DECR', KEYS[1]) else redis.call('SET', KEYS[1], 0) end
+    CLONE_SUCCEEDED = RELEASE_SLOT_BODY.format(counter="KEYS[1]", slots="KEYS[4]",
+                                               vm="ARGV[4]") + """
 if redis.call('EXISTS', KEYS[2]) == 1 then
   redis.call('HSET', KEYS[2], 'clone_time', ARGV[2], 'ip', ARGV[3])
 end
@@ -97,14 +114,13 @@ redis.call('HINCRBY', 'vmpooler__history__clones', string.match(ARGV[1], '^(.*):
 return 1
 """
 
-    # KEYS[1] counter, KEYS[2] vm hash, KEYS[3] pending set
+    # KEYS[1] counter, KEYS[2] vm hash, KEYS[3] pending set, KEYS[4] the manager's slot set
     # ARGV[1] vm, ARGV[2] error message, ARGV[3] error class, ARGV[4] hash ttl seconds,
-    # ARGV[5] '1' to release a clone slot
+    # ARGV[5] '1' to release the VM's clone slot (RELEASE_SLOT)
     # Removes the VM from pending and lets its hash expire. Returns 1 if it was pending, else 0.
     CLONE_FAILED = """
 if ARGV[5] == '1' then
-  local n = tonumber(redis.call('GET', KEYS[1]) or '0')
-  if n > 0 then redis.call('DECR', KEYS[1]) else redis.call('SET', KEYS[1], 0) end
+""" + RELEASE_SLOT_BODY.format(counter="KEYS[1]", slots="KEYS[4]", vm="ARGV[1]") + """
 end
 local was = redis.call('SREM', KEYS[3], ARGV[1])
 redis.call('HSET', KEYS[2], 'clone_error', ARGV[2], 'clone_error_class', ARGV[3])
@@ -211,35 +227,38 @@ end
 return moved
 """
 
-    # KEYS[1] pooled clone counter, KEYS[2] on-demand clone counter, KEYS[3..] every pool's
-    # pending set; ARGV[1] VM hash key prefix
-    # Sets both counters to the clones in flight: pending VMs whose hash has no
-    # ``clone_time`` yet (CLONE_SUCCEEDED writes it), counted on-demand when the hash has a
-    # ``request_id``. One step, so a clone starting or finishing meanwhile is counted once.
-    # Returns {pooled, on-demand}.
-    RECOUNT_CLONES = """
+    # KEYS[1] pooled clone counter, KEYS[2] on-demand clone counter, KEYS[3] slot owners hash
+    # ARGV[1] pooled slot set key prefix (``tasks__clone__``), ARGV[2] on-demand slot set key
+    # prefix, ARGV[3..] managers that are gone
+    # Forgets the slots of the managers gone (their slot sets and their owner entries; an
+    # answer of theirs that comes later releases nothing), then sets each counter to the sum
+    # of the remaining owners' slot set sizes: the counters hold exactly the slots of live
+    # managers, never zeroed under a manager that has clones in flight. One step, so a clone
+    # starting or finishing meanwhile is counted once.
+    # Returns {pooled, on-demand, slots forgotten}.
+    FOLD_SLOTS = """
+local forgotten = 0
+for i = 3, #ARGV do
+  forgotten = forgotten + redis.call('SCARD', ARGV[1] .. ARGV[i])
+      + redis.call('SCARD', ARGV[2] .. ARGV[i])
+  redis.call('DEL', ARGV[1] .. ARGV[i], ARGV[2] .. ARGV[i])
+  redis.call('HDEL', KEYS[3], ARGV[i])
+end
 local pooled, ondemand = 0, 0
-for i = 3, #KEYS do
-  for _, name in ipairs(redis.call('SMEMBERS', KEYS[i])) do
-    local h = ARGV[1] .. name
-    if redis.call('EXISTS', h) == 1 and redis.call('HEXISTS', h, 'clone_time') == 0 then
-      if redis.call('HEXISTS', h, 'request_id') == 1 then ondemand = ondemand + 1
-      else pooled = pooled + 1 end
-    end
-  end
+for _, owner in ipairs(redis.call('HKEYS', KEYS[3])) do
+  pooled = pooled + redis.call('SCARD', ARGV[1] .. owner)
+  ondemand = ondemand + redis.call('SCARD', ARGV[2] .. owner)
 end
 redis.call('SET', KEYS[1], pooled)
 redis.call('SET', KEYS[2], ondemand)
-return {pooled, ondemand}
+return {pooled, ondemand, forgotten}
 """
 
-    # KEYS[1] counter
-    # Releases one slot, never going below zero. Returns the new value.
-    RELEASE_SLOT = """
-local n = tonumber(redis.call('GET', KEYS[1]) or '0')
-if n > 0 then return redis.call('DECR', KEYS[1]) end
-redis.call('SET', KEYS[1], 0)
-return 0
+    # KEYS[1] counter, KEYS[2] the manager's slot set; ARGV[1] vm
+    # Releases the VM's clone slot if the manager still holds it (RELEASE_SLOT_BODY). Returns
+    # the counter's new value.
+    RELEASE_SLOT = RELEASE_SLOT_BODY.format(counter="KEYS[1]", slots="KEYS[2]", vm="ARGV[1]") + """
+return tonumber(redis.call('GET', KEYS[1]) or '0')
 """
 
     # KEYS[1] token hash (any key when ARGV[3] is ''), then five keys per pool i (1-based) at
