@@ -23,6 +23,7 @@ __all__ = [
     "CloneForRequest",
     "CloneSlotFreed",
     "PoolChanged",
+    "PoolHandedOver",
     "PoolPurged",
     "ProviderCallFinished",
     "ProviderFailure",
@@ -238,6 +239,15 @@ class RecordHistory:
 class RenewLease:
     """Scheduler → pool actor: refresh the pool's lease (a third of the lease TTL): renew
     it, take it over, or hand it over (actors/pool/ownership.py)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PoolHandedOver:
+    """Pool actor of the manager that just released a pool's lease → the pool actor of the
+    manager it now belongs to (through the relay): take the lease now, rather than at its
+    next renewal, so the pool is not left unserved for up to a third of the TTL."""
+
+    pool: str
 
 
 @dataclass(frozen=True, slots=True)

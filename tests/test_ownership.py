@@ -9,13 +9,14 @@ import logging
 import pytest
 import redis
 
-from tests.harness import make_config, pool, started, wait_until
+from tests.harness import dummy_for, make_config, pool, started, wait_until
 from vmpooler.actors.pool.ownership import Ownership, dead_here, rendezvous_owner
 from vmpooler.actors.runtime.clock import FakeClock
 from vmpooler.actors.storage import schema
-from vmpooler.actors.storage.heartbeat_store import HeartbeatStore
+from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, manager_id
 from vmpooler.actors.storage.lease_store import Fenced, LeaseStore
 from vmpooler.actors.storage.store import Store
+from vmpooler.actors.system import PoolerSystem
 
 POOLS = [f"pool{n}" for n in range(9)]
 
@@ -257,3 +258,36 @@ def test_a_starting_manager_keeps_another_managers_clone_slots(
     with started(redis_client, config):
         assert redis_client.get(schema.tasks_clone()) == "1"
         assert redis_client.sismember(schema.migration(), "moving")
+
+
+def test_a_handed_over_pool_is_taken_at_once_by_its_new_owner(
+        redis_client: redis.Redis) -> None:
+    """Manager A serves a pool; B joins and the pool now belongs to B. At A's renewal A hands
+    it over and tells B's pool actor through the relay, which takes the lease at once: B's own
+    renewal timer never fires here (its clock stands still), so without the message the pool
+    would wait up to a third of the TTL with nobody acting on it."""
+    start_a, start_b = 1_700_000_000.0, 1_700_000_001.0
+    id_a, id_b = manager_id(start_a), manager_id(start_b)
+    name = next(f"pool{n}" for n in range(100) if rendezvous_owner([id_a, id_b], f"pool{n}")
+                == id_b)
+    config = make_config([pool(name, 1)], manager_heartbeat_interval=5)
+    clock_a, clock_b = FakeClock(start=start_a), FakeClock(start=start_b)
+    a = PoolerSystem.start(config, redis_client=redis_client, clock=clock_a, scheduler=clock_a,
+                           providers={"dummy": dummy_for(config)}, resolver=lambda _f: False)
+    b = None
+    try:
+        assert a.manager_id == id_a
+        wait_until(lambda: LeaseStore(redis_client).holder("pool", name) is not None, 10,
+                   "A to take the pool")
+        assert LeaseStore(redis_client).holder("pool", name).holder == id_a
+        b = PoolerSystem.start(config, redis_client=redis_client, clock=clock_b,
+                               scheduler=clock_b, providers={"dummy": dummy_for(config)},
+                               resolver=lambda _f: False)
+        assert b.manager_id == id_b
+        clock_a.advance(5)  # A's renewal (TTL 15 s / 3): A sees B live and hands the pool over
+        wait_until(lambda: (h := LeaseStore(redis_client).holder("pool", name)) is not None
+                   and h.holder == id_b, 10, "B to take the pool without waiting for a timer")
+    finally:
+        if b is not None:
+            b.stop()
+        a.stop()

@@ -44,6 +44,7 @@ from vmpooler.actors.messages import (
     CloneForRequest,
     CloneSlotFreed,
     PoolChanged,
+    PoolHandedOver,
     ProviderCallFinished,
     ProviderOp,
     PurgeStaleVms,
@@ -107,6 +108,9 @@ class PoolActor(SupervisedActor):
             ownership=ownership,
         )
         self.renew_timer: Timer | None = None
+        if ctx.ownership is not None:  # the new owner takes the lease as soon as it is free
+            ctx.ownership.on_handed_over = lambda owner: self.remote.to_manager(
+                owner, f"pool:{pool.name}", PoolHandedOver(pool.name))
         self.ondemand = OnDemandVms(
             pool=pool.name, store=ctx.store, requests=ctx.requests, directory=directory,
             busy=ctx.calls.busy, forget=ctx.vms.forget, lost=ctx.lost, remote=self.remote)
@@ -158,7 +162,11 @@ class PoolActor(SupervisedActor):
             self.upkeep.changed()  # the override keys may have changed: read them
             self.cycle.request()
         elif isinstance(message, RenewLease):
-            self._renew()
+            self._arm_renewal()
+            self._refresh()
+        elif isinstance(message, PoolHandedOver):
+            log.debug("[%s] handed over by its former owner: taking the lease", self.ctx.name)
+            self._refresh()
         elif isinstance(message, RefillPool):
             # A slot is offered; if this pool no longer needs it, refill passes it on.
             if self._acting():
@@ -196,12 +204,11 @@ class PoolActor(SupervisedActor):
         self.renew_timer = self.ctx.scheduler.tell_later(
             self.ctx.ownership.renew_interval, self.actor_ref, RenewLease())
 
-    def _renew(self) -> None:
-        """Refresh the lease on its timer; a lease just taken starts a cycle at once."""
+    def _refresh(self) -> None:
+        """Refresh the lease; a lease just taken starts a cycle at once."""
         own = self.ctx.ownership
         if own is None:
             return
-        self._arm_renewal()
         was = own.acting
         if own.refresh() and not was:
             self.cycle.request()

@@ -100,6 +100,8 @@ class Ownership:
         self.handing_over_since: float | None = None
         self.last_seen: str | None = None  # holder last logged while waiting (log once)
         self.refusal_logged = False  # a refused write was logged since the last holding
+        self.on_handed_over: Callable[[str], None] | None = None
+        """Called with the new owner once the lease was released to it (a handover)."""
 
     @property
     def key(self) -> str:
@@ -212,6 +214,8 @@ class Ownership:
             return
         self.release(f"handed over to '{owner}'")
         self.last_seen = f"owner {owner}"
+        if self.on_handed_over is not None:
+            self.on_handed_over(owner)
 
     def release(self, why: str = "stopping") -> None:
         """Give the lease up (a handover or a clean stop); logged once."""
