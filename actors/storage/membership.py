@@ -19,7 +19,6 @@ relay between managers.
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import socket
 import threading
@@ -49,20 +48,23 @@ def rendezvous_owner(members: Collection[str], name: str) -> str:
 def balanced_owners(members: Collection[str], names: Iterable[str]) -> dict[str, str]:
     """``name -> member`` for every name: rendezvous hashing with bounded loads. The names
     are taken in a fixed order (their own hash), each going to the highest-ranked member
-    that holds fewer than ``ceil(len(names) / len(members))``. Every manager computing it
-    from the same members and names gets the same answer; each member gets its share, and
-    a member joining or leaving moves little more than its share (about 26 % of 1,000 pools
-    when a fourth manager joins three)."""
+    that still has room: every member gets ``len(names) // len(members)`` names, and
+    ``len(names) % len(members)`` of them one more. Every manager computing it from the same
+    members and names gets the same answer; every member gets its share (when there are at
+    least as many names as members), and a member joining or leaving moves little more than
+    its share (about 26 % of 1,000 pools when a fourth manager joins three)."""
     ordered = sorted(set(names), key=lambda n: (hashlib.blake2b(n.encode(),
                                                                 digest_size=8).digest(), n))
     if not members or not ordered:
         return {}
-    cap = math.ceil(len(ordered) / len(members))
+    base, extra = divmod(len(ordered), len(members))
     load = dict.fromkeys(members, 0)
+    bigger = 0  # members given base + 1 names so far
     owners: dict[str, str] = {}
     for name in ordered:
         for member in _ranked(members, name):
-            if load[member] < cap:
+            if load[member] < base or (load[member] == base and bigger < extra):
+                bigger += load[member] == base
                 owners[name] = member
                 load[member] += 1
                 break
