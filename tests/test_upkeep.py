@@ -146,6 +146,22 @@ def test_purge_moves_stale_vms_and_expires_orphans(redis_client: redis.Redis) ->
         assert c.pttl(schema.vm("lost-old")) <= orphan_ttl, "a purge postponed the expiry"
 
 
+def test_a_pool_held_elsewhere_answers_the_round_and_purges_nothing(
+        redis_client: redis.Redis) -> None:
+    """A pool whose lease is held by another manager (here a foreign holder that is in no
+    heartbeat, so this manager keeps waiting for its lease) is not purged here, and its
+    actor still answers: the round ends, with the orphan alone. Without the answer the
+    round never ended (its gauge never came until the next interval)."""
+    redis_client.set(schema.lease("pool", "a"), "99 elsewhere:1:1", px=600_000)
+    with seeded(redis_client, purge_enabled=True, purge_interval=HOUR) as (h, _gate):
+        wait_until(lambda: h.metrics.last_gauge("vmpooler_purge.total.count") is not None,
+                   10, "the first purge round")
+        settle(h)
+        assert h.metrics.last_gauge("vmpooler_purge.total.count") == 1  # lost-old
+        assert redis_client.sismember(schema.pending("a"), "pend-old")
+        assert redis_client.sismember(schema.ready("a"), "ready-old")
+
+
 def test_dry_run_changes_nothing_and_counts(
     redis_client: redis.Redis, caplog: pytest.LogCaptureFixture,
 ) -> None:

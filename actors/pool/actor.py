@@ -183,7 +183,11 @@ class PoolActor(SupervisedActor):
                     replace(message, forwarded=True)):
                 self.ondemand.clone_answered(message, None)  # nobody here owns the pool
         elif isinstance(message, PurgeStaleVms):
-            self._guard(self.purge.purge, message)
+            if not self._acting():
+                self._refresh()  # the first round may come before the first cycle
+            if self._acting():
+                self._guard(self.purge.purge, message)
+            self.purge.answer(message)  # always: the housekeeper waits for every pool
         return None
 
     def _guard(self, fn: Callable[..., Any], *args: Any) -> None:

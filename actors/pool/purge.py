@@ -44,12 +44,15 @@ class StalePurge:
         self.ctx = ctx
         self.ondemand = ondemand
         self.dead_letters = dead_letters
+        self.counts: dict[str, int] = {}
 
     def purge(self, msg: PurgeStaleVms) -> None:
-        """Move (or, in a dry run, count) the pool's stale VMs, then answer ``PoolPurged``."""
+        """Move (or, in a dry run, count) the pool's stale VMs; the caller then sends
+        :meth:`answer` (also when this raised: a Redis error or a lost lease stop the round
+        with what was done)."""
         ctx = self.ctx
         s, name, now = ctx.settings, ctx.name, ctx.clock.now()
-        counts = {"pending": 0, "ready": 0, "completed": 0}
+        counts = self.counts = {"pending": 0, "ready": 0, "completed": 0}
         rules = (("pending", ("clone",), s.max_pending_age),
                  ("ready", ("ready",), s.max_ready_age),
                  ("completed", ("destroy", "checkout"), s.max_completed_age))
@@ -67,8 +70,16 @@ class StalePurge:
                 elif self._purge_one(queue, vm, age, limit):
                     counts[queue] += 1
                     ctx.metrics.increment(f"vmpooler_purge.{queue}.count", tags={"pool": name})
+
+    def answer(self, msg: PurgeStaleVms) -> None:
+        """Answer ``PoolPurged`` with what :meth:`purge` did this round (nothing, when this
+        manager does not own the pool: its owner's housekeeper purges it)."""
+        counts, self.counts = self.counts, {}
         with contextlib.suppress(pykka.ActorDeadError):
-            msg.reply_to.tell(PoolPurged(msg.round, name, **counts))
+            msg.reply_to.tell(PoolPurged(msg.round, self.ctx.name,
+                                         pending=counts.get("pending", 0),
+                                         ready=counts.get("ready", 0),
+                                         completed=counts.get("completed", 0)))
 
     def _purge_one(self, queue: str, vm: str, age: float, limit: float) -> bool:
         ctx, name = self.ctx, self.ctx.name
