@@ -20,6 +20,7 @@ __all__ = [
     "ActorCrashed",
     "ActorStopped",
     "CallProvider",
+    "ClaimRequest",
     "CloneForRequest",
     "CloneSlotFreed",
     "PoolChanged",
@@ -421,6 +422,14 @@ class RequestExpired:
 
     request_id: str
     grace: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """Request actor → itself, on a timer: claim the request again (its start met a Redis
+    outage; messages that came meanwhile wait for the claim)."""
+
+    request_id: str
 
 
 @dataclass(frozen=True, slots=True)

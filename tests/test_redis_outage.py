@@ -26,9 +26,20 @@ from tests.harness import (
     started,
     wait_until,
 )
+from vmpooler.actors.messages import (
+    ActorCrashed,
+    ClaimRequest,
+    RequestChanged,
+    WantRequestVms,
+)
+from vmpooler.actors.metrics.backends import RecordingMetrics
+from vmpooler.actors.ondemand.request import RequestActor
+from vmpooler.actors.runtime.clock import FakeClock
+from vmpooler.actors.runtime.executor import ActorExecutor
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.connection import connect
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, find_redis_server
+from vmpooler.actors.storage.request_store import Entry, RequestStore
 from vmpooler.providers.dummy import DummyProvider
 
 SIZE = 3
@@ -126,3 +137,47 @@ def test_pool_survives_redis_outage_and_heals(
         assert int(client.get(schema.tasks_clone()) or 0) == 0, "a clone slot leaked"
         assert pool_ref.is_alive()
         assert h.metrics.counts("vmpooler_actor.crashed") == 0
+
+
+class Recorder(pykka.ThreadingActor):
+    """The on-demand manager's place: records what the request actor tells it."""
+
+    def __init__(self, seen: list[object]) -> None:
+        super().__init__()
+        self.seen = seen
+
+    def on_receive(self, message: object) -> None:
+        self.seen.append(message)
+
+
+def test_a_request_actor_started_during_an_outage_claims_its_request_when_redis_returns(
+    own_redis: EmbeddedRedis, client: redis.Redis,
+) -> None:
+    """Its start met the outage: no crash (the chaos run found a traceback here), a claim
+    again with back-off, and a message that came meanwhile is handled after the claim."""
+    clock = FakeClock()
+    assert RequestStore(client).create("r1", [Entry("a", "a", 1)], created=int(clock.now()))
+    own_redis.stop()
+    seen: list[object] = []
+    manager = Recorder.start(seen)
+    executor = ActorExecutor(1, name="test-outage").start()
+    config = make_config([pool("a", 0)])
+    actor = RequestActor.start(
+        request_id="r1", store=RequestStore(client), settings=config.settings,
+        pools=frozenset({"a"}), data_ttl_hours=1, manager=manager, clock=clock,
+        scheduler=clock, metrics=RecordingMetrics(), executor=executor)
+    try:
+        wait_until(lambda: [m for _, m in clock.pending() if isinstance(m, ClaimRequest)],
+                   10, "a claim again")
+        actor.tell(RequestChanged("r1", "deleted meanwhile?"))
+        own_redis.start()
+        clock.advance(1.0)
+        wait_until(lambda: any(isinstance(m, WantRequestVms) for m in seen), 10,
+                   "the request's VMs asked for after the claim")
+        assert actor.is_alive()
+        assert not [m for m in seen if isinstance(m, ActorCrashed)]
+        assert client.hget(schema.odrequest("r1"), "status") is None
+    finally:
+        actor.stop()
+        manager.stop()
+        executor.stop(timeout=10)

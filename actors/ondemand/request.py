@@ -53,6 +53,7 @@ import redis
 
 from vmpooler.actors.config import GlobalSettings
 from vmpooler.actors.messages import (
+    ClaimRequest,
     RequestChanged,
     RequestExpired,
     RequestFinished,
@@ -137,13 +138,34 @@ class RequestActor(PooledSupervisedActor):
         self.timer: Timer | None = None
         self.verify_timer: Timer | None = None
         self.outage = 0  # consecutive messages that met a Redis error
+        self.claimed = False  # the start's claim went through (messages wait until then)
+        self.waiting: list[Any] = []  # messages that came before the claim
 
     # -- start --------------------------------------------------------------------------------
     def setup(self) -> None:
+        self._start()
+
+    def _start(self) -> None:
+        """Claim the request and set up from what Redis holds; a Redis outage is retried
+        with back-off (the claim is idempotent), the messages meanwhile kept in order."""
         try:
             self._setup()
         except Fenced as exc:
             self._fenced(exc)
+        except redis.RedisError as exc:
+            for timer in (self.timer, self.verify_timer):
+                if timer is not None:
+                    timer.cancel()
+            self.outage += 1
+            delay = min(30.0, 2.0 ** (self.outage - 1))
+            log.error("[!] request '%s': redis unavailable at start: %s; claiming again in "
+                      "%.0fs", self.request_id, exc, delay)
+            self.scheduler.tell_later(delay, self.actor_ref, ClaimRequest(self.request_id))
+            return
+        self.claimed, self.outage = True, 0
+        waiting, self.waiting = self.waiting, []
+        for message in waiting:
+            self.actor_ref.tell(message)
 
     def _setup(self) -> None:
         claim = self.store.claim(self.request_id, now=self.clock.now(), fence=self.fence)
@@ -178,6 +200,13 @@ class RequestActor(PooledSupervisedActor):
     # -- mailbox --------------------------------------------------------------------------------
     def handle(self, message: Any) -> Any:
         if self.finished:
+            return None
+        if isinstance(message, ClaimRequest):
+            if not self.claimed:
+                self._start()
+            return None
+        if not self.claimed:
+            self.waiting.append(message)
             return None
         try:
             self._dispatch(message)
