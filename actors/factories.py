@@ -114,10 +114,15 @@ class ActorFactories:
         # Seconds between two history points; the environment knob exists for tests and demos.
         interval = float(os.environ.get("VMPOOLER_HISTORY_INTERVAL") or DEFAULT_INTERVAL)
 
+        membership, manager = self.membership, self.manager_id
+
+        def owns(pool: str) -> bool:
+            return membership is None or membership.owner(pool) == manager
+
         def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
             return HistoryRecorder.start(
                 pools=pools, store=HistoryStore(res.client), interval=interval,
-                clock=self.clock, scheduler=res.scheduler, supervisor=supervisor,
+                clock=self.clock, scheduler=res.scheduler, supervisor=supervisor, owns=owns,
             )
 
         return factory

@@ -196,3 +196,18 @@ def test_activity_lists_requests_and_the_newest_errors(hist: Api) -> None:
 def test_activity_when_nothing_happens(hist: Api) -> None:
     body = hist.client.simulate_get("/dashboard/stats/activity").json
     assert body["requests"] == [] and body["errors"] == []
+
+
+def test_a_recorder_records_only_the_pools_its_manager_owns(redis_client: redis.Redis) -> None:
+    """With several managers each records its own pools' points (not every pool thrice)."""
+    clock = FakeClock(start=START + 10)
+    seed(redis_client, "a", "ready", 1)
+    ref = HistoryRecorder.start(pools=["a", "b"], store=HistoryStore(redis_client),
+                                interval=60, clock=clock, scheduler=clock,
+                                owns=lambda pool: pool == "a")
+    try:
+        ref.ask(None)
+        assert redis_client.exists(schema.history("a"))
+        assert not redis_client.exists(schema.history("b"))
+    finally:
+        ref.stop()

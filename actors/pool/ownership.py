@@ -165,6 +165,8 @@ class Ownership:
             self._hand_over(owner)
             return False
         self.handing_over_since = None
+        if self.lease is not None and self.monotonic() - self.renewed_at < self.ttl / 3.0:
+            return True  # renewed moments ago (each write meets the fence all the same)
         if self.lease is not None and self.monotonic() - self.renewed_at >= self.ttl:
             self._lost("its TTL passed before it was renewed")  # stopped or stalled
         if self.lease is None and self.busy():

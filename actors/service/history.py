@@ -1,7 +1,9 @@
 """The history recorder: one small actor that writes every pool's point each interval.
 
 At start and then at each interval boundary of the injected clock (a timer of the injected
-scheduler, never a thread of its own) it records one point per configured pool through
+scheduler, never a thread of its own) it records one point per configured pool (with
+``owns``, per pool this manager owns: several managers share the work, and a pool changing
+hands is at worst recorded twice for an interval, which writes the same point) through
 :class:`~vmpooler.actors.storage.history_store.HistoryStore`. A Redis outage is logged once per
 outage; the next interval tries again, and the missed intervals stay gaps. It never talks to
 another actor.
@@ -10,7 +12,7 @@ another actor.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pykka
@@ -49,9 +51,11 @@ class HistoryRecorder(SupervisedActor):
         clock: Clock,
         scheduler: Scheduler,
         supervisor: pykka.ActorRef[Any] | None = None,
+        owns: Callable[[str], bool] | None = None,
     ) -> None:
         super().__init__(name="history", supervisor=supervisor)
         self.pools = tuple(pools)
+        self.owns = owns  # None: every pool is recorded here
         self.store = store
         self.interval = max(1.0, float(interval))
         self.clock = clock
@@ -75,7 +79,10 @@ class HistoryRecorder(SupervisedActor):
 
     def _record(self, now: float) -> None:
         try:
-            self.store.record(self.pools, now, self.interval)
+            owns = self.owns
+            pools = self.pools if owns is None else tuple(p for p in self.pools if owns(p))
+            if pools:
+                self.store.record(pools, now, self.interval)
         except redis.RedisError as exc:
             self.outage.failed(exc)
             return
