@@ -318,3 +318,40 @@ def test_balanced_owners_give_every_manager_its_share_and_move_little() -> None:
     moved = sum(balanced_owners(three, big)[p] != balanced_owners([*three, "d:4:4"], big)[p]
                 for p in big)
     assert moved <= 330, moved  # 250 is the least possible
+
+
+def test_another_managers_pool_backs_off_and_hurries_once_it_becomes_ours(
+        redis_client: redis.Redis) -> None:
+    """A pool another live manager owns is not polled at the shortest delay all along: its
+    cycle timer backs off like an idle pool's. Once it is this manager's but its lease is
+    still held (the other manager died a moment ago), the timer comes back to the shortest
+    delay, so the lease is taken within a second of its expiry, not a renewal period later."""
+    mine = manager_id(FakeClock().now())
+    other = next(f"other-{n}.example:1:1" for n in range(1000)
+                 if rendezvous_owner([mine, f"other-{n}.example:1:1"], "pa")
+                 == f"other-{n}.example:1:1")
+    beats = HeartbeatStore(redis_client)
+    beats.beat(other, FakeClock().now(), prune_after=600)
+    config = make_config([pool("pa", 1)], manager_heartbeat_interval=5,
+                         check_loop_delay_min=1, check_loop_delay_max=60)
+    with started(redis_client, config) as h:
+        assert h.system.manager_id == mine
+        actor = h.system.actor_ref("pool:pa")
+        assert actor is not None
+
+        def delay() -> float:
+            return float(actor.proxy().cycle.get().delay)
+
+        for _ in range(12):
+            beats.beat(other, h.clock.now(), prune_after=600)
+            h.advance(5)
+        assert delay() >= 30, "another manager's pool kept the shortest delay"
+        assert redis_client.get(schema.lease("pool", "pa")) is None
+        # The other manager dies holding the lease; its heartbeat goes stale.
+        redis_client.set(schema.lease("pool", "pa"), f"999 {other}", px=30_000)
+        h.advance(20)  # stale heartbeat, then a renewal tick: ours, the lease not yet free
+        assert delay() == 1
+        redis_client.delete(schema.lease("pool", "pa"))  # its TTL is over
+        h.advance(1, step=1)
+        wait_until(lambda: (lease := LeaseStore(redis_client).holder("pool", "pa")) is not None
+                   and lease.holder == mine, 10, "the lease to be taken at the next second")

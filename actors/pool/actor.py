@@ -216,3 +216,5 @@ class PoolActor(SupervisedActor):
         was = own.acting
         if own.refresh() and not was:
             self.cycle.request()
+        elif not own.acting and not own.elsewhere:
+            self.cycle.hurry()  # ours, its lease not yet free: try again soon, not backed off

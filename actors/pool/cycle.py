@@ -66,6 +66,8 @@ class PoolCycle:
         ctx.calls.expire_lost(mono)
         self.upkeep.expire_preparing(mono)
         if ctx.ownership is not None and not ctx.ownership.refresh():
+            if ctx.ownership.elsewhere:  # another's: its timer backs off like an idle pool's
+                self.delay = ctx.backoff.next(self.delay, busy=False)
             self.schedule()  # not ours (or not yet): left alone, asked again next time
             return
         provider = ctx.calls.provider()
@@ -86,6 +88,13 @@ class PoolCycle:
         self.generation += 1
         self.timer = self.ctx.scheduler.tell_later(
             self.delay, self.ctx.self_ref, RunPoolCycle(generation=self.generation))
+
+    def hurry(self) -> None:
+        """Cycle again after the shortest delay (a pool that just became this manager's,
+        while its timer was backed off as another's)."""
+        if self.delay > self.ctx.backoff.min:
+            self.delay = self.ctx.backoff.min
+            self.schedule()
 
     def cancel(self) -> None:
         """Disarm the timer (the actor stops)."""

@@ -100,6 +100,7 @@ class Ownership:
         self.handing_over_since: float | None = None
         self.last_seen: str | None = None  # holder last logged while waiting (log once)
         self.refusal_logged = False  # a refused write was logged since the last holding
+        self.elsewhere = False  # the last refresh found the pool another manager's
         self.on_handed_over: Callable[[str], None] | None = None
         """Called with the new owner once the lease was released to it (a handover)."""
 
@@ -161,7 +162,8 @@ class Ownership:
 
     def _refresh(self) -> bool:
         owner = self.owner()
-        if owner != self.manager:
+        self.elsewhere = owner != self.manager
+        if self.elsewhere:
             self._hand_over(owner)
             return False
         self.handing_over_since = None
