@@ -44,6 +44,7 @@ from vmpooler.actors.runtime.restart_policy import RestartPolicy
 from vmpooler.actors.runtime.supervisor import ActorDirectory, Supervisor
 from vmpooler.actors.service.command_stream import consumer_factory
 from vmpooler.actors.service.relay import Relay
+from vmpooler.actors.service.ruby_guard import refuse_beside_foreign_manager
 from vmpooler.actors.storage.connection import connect_configured
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, manager_id, prune_age
@@ -119,7 +120,10 @@ class PoolerSystem:
         ``providers`` replaces the provider instances built from the configuration (by
         provider name); ``clock``/``scheduler`` default to the real ones. Raises
         ``redis.RedisError`` when Redis cannot be reached, and the provider's own error
-        when a provider cannot be built; nothing is left running then. With
+        when a provider cannot be built, and
+        :class:`~vmpooler.actors.service.ruby_guard.ForeignManagerError` (before anything is
+        written) when a vmpooler (Ruby) manager is checking ready VMs on the same Redis;
+        nothing is left running then. With
         ``consume_commands`` a consumer actor reads the API's command stream
         (:mod:`vmpooler.actors.service.command_stream`), for an API in another process.
         ``actor_executor`` runs the pooled actors (the request actors); by default the system
@@ -158,6 +162,8 @@ class PoolerSystem:
         resolver: Callable[[str], bool], task_interval: float, consume_commands: bool,
     ) -> None:
         cfg, res = self.config, self._res
+        # Before anything is written: never beside a running vmpooler (Ruby) manager.
+        refuse_beside_foreign_manager(res.client, cfg, self.clock.now())
         # Beat first: from now on the others count this manager live (its clone slots too).
         heartbeats = HeartbeatStore(res.client)
         settings = cfg.settings

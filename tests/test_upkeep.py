@@ -26,6 +26,7 @@ from vmpooler.actors.messages import RunPurge
 from vmpooler.actors.runtime.clock import FakeClock
 from vmpooler.actors.service.health import health_status
 from vmpooler.actors.storage import schema, timefmt
+from vmpooler.actors.storage.check_stamps import stamp_fields
 from vmpooler.actors.storage.dlq import parse_member
 from vmpooler.providers.dummy import DummyProvider
 
@@ -64,7 +65,9 @@ def seed(client: redis.Redis) -> list[dict[str, Any]]:
         hset(vm, clone=stamp(age))
     for vm, age in (("ready-old", 25 * HOUR), ("ready-new", 60)):
         client.sadd(schema.ready("a"), vm)
-        hset(vm, clone=stamp(age + 60), ready=stamp(age), check=stamp(0))
+        # checked just now by an earlier run of ours (a foreign stamp would stop the start)
+        hset(vm, clone=stamp(age + 60), ready=stamp(age),
+             **stamp_fields("earlier-run", stamp(0)))
     for vm in ("done-old", "done-new"):
         client.sadd(schema.completed("a"), vm)
         hset(vm, clone=stamp(HOUR), checkout=stamp(60))

@@ -12,6 +12,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -22,10 +23,12 @@ from vmpooler.actors.config import Config, ConfigError, load_config, render_conf
 from vmpooler.actors.config.redis_pools import redis_pool_reader
 from vmpooler.actors.config.unacted import unacted_warnings
 from vmpooler.actors.metrics.prometheus import prepare_multiprocess
+from vmpooler.actors.service.ruby_guard import ForeignManagerError, refuse_beside_foreign_manager
+from vmpooler.actors.storage.connection import connect_configured
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedisError
 from vmpooler.actors.system import PoolerSystem
 from vmpooler.web import dlq_command
-from vmpooler.web.logsetup import configure_logging
+from vmpooler.web.logsetup import configure_logging, refuse_to_start
 
 __all__ = ["main"]
 
@@ -115,6 +118,8 @@ def _serve(config: Config, args: argparse.Namespace, *, with_manager: bool) -> i
     )
     if hasattr(signal, "SIGUSR1"):
         signal.signal(signal.SIGUSR1, pykka.debug.log_thread_tracebacks)
+    if with_manager and not config.redis.embedded and _beside_foreign_manager(config):
+        return 1
     log.info("[*] [api] vmpooler %s serving on %s with %s", _version(), options.bind,
              config.source)
     try:
@@ -123,6 +128,23 @@ def _serve(config: Config, args: argparse.Namespace, *, with_manager: bool) -> i
         log.error("[!] [manager] embedded redis-server failed: %s", exc)
         return 1
     return 0
+
+
+def _beside_foreign_manager(config: Config) -> bool:
+    """``run`` asks before gunicorn starts (its worker starts the manager and asks again):
+    True, said, when a vmpooler (Ruby) manager is running on the configured Redis. An
+    unreachable Redis is left to the worker, as before."""
+    client = connect_configured(config.redis)
+    try:
+        refuse_beside_foreign_manager(client, config, time.time())
+    except ForeignManagerError as exc:
+        refuse_to_start(exc)
+        return True
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()
+    return False
 
 
 def _run_manager(config: Config) -> int:
@@ -145,6 +167,9 @@ def _run_manager(config: Config) -> int:
             break
         except EmbeddedRedisError as exc:
             log.error("[!] [manager] embedded redis-server failed: %s", exc)
+            return 1
+        except ForeignManagerError as exc:
+            refuse_to_start(exc)
             return 1
         except redis.RedisError as exc:
             log.error("[!] [manager] redis is unavailable (%s); retrying in %.0fs", exc, delay)

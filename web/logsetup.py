@@ -7,9 +7,10 @@ parsers work, and add nothing else to the line.
 from __future__ import annotations
 
 import logging.config
+import sys
 from typing import Any
 
-__all__ = ["configure_logging"]
+__all__ = ["configure_logging", "refuse_to_start"]
 
 FORMAT = "[%(asctime)s] %(message)s"
 DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
@@ -41,3 +42,10 @@ def configure_logging(level: str = "info", logfile: str | None = None) -> None:
         "root": {"level": level.upper(), "handlers": list(handlers)},
         "loggers": {"pykka": {"level": "WARNING"}},
     })
+
+
+def refuse_to_start(reason: Exception) -> None:
+    """Say why the manager will not start: logged (stdout, the logfile) and one line on
+    stderr, ``vmpooler: refusing to start: <reason>``, without a traceback."""
+    logging.getLogger("vmpooler").error("[!] [manager] refusing to start: %s", reason)
+    print(f"vmpooler: refusing to start: {reason}", file=sys.stderr, flush=True)

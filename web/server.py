@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,17 +25,20 @@ import falcon
 import gunicorn.util
 import redis
 from gunicorn.app.base import BaseApplication
+from gunicorn.arbiter import Arbiter
 
 from vmpooler.actors.config import Config
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.metrics.factory import create_metrics
 from vmpooler.actors.metrics.prometheus import mark_process_dead, multiprocess_dir
+from vmpooler.actors.service.ruby_guard import ForeignManagerError
 from vmpooler.actors.storage.connection import connect_configured
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 from vmpooler.actors.system import PoolerSystem
 from vmpooler.web.app import create_app
 from vmpooler.web.commands import DirectCommands, StreamCommands
 from vmpooler.web.context import ApiContext
+from vmpooler.web.logsetup import refuse_to_start
 
 __all__ = ["ApiServer", "ServeOptions", "redis_address"]
 
@@ -165,8 +169,12 @@ class ApiServer(BaseApplication):  # type: ignore[misc]
         if not self.with_manager:
             return
         ctx = self.state.contexts[-1]
-        self.state.system = PoolerSystem.start(self.config, redis_client=ctx.redis,
-                                               metrics=ctx.metrics, consume_commands=False)
+        try:
+            self.state.system = PoolerSystem.start(self.config, redis_client=ctx.redis,
+                                                   metrics=ctx.metrics, consume_commands=False)
+        except ForeignManagerError as exc:  # gunicorn halts: "Worker failed to boot", 3
+            refuse_to_start(exc)
+            sys.exit(Arbiter.WORKER_BOOT_ERROR)
         ctx.commands = DirectCommands(self.state.system)
 
     def _worker_exit(self, _arbiter: Any, _worker: Any) -> None:

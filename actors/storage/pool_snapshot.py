@@ -9,13 +9,14 @@ told of a change and periodically as a safety net (docs/architecture.md, "A pool
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import redis
 
 from vmpooler.actors.storage import schema
 
-__all__ = ["PoolFlags", "PoolOverrides", "PoolSnapshot", "read_snapshot"]
+__all__ = ["PoolFlags", "PoolOverrides", "PoolSnapshot", "read_snapshot", "read_vm_fields"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,3 +151,16 @@ def read_snapshot(client: redis.Redis, pool: str, *, overrides: bool = True,
         completed=frozenset(r[3]), discovered=frozenset(r[4]), migrating=frozenset(r[5]),
         overrides=read_overrides, flags=read_flags,
     )
+
+
+def read_vm_fields(
+    client: redis.Redis, vms: Iterable[str], fields: Sequence[str]
+) -> dict[str, list[str | None]]:
+    """HMGET ``fields`` of each VM's hash in one pipelined round trip (none for no VM)."""
+    names = list(vms)
+    if not names:
+        return {}
+    pipe = client.pipeline(transaction=False)
+    for name in names:
+        pipe.hmget(schema.vm(name), list(fields))
+    return dict(zip(names, pipe.execute(), strict=True))

@@ -20,8 +20,9 @@ from typing import Any
 import redis
 
 from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.check_stamps import stamp_fields
 from vmpooler.actors.storage.lease_store import REQUEST, Fence, Fenced
-from vmpooler.actors.storage.pool_snapshot import PoolSnapshot, read_snapshot
+from vmpooler.actors.storage.pool_snapshot import PoolSnapshot, read_snapshot, read_vm_fields
 from vmpooler.actors.storage.schema import Scripts
 from vmpooler.actors.storage.schema.lease_scripts import FENCED, fenced
 from vmpooler.actors.storage.schema.pool_scripts import RELEASE_SLOT_BODY
@@ -44,19 +45,6 @@ FENCED_SCRIPTS["CLONE_FAILED"] = fenced(
     Scripts.CLONE_FAILED,
     on_refused="if ARGV[5] == '1' then\n" + RELEASE_SLOT_BODY.format(
         counter="KEYS[1]", slots="KEYS[4]", vm="ARGV[1]") + "end\n")
-
-def read_vm_fields(
-    client: redis.Redis, vms: Iterable[str], fields: Sequence[str]
-) -> dict[str, list[str | None]]:
-    """HMGET ``fields`` of each VM's hash in one pipelined round trip (none for no VM)."""
-    names = list(vms)
-    if not names:
-        return {}
-    pipe = client.pipeline(transaction=False)
-    for name in names:
-        pipe.hmget(schema.vm(name), list(fields))
-    return dict(zip(names, pipe.execute(), strict=True))
-
 
 class CloneReservation:
     """Outcome codes of :meth:`Store.reserve_clone`."""
@@ -320,16 +308,19 @@ class Store:
         self.client.hset(schema.vm(vm), mapping=dict(fields))
 
     def set_check_times(self, stamps: Mapping[str, str]) -> None:
-        """HSET ``check`` on several VM hashes, pipelined (fenced: one script)."""
+        """HSET ``check`` on several VM hashes, each with ``check_by`` naming this store's
+        manager in the same HSET (fenced: one script), pipelined
+        (:func:`~vmpooler.actors.storage.check_stamps.stamp_fields`)."""
         if not stamps:
             return
+        fields = {n: stamp_fields(self.slot_owner, v) for n, v in stamps.items()}
         if self.fence is not None:
-            self._run("SET_FIELDS", [schema.vm(n) for n in stamps],
-                      [f"check\t{v}" for v in stamps.values()])
+            self._run("SET_FIELDS", [schema.vm(n) for n, f in fields.items() for _ in f],
+                      [f"{k}\t{v}" for f in fields.values() for k, v in f.items()])
             return
         pipe = self.client.pipeline(transaction=False)
-        for name, value in stamps.items():
-            pipe.hset(schema.vm(name), "check", value)
+        for name, mapping in fields.items():
+            pipe.hset(schema.vm(name), mapping=mapping)
         pipe.execute()
 
     def leave_migrating(self, pool: str, vm: str) -> bool:

@@ -39,10 +39,14 @@ __all__ = [
     "redis_server",
     "require_ruby",
     "ruby_api",
+    "ruby_manager",
 ]
 
 RUBY_TOOLS = Path(__file__).resolve().parents[3] / "shared" / "tools" / "vmpooler-ruby"
 """The directory of ``install.sh`` and ``run.sh``, beside the checkout."""
+
+RUBY_DUMMY_SHIM = Path(__file__).resolve().parent / "ruby_dummy_shim.rb"
+"""Loaded beside vmpooler's manager (``RUBYOPT=-r``) so that its dummy provider works."""
 
 VMPOOLER = [sys.executable, "-m", "vmpooler.web.cli"]
 STARTUP_TIMEOUT = 30.0
@@ -163,6 +167,19 @@ def ruby_api(install: Path, config: Path) -> Iterator[Api]:
     args = ["bash", str(RUBY_TOOLS / "run.sh"), str(install), "api", str(config), str(port)]
     with _running("ruby-api", args, cwd=config.parent, env=env, port=port) as (process, log):
         yield Api("ruby", port, process, log)
+
+
+@contextmanager
+def ruby_manager(install: Path, config: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """vmpooler 3.9.1's pool manager, run in ``config``'s directory with ``VMPOOLER_DEBUG=1``
+    and :data:`RUBY_DUMMY_SHIM` (its dummy provider cannot fill a pool without it); not
+    waited for: callers wait on what it writes to Redis. Its output goes to
+    ``ruby-manager.out`` there."""
+    env = {**os.environ, "VMPOOLER_DEBUG": "1",
+           "RUBYOPT": f"{os.environ.get('RUBYOPT', '')} -r{RUBY_DUMMY_SHIM}".strip()}
+    args = ["bash", str(RUBY_TOOLS / "run.sh"), str(install), "manager", str(config)]
+    with _running("ruby-manager", args, cwd=config.parent, env=env, port=None) as (process, _):
+        yield process
 
 
 @contextmanager
