@@ -178,9 +178,18 @@ class ActorFactories:
 
     @staticmethod
     def stale_after(config: Config) -> float:
-        """Seconds after which a manager's heartbeat no longer counts it as live."""
+        """Seconds after which a manager's heartbeat no longer counts it as live for the
+        spreading of pools: ``manager_heartbeat_max_age`` when set, else three beat intervals
+        but at most the lease TTL less one interval (two intervals at the default TTL), so
+        a dead manager is out of the rendezvous by the time its leases expire and its pools
+        are served again within the TTL. A live manager counted out for a late beat loses
+        nothing but its share for a while: its leases stay its own until it lets them go."""
         settings = config.settings
-        return stale_age(settings.manager_heartbeat_interval, settings.manager_heartbeat_max_age)
+        interval, max_age = settings.manager_heartbeat_interval, settings.manager_heartbeat_max_age
+        if max_age:
+            return stale_age(interval, max_age)
+        ttl = float(settings.manager_lease_ttl or 3 * interval)
+        return max(2.0 * interval, min(stale_age(interval, None), ttl - interval))
 
     def ownership(self) -> OwnershipSettings:
         """Pool leases: this manager's id, ``manager_lease_ttl`` (default three heartbeat

@@ -11,6 +11,8 @@ import pytest
 import redis
 
 from tests.harness import dummy_for, make_config, pool, started, wait_until
+from vmpooler.actors.factories import ActorFactories
+from vmpooler.actors.messages import RunPoolCycle
 from vmpooler.actors.pool.ownership import (
     Ownership,
     balanced_owners,
@@ -186,7 +188,9 @@ def test_a_pool_owned_by_another_manager_is_left_alone(redis_client: redis.Redis
         h.provider._pools.setdefault("pa", []).append(  # type: ignore[attr-defined]
             {"name": stray, "poolname": "pa", "hostname": stray, "dummy_state": "RUNNING"})
         h.system.notify("pa", "test")
-        h.advance(10)
+        for _ in range(2):
+            beats.beat(other, h.clock.now(), prune_after=600)  # the other manager lives on
+            h.advance(5)
         assert not redis_client.sismember(schema.discovered("pa"), stray)
         assert not redis_client.sismember(schema.completed("pa"), stray)
         assert redis_client.get(schema.lease("pool", "pb")) is not None
@@ -355,3 +359,26 @@ def test_another_managers_pool_backs_off_and_hurries_once_it_becomes_ours(
         h.advance(1, step=1)
         wait_until(lambda: (lease := LeaseStore(redis_client).holder("pool", "pa")) is not None
                    and lease.holder == mine, 10, "the lease to be taken at the next second")
+
+
+def test_a_pool_waiting_for_a_lease_cycles_again_when_it_expires(
+        redis_client: redis.Redis) -> None:
+    """The pool is this manager's but a gone holder's lease has 3 s left: the next cycle is
+    due when the lease expires, not a whole check_loop_delay_min (5 s) later."""
+    redis_client.set(schema.lease("pool", "pa"), "999 gone.example:1:1", px=3_000)
+    config = make_config([pool("pa", 1)], check_loop_delay_min=5, check_loop_delay_max=60)
+    with started(redis_client, config) as h:
+        def cycles_due() -> list[float]:
+            return [due for due, m in h.clock.pending() if isinstance(m, RunPoolCycle)]
+        wait_until(lambda: cycles_due() and min(cycles_due()) <= 3.1, 10,
+                   "a cycle due at the lease's expiry")
+
+
+def test_a_dead_manager_leaves_the_rendezvous_before_its_leases_expire() -> None:
+    def stale(**settings: float) -> float:
+        return ActorFactories.stale_after(make_config([pool("a", 1)], **settings))
+
+    assert stale(manager_heartbeat_interval=5) == 10  # the TTL is 15
+    assert stale(manager_heartbeat_interval=5, manager_lease_ttl=60) == 15
+    assert stale(manager_heartbeat_interval=5, manager_lease_ttl=6) == 10  # two beats at least
+    assert stale(manager_heartbeat_interval=5, manager_heartbeat_max_age=7) == 7

@@ -217,4 +217,4 @@ class PoolActor(SupervisedActor):
         if own.refresh() and not was:
             self.cycle.request()
         elif not own.acting and not own.elsewhere:
-            self.cycle.hurry()  # ours, its lease not yet free: try again soon, not backed off
+            self.cycle.hurry(own.free_in)  # ours, its lease not yet free: at its expiry

@@ -68,7 +68,8 @@ class PoolCycle:
         if ctx.ownership is not None and not ctx.ownership.refresh():
             if ctx.ownership.elsewhere:  # another's: its timer backs off like an idle pool's
                 self.delay = ctx.backoff.next(self.delay, busy=False)
-            self.schedule()  # not ours (or not yet): left alone, asked again next time
+            # not ours (or not yet): left alone, asked again next time (or when it expires)
+            self.schedule(within=ctx.ownership.free_in)
             return
         provider = ctx.calls.provider()
         if provider is None:
@@ -81,20 +82,23 @@ class PoolCycle:
         provider.tell(ctx.calls.call(ProviderOp.LIST_VMS, None))
         self.schedule()  # a safety net, replaced when the inventory arrives
 
-    def schedule(self) -> None:
-        """Arm the timer for ``delay`` seconds (cancelling the armed one)."""
+    def schedule(self, within: float | None = None) -> None:
+        """Arm the timer for ``delay`` seconds, or ``within`` if sooner (cancelling the
+        armed one)."""
         if self.timer is not None:
             self.timer.cancel()
         self.generation += 1
+        after = self.delay if within is None else min(self.delay, max(0.0, within))
         self.timer = self.ctx.scheduler.tell_later(
-            self.delay, self.ctx.self_ref, RunPoolCycle(generation=self.generation))
+            after, self.ctx.self_ref, RunPoolCycle(generation=self.generation))
 
-    def hurry(self) -> None:
-        """Cycle again after the shortest delay (a pool that just became this manager's,
-        while its timer was backed off as another's)."""
-        if self.delay > self.ctx.backoff.min:
-            self.delay = self.ctx.backoff.min
-            self.schedule()
+    def hurry(self, within: float | None = None) -> None:
+        """Cycle again after the shortest delay, or ``within`` seconds if sooner (a pool
+        that just became this manager's, while its timer was backed off as another's and
+        its lease, still held, expires in ``within``)."""
+        if self.delay > self.ctx.backoff.min or within is not None:
+            self.delay = min(self.delay, self.ctx.backoff.min)
+            self.schedule(within=within)
 
     def cancel(self) -> None:
         """Disarm the timer (the actor stops)."""

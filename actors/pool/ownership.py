@@ -101,6 +101,7 @@ class Ownership:
         self.last_seen: str | None = None  # holder last logged while waiting (log once)
         self.refusal_logged = False  # a refused write was logged since the last holding
         self.elsewhere = False  # the last refresh found the pool another manager's
+        self.free_in: float | None = None  # seconds until the lease we wait for expires
         self.on_handed_over: Callable[[str], None] | None = None
         """Called with the new owner once the lease was released to it (a handover)."""
 
@@ -161,6 +162,7 @@ class Ownership:
             return self.acting
 
     def _refresh(self) -> bool:
+        self.free_in = None
         owner = self.owner()
         self.elsewhere = owner != self.manager
         if self.elsewhere:
@@ -195,6 +197,7 @@ class Ownership:
             log.warning("[*] [%s] lease of '%s' (a process that no longer exists) released",
                         self.pool, holder.holder)
             return self._refresh()
+        self.free_in = state.ttl_ms / 1000.0 + 0.05 if state.ttl_ms > 0 else None
         if self.last_seen != holder.value:
             log.info("[*] [%s] waiting for the lease held by '%s' (token %d, %.1fs left)",
                      self.pool, holder.holder, holder.token, state.ttl_ms / 1000.0)
