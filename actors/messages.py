@@ -186,10 +186,12 @@ class PoolChanged:
     """Anyone → pool actor: something changed in Redis (a VM checked out or returned, an
     override, a reset). The actor runs a cycle at once (coalescing bursts), and that cycle
     reads the pool's override keys: whoever writes one must send this, or the change waits
-    for the periodic read (docs/compatibility.md)."""
+    for the periodic read (docs/compatibility.md). A pool actor whose manager does not hold
+    the pool's lease passes it on to the holder's (``forwarded``: it went on once already)."""
 
     pool: str
     reason: str = ""
+    forwarded: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -382,3 +382,35 @@ def test_a_dead_manager_leaves_the_rendezvous_before_its_leases_expire() -> None
     assert stale(manager_heartbeat_interval=5, manager_lease_ttl=60) == 15
     assert stale(manager_heartbeat_interval=5, manager_lease_ttl=6) == 10  # two beats at least
     assert stale(manager_heartbeat_interval=5, manager_heartbeat_max_age=7) == 7
+
+
+def test_news_of_a_pool_reaching_a_manager_that_does_not_own_it_goes_on_to_its_owner(
+        redis_client: redis.Redis) -> None:
+    """The API's commands reach one manager of several. A VM of A's pool is checked out and
+    B hears of it: B's pool actor passes the news to A's through the relay, and A refills at
+    once. Neither clock moves, so without the message A would wait for its timer."""
+    start_a, start_b = 1_700_000_000.0, 1_700_000_001.0
+    id_a, id_b = manager_id(start_a), manager_id(start_b)
+    name = next(f"pool{n}" for n in range(100) if rendezvous_owner([id_a, id_b], f"pool{n}")
+                == id_a)
+    config = make_config([pool(name, 2)], manager_heartbeat_interval=5,
+                         check_loop_delay_min=60, check_loop_delay_max=60)
+    clock_a, clock_b = FakeClock(start=start_a), FakeClock(start=start_b)
+    a = PoolerSystem.start(config, redis_client=redis_client, clock=clock_a, scheduler=clock_a,
+                           providers={"dummy": dummy_for(config)}, resolver=lambda _f: False)
+    b = None
+    try:
+        wait_until(lambda: redis_client.scard(schema.ready(name)) == 2, 10, "A to fill it")
+        b = PoolerSystem.start(config, redis_client=redis_client, clock=clock_b,
+                               scheduler=clock_b, providers={"dummy": dummy_for(config)},
+                               resolver=lambda _f: False)
+        assert LeaseStore(redis_client).holder("pool", name).holder == id_a
+        taken = redis_client.spop(schema.ready(name))
+        redis_client.sadd(schema.running(name), taken)  # checked out
+        assert b.notify(name, "checkout")
+        wait_until(lambda: redis_client.scard(schema.ready(name)) == 2, 10,
+                   "A to refill the pool at once")
+    finally:
+        if b is not None:
+            b.stop()
+        a.stop()

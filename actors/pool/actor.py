@@ -161,6 +161,9 @@ class PoolActor(SupervisedActor):
             log.debug("[%s] woken: %s", self.ctx.name, message.reason)
             self.upkeep.changed()  # the override keys may have changed: read them
             self.cycle.request()
+            if not self._acting() and not message.forwarded:  # the news is for its owner
+                self.remote.to_lease_holder(POOL, self.ctx.name, f"pool:{self.ctx.name}",
+                                            replace(message, forwarded=True))
         elif isinstance(message, RenewLease):
             self._arm_renewal()
             self._refresh()

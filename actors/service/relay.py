@@ -35,6 +35,7 @@ import redis
 
 from vmpooler.actors.messages import (
     CloneForRequest,
+    PoolChanged,
     PoolHandedOver,
     RequestChanged,
     RequestCloneAnswered,
@@ -57,8 +58,8 @@ BATCH = 500
 MAX_BACKOFF = 10.0
 
 WIRE_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
-    CloneForRequest, PoolHandedOver, RequestChanged, RequestCloneAnswered, RequestSlotFreed,
-    RequestVmCloning, RequestVmFailed, RequestVmReady)}
+    CloneForRequest, PoolChanged, PoolHandedOver, RequestChanged, RequestCloneAnswered,
+    RequestSlotFreed, RequestVmCloning, RequestVmFailed, RequestVmReady)}
 """The messages that may travel between managers, by class name."""
 
 
