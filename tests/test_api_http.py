@@ -641,7 +641,7 @@ CASES = [
     Case("readiness-no-manager", "GET", f"{V}/readiness/", 503, expect={
         "ok": False, "errors": ["no manager heartbeat"], "redis": {"ok": True},
         "managers": {"ok": False, "live": 0, "max_age": 15.0, "newest_age": None,
-                     "members": []}}),
+                     "members": [], "unheld_pools": 3}}),
     Case("unknown-route", "GET", "/nowhere", 404, expect={"ok": False}),
     Case("unknown-api-route", "GET", f"{V}/nowhere/at/all", 404, expect={"ok": False}),
     Case("openapi", "GET", f"{V}/openapi.json", 200, expect=openapi_document),

@@ -88,7 +88,19 @@ def test_readiness_200_with_a_fresh_heartbeat(redis_client: redis.Redis) -> None
     body = _checked(result)
     assert body == {"ok": True, "redis": {"ok": True}, "managers": {
         "ok": True, "live": 1, "max_age": 15.0, "newest_age": 3.0,
-        "members": [{"id": "h:1:0", "age": 3.0}]}}
+        "members": [{"id": "h:1:0", "age": 3.0, "pools": 0}], "unheld_pools": 1}}
+
+
+def test_readiness_says_how_many_pools_each_manager_holds(redis_client: redis.Redis) -> None:
+    a = api(redis_client, api_config([api_pool(p) for p in ("p", "q", "r")]))
+    redis_client.zadd(KEY, {"h:1:0": a.clock.now() - 1, "h:2:0": a.clock.now() - 2})
+    redis_client.set(schema.lease("pool", "p"), "1 h:1:0")
+    redis_client.set(schema.lease("pool", "q"), "2 h:1:0")
+    redis_client.set(schema.lease("pool", "unconfigured"), "3 h:2:0")
+    body = _checked(a.client.simulate_get("/api/v3/readiness"))
+    assert [(m["id"], m["pools"]) for m in body["managers"]["members"]] == [
+        ("h:1:0", 2), ("h:2:0", 0)]
+    assert body["managers"]["unheld_pools"] == 1  # r
 
 
 def test_readiness_503_without_a_heartbeat(redis_client: redis.Redis) -> None:

@@ -62,6 +62,9 @@ def test_readiness_follows_the_manager_process_and_its_sigkill(
     assert body["managers"]["live"] == 1 and body["managers"]["max_age"] == MAX_AGE
     (member,) = members(redis_client)
     assert member.split(":")[1] == str(manager.pid)
+    _, body = wait_until(lambda: (r := readiness(base)) and r[1]["managers"]["members"][0][
+        "pools"] == 1 and r, 10, "the manager's lease on alpha to show")
+    assert body["managers"]["unheld_pools"] == 0
 
     manager.kill()  # SIGKILL: no clean stop, the member stays and ages
     killed = time.monotonic()

@@ -14,11 +14,16 @@ both:
 manager heartbeat``, ``the newest manager heartbeat is 47 s old (max 15 s)``). With the
 queue health check on (``health_check_enabled``, reference §4.11) ``"health"`` reports
 ``status`` and ``last_check`` of ``vmpooler__health`` (null before the first check); the
-queue health is information only and never makes the answer 503. One round trip to Redis.
+queue health is information only and never makes the answer 503. Each member says how many
+of the configured pools' leases it holds (``pools``), and ``managers.unheld_pools`` how many
+are held by nobody (none but for a moment while a dead manager's leases expire, or while no
+manager runs): where several managers share the Redis, which one serves how much. Two round
+trips to Redis.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import falcon
@@ -28,6 +33,7 @@ from redis.retry import Retry
 
 from vmpooler.actors.storage.connection import sibling
 from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, stale_age
+from vmpooler.actors.storage.lease_store import POOL, LeaseStore
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import json_body
 
@@ -52,6 +58,8 @@ class Readiness:
         self.ctx = ctx
         self.probe = probe or probe_client(ctx.redis)
         self.store = HeartbeatStore(self.probe)
+        self.leases = LeaseStore(self.probe)
+        self.pools = [pool.name for pool in ctx.config.pools]
         self.max_age = stale_age(settings.manager_heartbeat_interval,
                                  settings.manager_heartbeat_max_age)
         self.health_check = settings.health_check_enabled
@@ -64,11 +72,14 @@ class Readiness:
         """The answer's body; ``body["ok"]`` says ready."""
         try:
             beats, status, last_check = self.store.readiness()
+            held = self.leases.holders(POOL, self.pools)
         except redis.RedisError as exc:
             error = f"redis unreachable: {exc}"
             return {"ok": False, "errors": [error], "redis": {"ok": False, "error": str(exc)}}
         now = self.ctx.clock.now()
-        members = [{"id": beat.manager, "age": _age(now, beat.at)} for beat in beats]
+        holders = Counter(lease.holder for lease in held.values() if lease is not None)
+        members = [{"id": beat.manager, "age": _age(now, beat.at),
+                    "pools": holders.get(beat.manager, 0)} for beat in beats]
         live = sum(1 for m in members if m["age"] <= self.max_age)
         errors: list[str] = []
         if not members:
@@ -81,7 +92,8 @@ class Readiness:
             "redis": {"ok": True},
             "managers": {"ok": bool(live), "live": live, "max_age": self.max_age,
                          "newest_age": members[0]["age"] if members else None,
-                         "members": members},
+                         "members": members,
+                         "unheld_pools": sum(1 for lease in held.values() if lease is None)},
         }
         if errors:
             body["errors"] = errors
