@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import redis
 
 from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.pool_snapshot import read_vm_fields
 
 __all__ = ["CHECK", "CHECK_BY", "CheckStamp", "read_ready_stamps", "stamp_fields",
            "stamp_writer", "written_by_us"]
@@ -78,10 +79,5 @@ def read_ready_stamps(client: redis.Redis, pools: Iterable[str]) -> list[CheckSt
         pipe.smembers(schema.ready(pool))
     members = [(pool, sorted(vms)) for pool, vms in zip(names, pipe.execute(), strict=True)]
     pairs = [(pool, vm) for pool, vms in members for vm in vms]
-    if not pairs:
-        return []
-    pipe = client.pipeline(transaction=False)
-    for _, vm in pairs:
-        pipe.hmget(schema.vm(vm), [CHECK, CHECK_BY])
-    return [CheckStamp(pool, vm, check, check_by)
-            for (pool, vm), (check, check_by) in zip(pairs, pipe.execute(), strict=True)]
+    fields = read_vm_fields(client, [vm for _, vm in pairs], [CHECK, CHECK_BY])
+    return [CheckStamp(pool, vm, *fields[vm]) for pool, vm in pairs]
