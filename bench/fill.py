@@ -478,17 +478,25 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def command_lines(steady: dict[str, Any], what: str, *, top: int | None = None,
+                  width: int = 12) -> list[str]:
+    """The steady window's Redis commands by type (the ``top`` most), total and per pool
+    cycle, under a heading naming ``what`` was measured."""
+    cycles = steady["pool_cycles"] or 1
+    lines = [f"steady-state Redis commands, {what} (total {steady['redis_commands']}, "
+             "per pool cycle):"]
+    for cmd, n in list(steady["redis_commands_by_type"].items())[:top]:
+        lines.append(f"  {cmd:<{width}}{n:>9}  {n / cycles:8.2f}")
+    return lines
+
+
 def breakdown(results: list[dict[str, Any]]) -> str:
     lines = []
     for r in results:
         steady = r.get("steady")
         if not steady:
             continue
-        cycles = steady["pool_cycles"] or 1
-        lines.append(f"steady-state Redis commands, {r['pools']} x {r['size']} "
-                     f"(total {steady['redis_commands']}, per pool cycle):")
-        for cmd, n in steady["redis_commands_by_type"].items():
-            lines.append(f"  {cmd:<12}{n:>9}  {n / cycles:8.2f}")
+        lines += command_lines(steady, f"{r['pools']} x {r['size']}")
         groups = r["resources_end"]["thread_groups"]
         lines.append("  threads at end of window: " + ", ".join(
             f"{k} {v}" for k, v in groups.items()))

@@ -67,6 +67,7 @@ from fill import (
     CHECK_LOOP_DELAY_MIN,
     TARGET_COMMANDS_PER_VM_CYCLE,
     VM_CHECKTIME,
+    command_lines,
     command_stats,
     diff,
     fmt,
@@ -566,11 +567,7 @@ def breakdown(results: list[dict[str, Any]]) -> str:
         steady = r.get("steady")
         if not steady:
             continue
-        cycles = steady["pool_cycles"] or 1
-        lines.append(f"steady-state Redis commands, {r['managers']} manager(s) "
-                     f"(total {steady['redis_commands']}, per pool cycle):")
-        for cmd, n in list(steady["redis_commands_by_type"].items())[:16]:
-            lines.append(f"  {cmd:<18}{n:>9}  {n / cycles:8.2f}")
+        lines += command_lines(steady, f"{r['managers']} manager(s)", top=16, width=18)
     return "\n".join(lines)
 
 
