@@ -14,8 +14,8 @@ socket is never shared between processes) and closes it when the worker exits; u
 
 from __future__ import annotations
 
-import json
 import logging
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +37,7 @@ from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 from vmpooler.actors.system import PoolerSystem
 from vmpooler.web.app import create_app
 from vmpooler.web.commands import DirectCommands, StreamCommands
+from vmpooler.web.connections import ConnectionLimits, error_response
 from vmpooler.web.context import ApiContext
 from vmpooler.web.logsetup import refuse_to_start
 
@@ -78,11 +79,26 @@ def _client(config: Config, address: tuple[str, int]) -> redis.Redis:
 
 def _write_json_error(sock: Any, status_int: int, reason: str, mesg: str) -> None:
     """gunicorn's ``util.write_error`` with a JSON body ``{"ok": false, "error": ...}``."""
-    body = json.dumps({"ok": False, "error": f"{reason}: {mesg}" if mesg else reason},
-                      indent=2).encode()
-    head = (f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
-    gunicorn.util.write_nonblock(sock, head.encode("latin1") + body)
+    gunicorn.util.write_nonblock(sock, error_response(status_int, reason, mesg))
+
+
+REFUSED_METRIC = "api.connections.refused"
+OPEN_METRIC = "api.connections.open"
+
+
+class _MetricsObserver:
+    """The worker's connection reports, sent through this process's metrics backend."""
+
+    def __init__(self, state: _State) -> None:
+        self._state = state
+
+    def refused(self, reason: str) -> None:
+        if self._state.metrics is not None:
+            self._state.metrics.increment(REFUSED_METRIC, tags={"reason": reason})
+
+    def open_connections(self, count: int) -> None:
+        if self._state.metrics is not None:
+            self._state.metrics.gauge(OPEN_METRIC, count)
 
 
 @dataclass
@@ -104,6 +120,13 @@ class ApiServer(BaseApplication):  # type: ignore[misc]
         self.options = options
         self.with_manager = with_manager
         self.state = _State()
+        settings = config.settings
+        self.connection_limits = ConnectionLimits(
+            read_timeout=settings.api_read_timeout, write_timeout=settings.api_write_timeout,
+            keepalive_timeout=settings.api_keepalive_timeout,
+            max_connections=settings.api_max_connections)
+        """Read by the worker (:class:`vmpooler.web.worker.GuardedThreadWorker`)."""
+        self.connection_observer = _MetricsObserver(self.state)
         super().__init__()
 
     def load_config(self) -> None:
@@ -112,7 +135,9 @@ class ApiServer(BaseApplication):  # type: ignore[misc]
             "bind": [opts.bind],
             "workers": 1 if self.with_manager else max(1, opts.workers),
             "threads": max(1, opts.threads),
-            "worker_class": "gthread",
+            "worker_class": "vmpooler.web.worker.GuardedThreadWorker",
+            "worker_connections": self.connection_limits.max_connections,
+            "keepalive": max(1, math.ceil(self.connection_limits.keepalive_timeout)),
             "timeout": opts.timeout,
             "graceful_timeout": 10,
             "loglevel": opts.log_level,

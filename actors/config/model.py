@@ -170,6 +170,14 @@ class GlobalSettings:
     # instead of destroyed. None or 1.0 (100%) is off.
     max_unhealthy: float | None = setting(None, "share?")
     max_unhealthy_window: float = setting(600.0, "number", positive=True)
+    # The API's connections (ours; per gunicorn worker process): seconds a client has to
+    # send a whole request (from connecting, or from its first byte), to take a response,
+    # and to idle between two requests on a kept-alive connection; connections held at once.
+    api_read_timeout: float = setting(10.0, "number", env="API_READ_TIMEOUT", positive=True)
+    api_write_timeout: float = setting(30.0, "number", env="API_WRITE_TIMEOUT", positive=True)
+    api_keepalive_timeout: float = setting(5.0, "number", env="API_KEEPALIVE_TIMEOUT",
+                                           positive=True)
+    api_max_connections: int = setting(1000, "int", env="API_MAX_CONNECTIONS", minimum=1)
     raw: Mapping[str, Any] = field(default_factory=empty_mapping)
     """The whole ``:config:`` section as written, after environment overrides."""
 

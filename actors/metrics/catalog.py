@@ -130,6 +130,12 @@ def _specs() -> list[MetricSpec]:
                    reference=False, plain_unit="s", doc="every API response"),
         MetricSpec("api.redis_unavailable", "increment", emitter=api, reference=False,
                    doc="API requests answered 503 because Redis could not be reached"),
+        MetricSpec("api.connections.refused", "increment", ("reason",), emitter=api,
+                   reference=False,
+                   doc="connections refused or closed early by an API worker, by reason "
+                       "(web/worker.py REASONS)"),
+        MetricSpec("api.connections.open", "gauge", (), "connections", emitter=api,
+                   reference=False, doc="connections an API worker holds"),
         MetricSpec("vmpooler_ondemand.ready", "increment", reference=False),
         MetricSpec("vmpooler_ondemand.failed", "increment", reference=False),
         *[MetricSpec(f"vmpooler_actor.{e}", "increment", ("actor",), reference=False)

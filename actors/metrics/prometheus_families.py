@@ -153,6 +153,11 @@ KEYED: Mapping[str, Family] = {
         keys={**_POOL_KEY, "provider": "provider", "result": "result"}),
     "api.redis_unavailable": Family(
         "counter", "API requests answered 503 because Redis could not be reached"),
+    "api.connections.refused": Family(
+        "counter", "Connections refused or closed early by the API workers, by reason",
+        ("reason",), keys={"reason": "reason"}),
+    "api.connections.open": Family("gauge", "Connections the API workers hold",
+                                   mode="livesum"),
     "vm.lost": Family("counter", "VMs destroyed without ever being used, by reason",
                       ("poolname", "reason"), keys={**_POOL_KEY, "reason": "reason"}),
     "brake.engaged": Family("gauge", "1 while the pool's mass-failure brake is engaged",
