@@ -115,7 +115,7 @@ def test_one_scrape_reports_every_worker_and_the_manager(
     wait_until(reported, 30, "the manager's gauges after the refill")
     samples = scrape(root)
     assert get(samples, "vmpooler_checkout_success_total", poolname="alpha") == 3
-    assert get(samples, "vmpooler_checkout_invalid_total", poolname="nosuchpool") == 1
+    assert get(samples, "vmpooler_checkout_invalid_total", poolname="unknown") == 1  # nosuchpool
     assert get(samples, "vmpooler_delete_success_total") == 3
     # vmpooler counts POST /vm/:template as get.vm.template
     assert get(samples, "vmpooler_http_requests_vm_total", method="get", subpath="vm",

@@ -8,8 +8,9 @@ slash; an unknown route answers 404 ``{"ok": false}``.
 from __future__ import annotations
 
 import falcon
+from falcon.routing import CompiledRouter
 
-from vmpooler.web import prometheus
+from vmpooler.web import metric_labels, prometheus
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import ApiError, install_error_handlers
 from vmpooler.web.middleware import build_middleware
@@ -29,9 +30,14 @@ class _NotFound:
 
 
 def create_app(ctx: ApiContext) -> falcon.App:
-    """A WSGI application serving vmpooler's API v3 over ``ctx``."""
-    app = falcon.App(media_type="application/json",
-                     middleware=build_middleware(ctx, prometheus.observers(ctx)))
+    """A WSGI application serving vmpooler's API v3 over ``ctx``.
+
+    ``ctx.metrics`` is wrapped first (:func:`vmpooler.web.metric_labels.bound`): no value a
+    client chooses reaches a metric unbounded."""
+    rule = metric_labels.bound(ctx)
+    router = CompiledRouter()
+    app = falcon.App(media_type="application/json", router=router,
+                     middleware=build_middleware(ctx, prometheus.observers(ctx, router, rule)))
     app.req_options.strip_url_path_trailing_slash = True
     app.req_options.auto_parse_form_urlencoded = False
     unexpected = install_error_handlers(app, metrics=ctx.metrics, clock=ctx.clock)

@@ -21,8 +21,8 @@ Divergences from vmpooler 3.9.1 (on purpose; listed in docs/compatibility.md):
   had published to ``vmpooler__pools``, so a plain pool name could yield no instance);
 * ``request_id`` is only special in the JSON body: as a name in ``/ondemandvm/<names>`` it is
   unknown (vmpooler used its count as the request id);
-* a name that breaks the pool-name rule is counted as ``ondemandrequest_fail.invalid`` under
-  ``unknown``, so client text never becomes part of a metric name.
+* an unknown name is counted as ``ondemandrequest_fail.invalid`` under ``unknown``
+  (:mod:`vmpooler.web.metric_labels`), so client text never becomes part of a metric name.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from vmpooler.web import checkout
 from vmpooler.web.body import MAX_BODY, parse_json, read_raw
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import ApiError
-from vmpooler.web.validate import InputError, check_pool_name, ruby_to_i
+from vmpooler.web.validate import ruby_to_i
 
 __all__ = [
     "MAX_REQUEST_ID",
@@ -102,15 +102,6 @@ def _request_id(value: Any) -> str:
     return value
 
 
-def _metric_name(name: str) -> str:
-    """``name`` if it may go into a metric name (the pool-name rule), else ``unknown``: the
-    names of a 404 come from the client."""
-    try:
-        return check_pool_name(name)
-    except InputError:
-        return "unknown"
-
-
 def check_order(ctx: ApiContext, payload: Mapping[str, Any], *,
                 request_id: Any = None) -> tuple[dict[str, int], str]:
     """``({name: count}, request id)`` for a valid order, in vmpooler's order of checks.
@@ -125,7 +116,7 @@ def check_order(ctx: ApiContext, payload: Mapping[str, Any], *,
     bad = [name for name in payload if name not in known]
     if bad:
         for name in bad:
-            ctx.metrics.increment("ondemandrequest_fail.invalid", tags={"pool": _metric_name(name)})
+            ctx.metrics.increment("ondemandrequest_fail.invalid", tags={"pool": name})
         raise ApiError(404, {"ok": False, "bad_templates": bad})
     counts = {name: _count(name, value) for name, value in payload.items()}
     limit = config.settings.max_ondemand_instances_per_request

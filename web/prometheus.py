@@ -6,9 +6,9 @@ from the API's one request timer (:class:`vmpooler.web.middleware.RequestTimer`)
 
 * ``<ns>_http_requests_total{code,method,path}`` and
   ``<ns>_http_request_duration_seconds{method,path}`` for every response, the method in
-  lower case and the path collapsed as vmpooler's ``strip_hostnames_from_path`` does
-  (``/api/v3/vm/<anything>`` → ``/api/v3/vm``; likewise ``/ondemandvm/``, ``/token/``,
-  ``/lib/``, ``/img/``);
+  lower case (``other`` for a method not in
+  :data:`~vmpooler.actors.metrics.bounded.HTTP_METHODS`) and the path given by
+  :func:`path_label`: one value per route, never text of the client's own;
 * ``<ns>_http_exceptions_total{exception}`` for every exception no handler turned into an
   HTTP answer (the class name; the response is still the usual JSON 500);
 * ``GET <prometheus_endpoint>`` (default ``/prometheus``): the text exposition of every
@@ -21,13 +21,19 @@ import re
 from typing import Any
 
 import falcon
+from falcon.routing import CompiledRouter
 
+from vmpooler.actors.metrics.bounded import LabelRule
 from vmpooler.actors.metrics.prometheus import PrometheusMetrics
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import ErrorHandler
+from vmpooler.web.metric_labels import unbounded
 from vmpooler.web.middleware import RequestObserver
 
-__all__ = ["collapse_path", "observers", "register"]
+__all__ = ["UNMATCHED", "collapse_path", "observers", "path_label", "register"]
+
+UNMATCHED = "unmatched"
+"""The path label of every request no route matched."""
 
 _COLLAPSE = [(re.compile(rf"/{part}/.+$"), f"/{part}")
              for part in ("vm", "ondemandvm", "token", "lib", "img")]
@@ -40,8 +46,26 @@ def collapse_path(path: str) -> str:
     return path
 
 
+def path_label(router: CompiledRouter, rule: LabelRule, path: str) -> str:
+    """The ``path`` label of a request for ``path``: :data:`UNMATCHED` when no route of
+    ``router`` matches it, else the route's template collapsed as vmpooler collapses a
+    path (``/api/v3/vm/{hostname}`` → ``/api/v3/vm``) with each field still in it filled in
+    when ``rule`` lists the value (``/api/v3/summary/boot/duration``,
+    ``/api/v3/config/poolsize/<configured pool>``) and left as ``{field}`` otherwise.
+
+    For every request of a well-behaved client this is vmpooler's label (the path
+    collapsed), except that a trailing slash is dropped.
+    """
+    found = router.find(path)
+    if found is None:
+        return UNMATCHED
+    params, template = found[2], found[3]
+    return rule.template(collapse_path(template), params or {})
+
+
 def _backend(ctx: ApiContext) -> PrometheusMetrics | None:
-    return ctx.metrics if isinstance(ctx.metrics, PrometheusMetrics) else None
+    metrics = unbounded(ctx.metrics)
+    return metrics if isinstance(metrics, PrometheusMetrics) else None
 
 
 class _Exposition:
@@ -57,16 +81,18 @@ class _Exposition:
         resp.data = body
 
 
-def observers(ctx: ApiContext) -> list[RequestObserver]:
+def observers(ctx: ApiContext, router: CompiledRouter,
+              rule: LabelRule) -> list[RequestObserver]:
     """The HTTP families' observer of each finished request when ``ctx.metrics`` is
-    Prometheus (the method in lower case, the path collapsed); else nothing."""
+    Prometheus (the method bounded by ``rule`` and in lower case, the path label of
+    :func:`path_label` over the app's ``router``); else nothing."""
     metrics = _backend(ctx)
     if metrics is None:
         return []
 
     def observe(req: falcon.Request, resp: falcon.Response, seconds: float) -> None:
-        metrics.observe_request(req.method.lower(), collapse_path(req.path), resp.status_code,
-                                seconds)
+        metrics.observe_request(rule.method(req.method).lower(),
+                                path_label(router, rule, req.path), resp.status_code, seconds)
 
     return [observe]
 

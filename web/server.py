@@ -195,8 +195,10 @@ class ApiServer(BaseApplication):  # type: ignore[misc]
             return
         ctx = self.state.contexts[-1]
         try:
+            # the backend itself: the API's bounds on request values are the API's
             self.state.system = PoolerSystem.start(self.config, redis_client=ctx.redis,
-                                                   metrics=ctx.metrics, consume_commands=False)
+                                                   metrics=self.state.metrics,
+                                                   consume_commands=False)
         except ForeignManagerError as exc:  # gunicorn halts: "Worker failed to boot", 3
             refuse_to_start(exc)
             sys.exit(Arbiter.WORKER_BOOT_ERROR)

@@ -6,6 +6,9 @@ of the name on every backend (``vmpooler_dlq.<queue>.count``). ``tags`` are the 
 the order the statsd/graphite form appends their values (``pool`` last), so
 ``user`` with tags ``(user, operation, pool)`` is vmpooler's ``user.<user>.<op>.<pool>``.
 
+Every tag value of request origin is bounded by
+:class:`vmpooler.actors.metrics.bounded.LabelRule` (unknown pools are ``unknown``).
+
 Units: ``unit`` is what the value means as the caller passes it: timings are always
 seconds (statsd and DogStatsD send them as ``|ms`` in milliseconds); ``plain_unit`` is what
 graphite receives for a timing, which is what vmpooler sent there (seconds, except
@@ -56,15 +59,18 @@ def _specs() -> list[MetricSpec]:
         MetricSpec("checkout.miss", "increment", p, emitter=api, reference=False,
                    doc="one per pool the refused name could be served from: warm-hit ratio"),
         MetricSpec("checkout.invalid", "increment", p, emitter=api,
-                   doc="pool is the requested name, or 'unknown' for an empty body"),
+                   doc="pool is 'unknown': the name is not configured, or the body empty"),
         MetricSpec("delete.success", "increment", emitter=api),
         MetricSpec("delete.failed", "increment", emitter=api),
         MetricSpec("ondemandrequest_generate.success", "increment", emitter=api),
         MetricSpec("ondemandrequest_generate.duplicaterequests", "increment", emitter=api),
         MetricSpec("ondemandrequest_fail.toomanyrequests", "increment", p, emitter=api),
-        MetricSpec("ondemandrequest_fail.invalid", "increment", p, emitter=api),
-        MetricSpec("config.invalid", "increment", p, emitter=api),
-        MetricSpec("poolreset.invalid", "increment", p, emitter=api),
+        MetricSpec("ondemandrequest_fail.invalid", "increment", p, emitter=api,
+                   doc="pool is 'unknown' (a name no configuration knows)"),
+        MetricSpec("config.invalid", "increment", p, emitter=api,
+                   doc="pool: a configured pool given a bad value, else 'unknown'"),
+        MetricSpec("poolreset.invalid", "increment", p, emitter=api,
+                   doc="pool: an alias, else 'unknown'"),
         MetricSpec("http_requests_vm_total", "increment", ("method", "subpath", "operation"),
                    emitter=api),
         MetricSpec("user", "increment", ("user", "operation", "pool"), emitter=api,
@@ -127,7 +133,8 @@ def _specs() -> list[MetricSpec]:
         MetricSpec("migrate_to", "increment", ("host",)),
         # Only this service:
         MetricSpec("http_request", "timing", ("method", "status"), "s", emitter=api,
-                   reference=False, plain_unit="s", doc="every API response"),
+                   reference=False, plain_unit="s",
+                   doc="every API response; method OTHER for one outside RFC 9110 and PATCH"),
         MetricSpec("api.redis_unavailable", "increment", emitter=api, reference=False,
                    doc="API requests answered 503 because Redis could not be reached"),
         MetricSpec("api.connections.refused", "increment", ("reason",), emitter=api,

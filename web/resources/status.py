@@ -59,13 +59,19 @@ from vmpooler.web import stats
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import ApiError, json_body
 
-__all__ = ["MAX_SUMMARY_DAYS", "SECTIONS", "register", "summary_dates"]
+__all__ = ["MAX_SUMMARY_DAYS", "SECTIONS", "SUMMARY_KEYS", "SUMMARY_ROUTES", "register",
+           "summary_dates"]
 
 SECTIONS = ("boot", "capacity", "clone", "pools", "providers", "queue")
 """Optional top-level sections of ``/status``; ``status`` is always present."""
 
 MAX_SUMMARY_DAYS = 366
 """Longest ``/summary`` range, in days (both ends included)."""
+SUMMARY_ROUTES = ("boot", "clone", "tag")
+"""The sections ``/summary/{route}`` serves (any other is a 404)."""
+SUMMARY_KEYS = ("duration", "count")
+"""The sub-keys of the ``boot`` and ``clone`` sections (``/summary/{route}/{key}``; for
+``tag`` the key is a tag name)."""
 
 _DATE_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 _OK_MESSAGE = "Battle station fully armed and operational."
@@ -361,7 +367,7 @@ class SummaryRoute(Summary):
     def on_get(self, req: falcon.Request, resp: falcon.Response,  # type: ignore[override]
                route: str, key: str | None = None) -> None:
         dates = self._dates(req)
-        if route not in ("boot", "clone", "tag"):
+        if route not in SUMMARY_ROUTES:
             raise ApiError(404)
         days = list(zip(dates, self._store.daily((route,), dates)[route], strict=True))
         if route == "tag":
