@@ -116,7 +116,7 @@ def seeded_api(client: redis.Redis, *, auth: bool = True, experimental: bool = T
              api_pool("empty", 1)]
     a = api(client, api_config(pools, auth=auth, experimental_features=experimental,
                                vm_lifetime=12, max_lifetime_upper_limit=100,
-                               raw={"enforce_vm_ownership": ownership}))
+                               enforce_vm_ownership=ownership))
     _ensure_openapi(a)
     seed(a)
     return a

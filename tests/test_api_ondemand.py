@@ -480,7 +480,7 @@ def test_delete_needs_a_token_with_auth(redis_client: redis.Redis) -> None:
 
 
 def test_ownership_rule(redis_client: redis.Redis) -> None:
-    a = spec_api(redis_client, auth=True, raw={"enforce_vm_ownership": True})
+    a = spec_api(redis_client, auth=True, enforce_vm_ownership=True)
     a.add_token()
     a.add_token(OTHER_TOKEN, "mallory")
     other = {"X-AUTH-TOKEN": OTHER_TOKEN}

@@ -554,8 +554,8 @@ def test_snapshots_without_auth(redis_client: redis.Redis) -> None:
 # -- ownership (enforce_vm_ownership) -------------------------------------------------------------
 @pytest.mark.parametrize("enforced", [False, True])
 def test_ownership_rule(redis_client: redis.Redis, enforced: bool) -> None:
-    raw = {"enforce_vm_ownership": True} if enforced else {}
-    a = three_pools(redis_client, auth=True, raw=raw)
+    flags = {"enforce_vm_ownership": True} if enforced else {}
+    a = three_pools(redis_client, auth=True, **flags)
     a.add_token()
     a.add_token("other0000000000000000000000000000", "mallory")
     other = {"X-AUTH-TOKEN": "other0000000000000000000000000000"}

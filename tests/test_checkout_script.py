@@ -187,12 +187,36 @@ def test_return_vm_in_two_queues_ends_in_one(redis_client: redis.Redis) -> None:
 def test_modify_vm_only_while_the_vm_exists(redis_client: redis.Redis) -> None:
     seed(redis_client, "p1", "vm1")
     store = CheckoutStore(redis_client)
-    assert store.modify_vm("vm1", date="2024-05-01", lifetime=3, tags={"url": "x=1,y"})
+    assert store.modify_vm("vm1", date="2024-05-01", lifetime=3, tags={"url": "x=1,y"},
+                           max_tags=32).ok
     assert redis_client.hget(schema.vm("vm1"), "lifetime") == "3"
     assert redis_client.hget(schema.vm("vm1"), "tag:url") == "x=1,y"
     assert redis_client.hgetall(schema.tag_stats("2024-05-01")) == {"vm1:url": "x=1,y"}
-    assert not store.modify_vm("gone", date="2024-05-01", lifetime=3, tags={"a": "b"})
+    assert redis_client.ttl(schema.tag_stats("2024-05-01")) == -1, "stats_ttl 0: kept"
+    gone = store.modify_vm("gone", date="2024-05-01", lifetime=3, tags={"a": "b"}, max_tags=32)
+    assert not gone.ok and not gone.exists
     assert not redis_client.exists(schema.vm("gone"))
+
+
+def test_modify_vm_caps_the_tags_of_a_vm(redis_client: redis.Redis) -> None:
+    """The cap counts the VM's ``tag:`` fields plus the names it does not carry yet; a
+    refused call writes nothing at all, lifetime included."""
+    seed(redis_client, "p1", "vm1")
+    store = CheckoutStore(redis_client)
+    day = "2024-05-01"
+    assert store.modify_vm("vm1", date=day, tags={f"t{n}": "v" for n in range(3)},
+                           max_tags=4, stats_ttl=3600).ok
+    assert 3590 < redis_client.ttl(schema.tag_stats(day)) <= 3600
+    refused = store.modify_vm("vm1", date=day, lifetime=9,
+                              tags={"t0": "new", "x": "1", "y": "2"}, max_tags=4)
+    assert (refused.ok, refused.exists, refused.tags, refused.new_tags) == (False, True, 3, 2)
+    assert redis_client.hget(schema.vm("vm1"), "tag:t0") == "v"
+    assert not redis_client.hexists(schema.vm("vm1"), "lifetime")
+    assert redis_client.hlen(schema.tag_stats(day)) == 3
+    assert store.modify_vm("vm1", date=day, tags={"t0": "new", "x": "1"}, max_tags=4).ok
+    assert store.modify_vm("vm1", date=day, tags={"t1": "again"}, max_tags=4).ok, "rewrites"
+    assert not store.modify_vm("vm1", date=day, tags={"z": "1"}, max_tags=4).ok
+    assert store.modify_vm("vm1", date=day, lifetime=2, max_tags=4).ok, "no tag: no cap"
 
 
 def test_touch_token(redis_client: redis.Redis) -> None:

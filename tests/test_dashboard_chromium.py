@@ -29,7 +29,9 @@ from typing import Any
 
 import pytest
 import redis
+import yaml
 
+from tests.api_harness import TOKEN
 from tests.harness import wait_until
 from tests.test_api_processes import call
 from tests.test_manager_process import full, processes, spawn, write_config  # noqa: F401
@@ -211,6 +213,13 @@ def test_dashboard_in_headless_chromium(
     redis_client.zadd(schema.dlq("clone"), {failed.member(): failed.epoch})
     config = write_config(tmp_path / "f.yaml", redis_port=redis_server.port, pools=POOLS,
                           dummy={})
+    # auth configured, and on-demand requests that stay in flight (no clone slot for them)
+    document = yaml.safe_load(config.read_text())
+    document[":auth"] = {"provider": "dummy"}
+    document[":config"]["ondemand_clone_limit"] = 0
+    config.write_text(yaml.safe_dump(document))
+    redis_client.hset(schema.token(TOKEN), mapping={"user": "alice", "created": "now"})
+    monkeypatch.setenv("VMPOOLER_DEBUG", "1")  # dummy auth
     monkeypatch.setenv("VMPOOLER_HISTORY_INTERVAL", "1")
     port = free_port()
     spawn(processes, "run", "--config", str(config), "--bind", f"127.0.0.1:{port}",
@@ -218,6 +227,11 @@ def test_dashboard_in_headless_chromium(
     base = f"http://127.0.0.1:{port}"
     wait_until(lambda: full(redis_client, POOLS), 60, "the pools to fill")
 
+    request = urllib.request.Request(f"{base}/api/v3/ondemandvm", method="POST",
+                                     data=json.dumps({"beta": 1}).encode(),
+                                     headers={"X-AUTH-TOKEN": TOKEN})
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        request_id = json.load(answer)["request_id"]
     browser.send("Page.navigate", url=f"{base}/dashboard/")
     wait_until(lambda: (shown := page_pools(browser)) and shown == redis_pools(redis_client),
                20, "the page to show every pool as Redis holds it")
@@ -239,6 +253,11 @@ def test_dashboard_in_headless_chromium(
     wait_until(lambda: "clone refused" in browser.js(
         "document.getElementById('error-list').textContent"), 10, "the dead letter listed")
     assert "closed" in browser.js("document.getElementById('provider-rows').textContent")
+    # an anonymous viewer sees the request's pools, never its id nor its user
+    rows = "document.getElementById('request-rows').textContent"
+    wait_until(lambda: "beta" in browser.js(rows), 10, "the request listed")
+    assert "hidden" in browser.js(rows)
+    assert request_id not in browser.js(rows) and "alice" not in browser.js(rows)
 
     screenshot(browser, 1280, 800, artifacts / "dashboard-1280x800.png")
     screenshot(browser, 390, 844, artifacts / "dashboard-390x844.png")

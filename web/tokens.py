@@ -1,14 +1,26 @@
-"""API tokens on requests: vmpooler's ``need_token`` and the optional ownership rule.
+"""API tokens on requests: vmpooler's ``need_token`` and the optional rules for ``/vm``.
 
 A token is the ``X-AUTH-TOKEN`` header; it is valid when ``vmpooler__token__<token>``
 exists. :func:`need_token` records ``last`` = now on success (one round trip) and otherwise
-raises vmpooler's 401. :func:`check_owner` enforces ``:config: enforce_vm_ownership`` (off by
-default, an addition to vmpooler where any valid token may act on any VM).
+raises vmpooler's 401; :func:`has_valid_token` answers the same question without raising.
+
+:func:`authorize_vm_change` applies the rules of changing or returning a VM. vmpooler's, the
+default: a lifetime needs a valid token when ``:auth:`` is configured, returning a VM that
+carries a token needs a valid token (any, even without ``:auth:``), tags need nothing. Two
+settings of ours tighten them, and only where ``:auth:`` is configured (without it no client
+can get a token, and ``vmpooler check-config`` warns that they do nothing):
+
+* ``enforce_vm_ownership``: a VM checked out with a token may only be changed or returned
+  with that token (401 without a valid token, 403 with another); a VM not checked out yet
+  (ready or pending) only with a valid token (401). A VM checked out without a token stays
+  anyone's;
+* ``require_token_for_vm_changes``: every change or return needs a valid token (401).
 """
 
 from __future__ import annotations
 
 import falcon
+import redis
 
 from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.checkout_store import CheckoutStore
@@ -16,8 +28,8 @@ from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import ApiError, unauthorized
 
 __all__ = [
-    "TOKEN_HEADER", "check_owner", "need_token", "ownership_enforced", "presented_token",
-    "unauthorized",
+    "TOKEN_HEADER", "authorize_vm_change", "check_owner", "has_valid_token", "need_token",
+    "ownership_enforced", "presented_token", "unauthorized",
 ]
 
 TOKEN_HEADER = "X-AUTH-TOKEN"
@@ -39,9 +51,24 @@ def need_token(req: falcon.Request, ctx: ApiContext, store: CheckoutStore | None
     return token
 
 
+def has_valid_token(req: falcon.Request, ctx: ApiContext,
+                    store: CheckoutStore | None = None) -> bool:
+    """Whether the request carries a valid token (its ``last`` becomes now). False, not an
+    error, when Redis cannot say: a caller shows less, it never fails for it."""
+    if not presented_token(req):
+        return False
+    try:
+        need_token(req, ctx, store)
+    except ApiError:
+        return False
+    except redis.RedisError:
+        return False
+    return True
+
+
 def ownership_enforced(ctx: ApiContext) -> bool:
-    """Whether ``:config: enforce_vm_ownership`` is truthy."""
-    return bool(ctx.config.settings.raw.get("enforce_vm_ownership"))
+    """Whether ``:config: enforce_vm_ownership`` is on and ``:auth:`` configured."""
+    return ctx.config.settings.enforce_vm_ownership and ctx.auth_configured
 
 
 def check_owner(req: falcon.Request, ctx: ApiContext, owner: str | None) -> None:
@@ -52,3 +79,20 @@ def check_owner(req: falcon.Request, ctx: ApiContext, owner: str | None) -> None
     if presented_token(req) != owner:
         raise ApiError(403, {"ok": False,
                              "error": "This VM was checked out with another token"})
+
+
+def authorize_vm_change(req: falcon.Request, ctx: ApiContext, store: CheckoutStore, *,
+                        owner: str | None, checked_out: bool, token_needed: bool) -> None:
+    """Raise 401 or 403 unless the request may change or return a VM (module docstring).
+
+    ``owner`` is the VM's ``token:token``, ``checked_out`` whether it has a ``checkout``
+    time, ``token_needed`` whether vmpooler's own rule asks for a valid token here. At most
+    one round trip (the token check).
+    """
+    if ctx.auth_configured:
+        settings = ctx.config.settings
+        token_needed = (token_needed or settings.require_token_for_vm_changes
+                        or (settings.enforce_vm_ownership and (bool(owner) or not checked_out)))
+    if token_needed:
+        need_token(req, ctx, store)
+    check_owner(req, ctx, owner)

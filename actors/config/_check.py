@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any, TypeVar
 
-from vmpooler.actors.config._data import freeze
+from vmpooler.actors.config._data import MASK, freeze, is_masked_value
 from vmpooler.actors.config._values import coerce, show
 from vmpooler.actors.config.errors import Issue
 
@@ -61,7 +61,10 @@ class Checker:
         try:
             return coerce(value, kind, **limits)
         except ValueError as exc:
-            self.fail((*path, key), str(exc))
+            message = str(exc)
+            if is_masked_value(key, value):  # never repeat a secret in a message
+                message = message.replace(show(value), MASK)
+            self.fail((*path, key), message)
             return default
 
     def require(self, section: Mapping[str, Any], key: str, path: Path, kind: str,

@@ -110,6 +110,14 @@ class GlobalSettings:
         10, "int", env="MAX_ONDEMAND_INSTANCES_PER_REQUEST"
     )
     allowed_tags: tuple[str, ...] | None = setting(None, "strs?")
+    # Ours: the most ``tag:`` fields a VM may carry; a PUT /vm that would exceed it is a 400.
+    max_tags_per_vm: int = setting(32, "int", env="MAX_TAGS_PER_VM", minimum=1)
+    # With :auth: configured: a VM checked out with a token can only be changed with that
+    # token, and a VM not checked out only with a valid token (vmpooler: any valid token).
+    enforce_vm_ownership: bool = setting(False, "bool", env="ENFORCE_VM_OWNERSHIP")
+    # Ours, with :auth: configured: PUT/DELETE /vm/<name> need a valid token for every VM.
+    require_token_for_vm_changes: bool = setting(
+        False, "bool", env="REQUIRE_TOKEN_FOR_VM_CHANGES")
     clone_target: str | None = setting(None, "str?", env="CLONE_TARGET")
     backend_weight: Mapping[str, int] = setting(None, "weights")
     experimental_features: bool = setting(False, "bool", env="EXPERIMENTAL_FEATURES")

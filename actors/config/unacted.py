@@ -3,9 +3,9 @@
 An operator who writes a key believes it does something. :func:`unacted_warnings` lists
 every accepted key that does nothing in this configuration: sections vmpooler has and we do
 not implement (``:tracing:``, ``:graphs:``), ``:config:`` keys only the vSphere provider
-reads when no pool uses one, a provider's purge keys when no pool uses that provider, and
-tuning keys whose feature is switched off. ``vmpooler check-config`` prints them; the
-manager logs them at start.
+reads when no pool uses one, a provider's purge keys when no pool uses that provider,
+tuning keys whose feature is switched off, and the token rules of ``/vm`` switched on
+without ``:auth:``. ``vmpooler check-config`` prints them; the manager logs them at start.
 
 Locations are found by reading the main file and its ``extra_config`` files again (the
 loaded :class:`~vmpooler.actors.config.Config` keeps no text); a value set by an
@@ -38,6 +38,7 @@ _SWITCHED = (
     ("health_check_enabled", ("health_check_interval", "health_thresholds")),
     ("dlq_enabled", ("dlq_ttl", "dlq_max_entries")),
 )
+_NEED_AUTH = ("enforce_vm_ownership", "require_token_for_vm_changes")
 _DEFAULT_ON = {"connection_pool_monitor_enabled": ("connection_pool_monitor_interval",)}
 
 
@@ -67,6 +68,10 @@ def unacted_keys(config: Config) -> list[tuple[KeyPath, str]]:
             out.extend((("config", key), f"has no effect while {switch} is false")
                        for key in keys if key in section)
     out.extend(_brake_windows(config))
+    if not config.auth:
+        out.extend((("config", key), "has no effect without :auth: (no client can get a "
+                                     "token)")
+                   for key in _NEED_AUTH if getattr(config.settings, key))
     for name, provider in config.providers.items():
         if name in used:
             continue

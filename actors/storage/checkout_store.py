@@ -25,7 +25,7 @@ from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.schema import Scripts
 from vmpooler.actors.storage.store import read_vm_fields
 
-__all__ = ["CheckoutOutcome", "CheckoutStore", "ReturnOutcome", "Taken"]
+__all__ = ["CheckoutOutcome", "CheckoutStore", "ModifyOutcome", "ReturnOutcome", "Taken"]
 
 _TASK_KEYS = {
     "disk": schema.tasks_disk,
@@ -55,6 +55,18 @@ class CheckoutOutcome:
     taken: tuple[Taken, ...] = ()
     failed_unit: int | None = None
     bad_token: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ModifyOutcome:
+    """What :meth:`CheckoutStore.modify_vm` did: ``ok`` written; else ``exists`` False when
+    the VM is gone, or the tag cap refused it: the VM carries ``tags`` tags and the request
+    named ``new_tags`` it does not carry yet."""
+
+    ok: bool
+    exists: bool
+    tags: int = 0
+    new_tags: int = 0
 
 
 class ReturnOutcome:
@@ -150,15 +162,21 @@ class CheckoutStore:
 
     def modify_vm(
         self, vm: str, *, date: str, lifetime: int | None = None,
-        tags: Mapping[str, str] | None = None,
-    ) -> bool:
-        """Write ``lifetime`` and tags (also into the day's tag statistics) if the VM hash
-        still exists; False (nothing written) when it is gone."""
+        tags: Mapping[str, str] | None = None, max_tags: int, stats_ttl: int = 0,
+    ) -> ModifyOutcome:
+        """Write ``lifetime`` and tags (also into the day's tag statistics, which then expire
+        ``stats_ttl`` seconds later; 0 keeps them) in one script, if the VM hash still exists
+        and the VM then carries at most ``max_tags`` tags. Nothing is written unless ``ok``."""
         pairs = [part for item in (tags or {}).items() for part in item]
-        return bool(self._run(
+        reply = self._run(
             "MODIFY_VM", [schema.vm(vm), schema.tag_stats(date)],
-            [vm, "" if lifetime is None else int(lifetime), *pairs],
-        ))
+            [vm, "" if lifetime is None else int(lifetime), max(0, int(stats_ttl)),
+             int(max_tags), *pairs],
+        )
+        code = int(reply[0])
+        if code == -1:
+            return ModifyOutcome(ok=False, exists=True, tags=int(reply[1]), new_tags=int(reply[2]))
+        return ModifyOutcome(ok=code == 1, exists=code == 1)
 
     def queue_task(self, kind: str, member: str) -> None:
         """SADD ``member`` to the ``disk``, ``snapshot`` or ``snapshot-revert`` task set."""

@@ -242,6 +242,7 @@ _POOL_KEYS: tuple[tuple[str, str], ...] = (
     ("datacenter", _STRING), ("clone_target", _STRING), ("network", _STRING),
     ("create_linked_clone", _BOOL), ("vm_ready_check", _STRING),
 )
+_SECRETS = frozenset({"password"})
 _POSITIVE = frozenset({"port", "connection_pool_size", "connection_pool_timeout",
                        "vsphere_timeout", "vm_ready_port", "vm_ready_timeout"})
 
@@ -255,7 +256,8 @@ def _check_keys(
         if value is None:
             continue
         if not _kind_ok(value, kind):
-            problems.append(SettingsProblem(key, f"expected {kind}, got {value!r:.60}", pool))
+            shown = "********" if key in _SECRETS else f"{value!r:.60}"  # never repeated
+            problems.append(SettingsProblem(key, f"expected {kind}, got {shown}", pool))
         elif key in _POSITIVE and value <= 0:
             problems.append(SettingsProblem(key, f"must be greater than 0, got {value}", pool))
         elif key == "port" and value > 65535:

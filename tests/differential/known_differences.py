@@ -69,6 +69,9 @@ KNOWN_DIFFERENCES: tuple[Known, ...] = (
     Known("vm-put-tag-equals", "status", "", "Tag values may contain `=` and `,` (Jenkins URLs)"),
     Known("vm-put-tags-not-object", "status", "",
           "`tags` that is not an object is a 400 failure too (vmpooler: 500)"),
+    *(Known(step, "redis", "vmpooler__tag__<today> <expires>",
+            "The day's tag statistics `vmpooler__tag__<date>` expire `:redis: data_ttl` hours")
+      for step in ("vm-put-tags", "final")),
     Known("vm-delete-owned", "redis", "vmpooler__*__pool1 *vm-p1f",
           "also dropping its `active` and `migrating` entries"),
     Known("vm-delete-running", "redis", "vmpooler__*__pool1 *vm-p1a",

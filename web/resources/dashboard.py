@@ -19,7 +19,8 @@ dashboard JSON endpoints (reference §1.4).
   ``"history"``, the same way, of the running counts summed per point), major being the pool
   name up to its first ``-``, summed over the pools sharing it.
 * ``GET /dashboard/stats/history`` and ``GET /dashboard/stats/activity`` — ours, for the page
-  (:mod:`vmpooler.web.resources.dashboard_data`).
+  (:mod:`vmpooler.web.resources.dashboard_data`); with ``:auth:`` configured the activity
+  names request ids and users only to a request with a valid token (never the page's).
 
 Each of vmpooler's JSON endpoints is one Redis round trip (one EVALSHA of the ``/status``
 script through :class:`~vmpooler.actors.storage.status_store.StatusStore`), whatever the number of
@@ -63,12 +64,14 @@ from typing import Any
 import falcon
 
 from vmpooler.actors.config import Config, PoolConfig
+from vmpooler.actors.storage.checkout_store import CheckoutStore
 from vmpooler.actors.storage.history_store import HistoryStore, Point
 from vmpooler.actors.storage.status_store import StatusStore
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import ApiError, json_body
 from vmpooler.web.resources.dashboard_data import Activity, History, vmpooler_history
 from vmpooler.web.resources.status import _query, _size
+from vmpooler.web.tokens import has_valid_token
 
 __all__ = ["ASSETS", "DASHBOARD", "major", "register", "site_title"]
 
@@ -274,5 +277,8 @@ def register(app: falcon.App, ctx: ApiContext, prefix: str) -> None:
     app.add_route(f"{DASHBOARD}/stats/vmpooler/running", RunningStats(ctx, store, history))
     app.add_route(f"{DASHBOARD}/stats/history",
                   History([pool.name for pool in ctx.config.pools], history, ctx.clock.now))
+    tokens = CheckoutStore(ctx.redis)
     app.add_route(f"{DASHBOARD}/stats/activity",
-                  Activity(ctx.redis, ctx.config.settings.ondemand_request_ttl, ctx.clock.now))
+                  Activity(ctx.redis, ctx.config.settings.ondemand_request_ttl, ctx.clock.now,
+                           lambda req: not ctx.auth_configured
+                           or has_valid_token(req, ctx, tokens)))

@@ -10,7 +10,11 @@
   (epoch), ``age`` and ``deadline`` (``created + ondemand_request_ttl`` minutes, epoch),
   ``status``, ``user`` and ``requested``; and the 10 newest dead-letter entries of every
   queue (``vmpooler__dlq__*``), newest first, with ``queue``, ``vm``, ``pool``,
-  ``error_class``, ``error_message`` and ``at`` (epoch). Two round trips.
+  ``error_class``, ``error_message`` and ``at`` (epoch). Two round trips. With ``:auth:``
+  configured, ``id`` and ``user`` are only given to a request presenting a valid
+  ``X-AUTH-TOKEN`` (one round trip more): a request id names the request's VMs through
+  ``GET /ondemandvm/<id>``. Anyone else (the dashboard page in a browser) gets each request
+  without them, and ``"requesters": false`` (``true`` when they are shown).
 
 :func:`vmpooler_history` gives the ``history`` array of vmpooler's two stats endpoints.
 """
@@ -82,24 +86,30 @@ class History:
 
 
 class Activity:
-    """``GET /dashboard/stats/activity``."""
+    """``GET /dashboard/stats/activity``; ``shows_requesters(req)`` says whether ``req`` may
+    see request ids and users."""
 
-    def __init__(self, client: redis.Redis, ttl_minutes: int,
-                 now: Callable[[], float]) -> None:
+    def __init__(self, client: redis.Redis, ttl_minutes: int, now: Callable[[], float],
+                 shows_requesters: Callable[[falcon.Request], bool]) -> None:
         self._store = ActivityStore(client)
         self._ttl = max(0, int(ttl_minutes)) * 60
         self._now = now
+        self._shows_requesters = shows_requesters
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         now = self._now()
         in_flight, letters = self._store.read(_REQUESTS, _ERRORS)
-        requests = [{
-            "id": r.request_id, "created": int(r.created), "age": max(0, int(now - r.created)),
-            "deadline": int(r.created) + self._ttl, "status": r.status or "pending",
-            "user": r.user or "", "requested": r.requested or "",
-        } for r in in_flight]
+        shown = self._shows_requesters(req)
+        requests = []
+        for r in in_flight:
+            who = {"id": r.request_id} if shown else {}
+            requests.append({
+                **who, "created": int(r.created), "age": max(0, int(now - r.created)),
+                "deadline": int(r.created) + self._ttl, "status": r.status or "pending",
+                **({"user": r.user or ""} if shown else {}), "requested": r.requested or "",
+            })
         errors = [{"queue": e.queue, "vm": e.vm, "pool": e.pool, "error_class": e.error_class,
                    "error_message": e.error_message, "at": e.epoch} for e in letters]
         errors.sort(key=lambda e: -e["at"])
-        json_body(resp, 200, {"now": int(now), "requests": requests,
+        json_body(resp, 200, {"now": int(now), "requesters": shown, "requests": requests,
                               "errors": errors[:_ERRORS]})

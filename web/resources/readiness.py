@@ -19,6 +19,13 @@ of the configured pools' leases it holds (``pools``), and ``managers.unheld_pool
 are held by nobody (none but for a moment while a dead manager's leases expire, or while no
 manager runs): where several managers share the Redis, which one serves how much. Two round
 trips to Redis.
+
+Who sees what: the status code, ``ok``, ``errors``, the counts and ages are for everyone (a
+load balancer needs no more). The managers' ids (``host:pid:started``) and the text of a
+Redis error (its address) only go to a client on this host
+(:func:`vmpooler.web.viewer.from_loopback`) or, with ``:auth:`` configured, one presenting a
+valid ``X-AUTH-TOKEN`` (one round trip more); anyone else gets each member without ``id``
+and ``redis unreachable`` without the reason.
 """
 
 from __future__ import annotations
@@ -31,13 +38,18 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from vmpooler.actors.storage.checkout_store import CheckoutStore
 from vmpooler.actors.storage.connection import sibling
 from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, stale_age
 from vmpooler.actors.storage.lease_store import POOL, LeaseStore
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import json_body
+from vmpooler.web.tokens import has_valid_token
+from vmpooler.web.viewer import from_loopback
 
-__all__ = ["PROBE_TIMEOUT", "Readiness", "probe_client", "register"]
+__all__ = ["PROBE_TIMEOUT", "Readiness", "probe_client", "public_view", "register"]
+
+_REDIS_DOWN = "redis unreachable"
 
 PROBE_TIMEOUT = 1.0
 """Seconds the probe waits to connect, for a free connection, and for Redis's answer."""
@@ -63,10 +75,19 @@ class Readiness:
         self.max_age = stale_age(settings.manager_heartbeat_interval,
                                  settings.manager_heartbeat_max_age)
         self.health_check = settings.health_check_enabled
+        self.tokens = CheckoutStore(self.probe)
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         body = self.check()
+        if not self.sees_details(req):
+            body = public_view(body)
         json_body(resp, 200 if body["ok"] else 503, body)
+
+    def sees_details(self, req: falcon.Request) -> bool:
+        """Whether ``req`` may see manager ids and Redis error texts (module docstring)."""
+        if from_loopback(req):
+            return True
+        return self.ctx.auth_configured and has_valid_token(req, self.ctx, self.tokens)
 
     def check(self) -> dict[str, Any]:
         """The answer's body; ``body["ok"]`` says ready."""
@@ -74,7 +95,7 @@ class Readiness:
             beats, status, last_check = self.store.readiness()
             held = self.leases.holders(POOL, self.pools)
         except redis.RedisError as exc:
-            error = f"redis unreachable: {exc}"
+            error = f"{_REDIS_DOWN}: {exc}"
             return {"ok": False, "errors": [error], "redis": {"ok": False, "error": str(exc)}}
         now = self.ctx.clock.now()
         holders = Counter(lease.holder for lease in held.values() if lease is not None)
@@ -100,6 +121,20 @@ class Readiness:
         if self.health_check:
             body["health"] = {"status": status, "last_check": last_check}
         return body
+
+
+def public_view(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` without what names hosts: members' ``id``, the Redis error's text."""
+    out = dict(body)
+    if "errors" in out:
+        out["errors"] = [_REDIS_DOWN if e.startswith(_REDIS_DOWN) else e for e in out["errors"]]
+    out["redis"] = {k: v for k, v in out["redis"].items() if k != "error"}
+    if "managers" in out:
+        managers = dict(out["managers"])
+        managers["members"] = [{k: v for k, v in m.items() if k != "id"}
+                               for m in managers["members"]]
+        out["managers"] = managers
+    return out
 
 
 def _age(now: float, stamp: float) -> float:

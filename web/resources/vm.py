@@ -15,10 +15,18 @@ Divergences (on purpose; the allocation and validation ones are listed in
   already completed VM is 200 too); a VM in pending or in no queue answers 404 with
   ``delete.failed`` and is left alone (vmpooler answered 200 and added it to completed,
   leaving it in two queues);
-* under ``:config: enforce_vm_ownership`` (off by default) a VM checked out with a token can
-  only be returned, given a lifetime, a disk or snapshots with that same token (403 else).
+* a VM carries at most ``:config: max_tags_per_vm`` tags (32): a PUT that would exceed it
+  is a 400 with vmpooler's ``failure`` list and writes nothing (the check and the write are
+  one script); the day's tag statistics ``vmpooler__tag__<date>`` expire ``:redis:
+  data_ttl`` hours after their last write (vmpooler kept them for ever);
+* with ``:auth:`` configured, ``:config: enforce_vm_ownership`` and
+  ``require_token_for_vm_changes`` (both off by default) tighten who may change or return
+  a VM, tags included (:mod:`vmpooler.web.tokens`).
 
-Kept as vmpooler does it: ``remaining`` and ``end_time`` use the VM's own ``lifetime`` field
+Kept as vmpooler does it by default: tags need no token; DELETE of a ready VM (one never
+checked out, so carrying no token) needs none either and moves it to completed, so a client
+that guesses a ready VM's name can have it destroyed (the two settings above close that).
+``remaining`` and ``end_time`` use the VM's own ``lifetime`` field
 (0 when unset, so ``end_time`` = ``start_time``) while ``lifetime`` falls back to
 ``vm_lifetime``; DELETE of a VM carrying ``token:token`` needs a valid token even when auth
 is not configured; the snapshot endpoints shorten the hostname without validating it.
@@ -37,7 +45,7 @@ from vmpooler.web import checkout, validate
 from vmpooler.web.body import read_json_object
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import ApiError, json_body
-from vmpooler.web.tokens import check_owner, need_token
+from vmpooler.web.tokens import authorize_vm_change, check_owner, need_token
 
 __all__ = ["register"]
 
@@ -55,6 +63,13 @@ def _valid_hostname(hostname: str) -> str:
         return validate.shorten(validate.check_hostname(hostname))
     except validate.InputError as exc:
         raise ApiError(400, {"ok": False, "error": exc.message}) from None
+
+
+def _too_many_tags(most: int, adds: int, has: int | None = None) -> ApiError:
+    """The 400 of a PUT that would give a VM more than ``max_tags_per_vm`` tags."""
+    carried = "" if has is None else f"this one has {has}; "
+    return ApiError(400, {"ok": False, "failure": [
+        f"A VM may carry at most {most} tags ({carried}the request adds {adds})."]})
 
 
 def _hours(seconds: float) -> float:
@@ -148,21 +163,20 @@ class VmItem:
     def on_put(self, req: falcon.Request, resp: falcon.Response, hostname: str) -> None:
         _count(self.ctx, "put", "modify")
         ctx = self.ctx
+        settings = ctx.config.settings
         short = _valid_hostname(hostname)
-        exists, (owner,) = self.store.vm_probe(short, ["token:token"])
+        exists, (owner, checked_out) = self.store.vm_probe(short, ["token:token", "checkout"])
         if not exists:
             raise ApiError(404)
         body = read_json_object(req)
+        authorize_vm_change(req, ctx, self.store, owner=owner, checked_out=bool(checked_out),
+                            token_needed=ctx.auth_configured and "lifetime" in body)
         failures: list[str] = []
         for param, arg in body.items():
             if param == "lifetime":
-                if ctx.auth_configured:
-                    need_token(req, ctx, self.store)
-                check_owner(req, ctx, owner)
-                failures += validate.lifetime_problems(
-                    arg, ctx.config.settings.max_lifetime_upper_limit)
+                failures += validate.lifetime_problems(arg, settings.max_lifetime_upper_limit)
             elif param == "tags":
-                failures += validate.tags_problems(arg, ctx.config.settings.allowed_tags)
+                failures += validate.tags_problems(arg, settings.allowed_tags)
             else:
                 failures.append(f"Unknown argument {validate.ruby_to_s(arg)}.")
         if failures:
@@ -170,9 +184,18 @@ class VmItem:
         lifetime = validate.ruby_to_i(body["lifetime"]) if "lifetime" in body else None
         tags = validate.filter_tags(body.get("tags") or {}, ctx.config.tagfilter)
         kept = {k: v for k, v in tags.items() if isinstance(v, str) and v}
-        if body and not self.store.modify_vm(
-                short, date=timefmt.date_bucket(ctx.clock.now()), lifetime=lifetime, tags=kept):
+        if len(kept) > settings.max_tags_per_vm:
+            raise _too_many_tags(settings.max_tags_per_vm, len(kept))
+        if not body:
+            json_body(resp, 200, {"ok": True})
+            return
+        outcome = self.store.modify_vm(
+            short, date=timefmt.date_bucket(ctx.clock.now()), lifetime=lifetime, tags=kept,
+            max_tags=settings.max_tags_per_vm, stats_ttl=ctx.config.redis.data_ttl * 3600)
+        if not outcome.exists:
             raise ApiError(404)
+        if not outcome.ok:
+            raise _too_many_tags(settings.max_tags_per_vm, outcome.new_tags, outcome.tags)
         json_body(resp, 200, {"ok": True})
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, hostname: str) -> None:
@@ -182,9 +205,9 @@ class VmItem:
         rdata = self.store.vm_hash(short)
         if not rdata:
             raise ApiError(404)
-        if "token:token" in rdata:
-            need_token(req, ctx, self.store)
-        check_owner(req, ctx, rdata.get("token:token"))
+        authorize_vm_change(req, ctx, self.store, owner=rdata.get("token:token"),
+                            checked_out="checkout" in rdata,
+                            token_needed="token:token" in rdata)
         pool = rdata.get("template") or rdata.get("pool")
         outcome = self.store.return_vm(pool, short) if pool else ReturnOutcome.NOT_RETURNABLE
         if outcome == ReturnOutcome.NOT_RETURNABLE:

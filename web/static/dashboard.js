@@ -385,8 +385,14 @@
     } else {
       tbody.replaceChildren.apply(tbody, requests.map(function (r) {
         var tr = el("tr", "");
-        tr.appendChild(el("td", "pool-name", r.id));
-        tr.appendChild(el("td", "", r.user || "–"));
+        // Without a token (auth configured) the API names no request id nor user: the
+        // pools asked for stand in for the id.
+        var hidden = data.requesters === false;
+        var name = el("td", hidden ? "pool-name muted" : "pool-name",
+          hidden ? (r.requested || "–") : r.id);
+        if (hidden) { name.title = "request ids and users need an API token"; }
+        tr.appendChild(name);
+        tr.appendChild(el("td", hidden ? "muted" : "", hidden ? "hidden" : (r.user || "–")));
         tr.appendChild(el("td", "", duration(Math.max(0, nowMs / 1000 - r.created))));
         var left = r.deadline - nowMs / 1000;
         var dl = el("td", left < 0 ? "late" : "",

@@ -359,15 +359,29 @@ return 2
 """
 
     # KEYS[1] vm hash, KEYS[2] tag statistics hash of the day
-    # ARGV[1] vm, ARGV[2] lifetime ('' = unchanged), ARGV[3..] tag name, value pairs
-    # Writes ``lifetime`` and ``tag:<name>`` (and ``<vm>:<name>`` in the day's statistics) only
-    # if the VM hash still exists. Returns 1 written, 0 the VM is gone (nothing written).
+    # ARGV[1] vm, ARGV[2] lifetime ('' = unchanged), ARGV[3] seconds the day's statistics are
+    # kept (0: no expiry), ARGV[4] most tags a VM may carry, ARGV[5..] tag name, value pairs
+    # Writes ``lifetime`` and ``tag:<name>`` (and ``<vm>:<name>`` in the day's statistics,
+    # whose expiry becomes ARGV[3]) only if the VM hash still exists and its tags stay within
+    # ARGV[4]. Returns {1} written, {0} the VM is gone, {-1, tags it has, new tag names} the
+    # cap would be exceeded (nothing written either way).
     MODIFY_VM = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0} end
+if #ARGV > 4 then
+  local has, adds = 0, 0
+  for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
+    if string.sub(f, 1, 4) == 'tag:' then has = has + 1 end
+  end
+  for i = 5, #ARGV, 2 do
+    if redis.call('HEXISTS', KEYS[1], 'tag:' .. ARGV[i]) == 0 then adds = adds + 1 end
+  end
+  if has + adds > tonumber(ARGV[4]) then return {-1, has, adds} end
+end
 if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'lifetime', ARGV[2]) end
-for i = 3, #ARGV, 2 do
+for i = 5, #ARGV, 2 do
   redis.call('HSET', KEYS[1], 'tag:' .. ARGV[i], ARGV[i + 1])
   redis.call('HSET', KEYS[2], ARGV[1] .. ':' .. ARGV[i], ARGV[i + 1])
 end
-return 1
+if #ARGV > 4 and tonumber(ARGV[3]) > 0 then redis.call('EXPIRE', KEYS[2], ARGV[3]) end
+return {1}
 """
