@@ -40,6 +40,7 @@ import redis
 from vmpooler.actors.storage.ratelimit_store import RateLimitStore
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import ApiError
+from vmpooler.web.logsafe import redact_path
 from vmpooler.web.tokens import TOKEN_HEADER
 
 __all__ = [
@@ -140,7 +141,12 @@ def _body_length(resp: falcon.Response) -> str:
 
 class RequestLogger:
     """One INFO line per response on ``vmpooler.web.requests``:
-    ``[ ] API: Method: <verb>, Status: <code>, Path: <path>, Body: <n> bytes``."""
+    ``[ ] API: Method: <verb>, Status: <code>, Path: <path>, Body: <n> bytes``.
+
+    The path is the decoded one (as vmpooler logged it) with the token of
+    ``/api/v3/token/<token>`` masked (:func:`~vmpooler.web.logsafe.redact_path`); its control
+    characters are escaped by the log formatter (:mod:`vmpooler.web.logsafe`). No header, query
+    string or body is logged."""
 
     def __init__(self, unlogged: Iterable[str] = UNLOGGED_PATHS) -> None:
         self._unlogged = frozenset(unlogged)
@@ -151,7 +157,7 @@ class RequestLogger:
         if req.path in self._unlogged or not request_log.isEnabledFor(logging.INFO):
             return
         request_log.info("[ ] API: Method: %s, Status: %d, Path: %s, Body: %s bytes",
-                         req.method, resp.status_code, req.path, _body_length(resp))
+                         req.method, resp.status_code, redact_path(req.path), _body_length(resp))
 
 
 class RateLimiter:
