@@ -8,6 +8,8 @@ default, an addition to vmpooler where any valid token may act on any VM).
 
 from __future__ import annotations
 
+import re
+
 import falcon
 
 from vmpooler.actors.storage import timefmt
@@ -17,10 +19,18 @@ from vmpooler.web.errors import ApiError, unauthorized
 
 __all__ = [
     "TOKEN_HEADER", "check_owner", "need_token", "ownership_enforced", "presented_token",
-    "unauthorized",
+    "unauthorized", "well_formed",
 ]
 
 TOKEN_HEADER = "X-AUTH-TOKEN"
+
+_WELL_FORMED = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def well_formed(token: str | None) -> bool:
+    """Whether ``token`` could be an API token (1 to 64 of ``[A-Za-z0-9_-]``; ours are 32 of
+    ``[a-z0-9]``). Anything else is refused without asking Redis."""
+    return token is not None and _WELL_FORMED.fullmatch(token) is not None
 
 
 def presented_token(req: falcon.Request) -> str | None:
