@@ -130,6 +130,10 @@ def _specs() -> list[MetricSpec]:
                    reference=False, plain_unit="s", doc="every API response"),
         MetricSpec("api.redis_unavailable", "increment", emitter=api, reference=False,
                    doc="API requests answered 503 because Redis could not be reached"),
+        MetricSpec("api.login_refused", "increment", ("scope",), emitter=api,
+                   reference=False, doc="HTTP Basic logins answered 429 without asking the "
+                   "auth provider: too many failures for the user name or the address (scope "
+                   "user|address)"),
         MetricSpec("vmpooler_ondemand.ready", "increment", reference=False),
         MetricSpec("vmpooler_ondemand.failed", "increment", reference=False),
         *[MetricSpec(f"vmpooler_actor.{e}", "increment", ("actor",), reference=False)

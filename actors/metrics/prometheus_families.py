@@ -153,6 +153,9 @@ KEYED: Mapping[str, Family] = {
         keys={**_POOL_KEY, "provider": "provider", "result": "result"}),
     "api.redis_unavailable": Family(
         "counter", "API requests answered 503 because Redis could not be reached"),
+    "api.login_refused": Family(
+        "counter", "Logins refused (429) after too many failures, by scope user|address",
+        ("scope",), keys={"scope": "scope"}),
     "vm.lost": Family("counter", "VMs destroyed without ever being used, by reason",
                       ("poolname", "reason"), keys={**_POOL_KEY, "reason": "reason"}),
     "brake.engaged": Family("gauge", "1 while the pool's mass-failure brake is engaged",
