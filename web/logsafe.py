@@ -88,9 +88,14 @@ def redact_text(text: str) -> str:
     """``text`` with every secret a request may carry masked: the token of a token path, the
     value of a query parameter whose name says token, password, secret, credential,
     passphrase, api key or auth, and what follows ``Authorization:`` or ``X-AUTH-TOKEN:``."""
-    text = redact_path(text)
-    text = _SECRET_PARAM.sub(lambda m: m.group(1) + MASK, text)
-    return _AUTH_HEADER.sub(lambda m: m.group(1) + MASK, text)
+    lowered = text.lower()  # cheap tests first: most lines hold none of these
+    if "/token/" in lowered:
+        text = redact_path(text)
+    if "=" in text and ("?" in text or "&" in text or ";" in text):
+        text = _SECRET_PARAM.sub(lambda m: m.group(1) + MASK, text)
+    if "authorization" in lowered or "x-auth-token" in lowered:
+        text = _AUTH_HEADER.sub(lambda m: m.group(1) + MASK, text)
+    return text
 
 
 class _Escaped:
@@ -131,14 +136,19 @@ def safe_message(record: logging.LogRecord) -> str:
 class SafeFormatter(logging.Formatter):
     """A :class:`logging.Formatter` whose output cannot forge a log line (see the module):
     arguments escaped by :func:`safe_message`, the whole text passed through
-    :func:`redact_text` and :func:`fold_lines`. The record itself is not changed, so other
-    handlers see it as logged."""
+    :func:`redact_text` and :func:`fold_lines`. The record's message and arguments are left
+    as logged, so other handlers see them unchanged."""
 
     def format(self, record: logging.LogRecord) -> str:
-        """Format a copy of ``record`` carrying the escaped message, then fold and redact."""
-        safe = logging.makeLogRecord(record.__dict__)
-        safe.msg, safe.args = safe_message(record), None
-        return fold_lines(redact_text(super().format(safe)))
+        """Format ``record`` with its escaped message, then fold and redact. The record's
+        ``msg`` and ``args`` are put back before returning (handlers of one record run one
+        after the other, in the logging thread)."""
+        msg, args = record.msg, record.args
+        record.msg, record.args = safe_message(record), None
+        try:
+            return fold_lines(redact_text(super().format(record)))
+        finally:
+            record.msg, record.args = msg, args
 
 
 class SafeGunicornLogger(glogging.Logger):  # type: ignore[misc]
