@@ -27,7 +27,9 @@ Divergences from vmpooler 3.9.1:
 * **fixed window**: a counter's TTL is set when it is created, not refreshed by every
   accepted request (vmpooler's sliding expiry eventually rejected slow, steady clients);
 * the request log line ends with ``Body: <n> bytes`` where vmpooler printed the Rack body
-  object's ``inspect`` (useless, and a way to leak tokens into logs);
+  object's ``inspect`` (useless, and a way to leak tokens into logs), and its path has the
+  token of ``/api/v3/token/<token>`` masked (control characters are escaped by the log
+  formatter, :mod:`vmpooler.web.logsafe`);
 * the timer (``http_request`` timing tagged ``method`` and ``status``) is ours.
 """
 

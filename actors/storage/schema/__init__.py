@@ -157,23 +157,19 @@ def token(value: str) -> str:
 
 def ratelimit(cls: str, client: str) -> str:
     """Integer request counter of one rate-limit class and client (``ip:<addr>`` or
-    ``token:<token>``, the latter only for an existing, well-formed API token); expires
-    ``period`` seconds after it was created."""
+    ``token:<token>`` of an existing API token); expires ``period`` s after its creation."""
     return f"{_P}ratelimit__{cls}__{client}"
 
 
 def login_failures_user(user: str) -> str:
-    """Integer (ours): failed HTTP Basic logins of one user name within the window; expires
-    ``login_failure_window`` seconds after it was created. The name is case-folded and
-    hashed (SHA-256, 32 hex digits), so the key's length is bounded whatever the client
-    sends and ``JDoe`` and ``jdoe`` share it."""
+    """Integer (ours): failed Basic logins of a user name, TTL ``login_failure_window``. The
+    name is case-folded and hashed (32 hex digits of SHA-256): bounded, ``JDoe`` is ``jdoe``."""
     digest = hashlib.sha256(user.strip().casefold().encode("utf-8", "surrogatepass"))
     return f"{_P}login_failures__user__{digest.hexdigest()[:32]}"
 
 
 def login_failures_address(address: str) -> str:
-    """Integer (ours): failed HTTP Basic logins from one client address (an IP address as the
-    API sees it, at most 64 characters) within the window."""
+    """Integer (ours): failed Basic logins from a client address (≤ 64 characters), same TTL."""
     return f"{_P}login_failures__address__{address[:64]}"
 
 
