@@ -25,10 +25,10 @@ from vmpooler.actors.config import Config
 from vmpooler.actors.metrics.backends import RecordingMetrics
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.connection import connect
-from vmpooler.actors.storage.ratelimit_store import RateLimitDecision, RateLimitStore
+from vmpooler.actors.storage.ratelimit_store import Bucket, RateLimitDecision, RateLimitStore
 from vmpooler.web.app import create_app
 from vmpooler.web.context import ApiContext
-from vmpooler.web.middleware import client_id, limit_class
+from vmpooler.web.middleware import limit_class
 
 REQUESTS = "vmpooler.web.requests"
 LIMITER = "vmpooler.web.middleware"
@@ -78,41 +78,44 @@ def test_limit_reached_answers_429_with_headers_and_body(redis_client: redis.Red
     assert redis_client.get(key) == "3"  # a rejected request does not count
 
 
-@pytest.mark.parametrize(("method", "path", "token", "expected"), [
-    ("POST", "/api/v3/vm", None, "vm_creation"),
-    ("POST", "/api/v3/vm/pool1", TOKEN, "vm_creation"),
-    ("POST", "/api/v3/vm/host1/snapshot", None, "vm_creation"),
-    ("DELETE", "/api/v3/vm/host1", None, "vm_deletion"),
-    ("DELETE", "/api/v3/vm/host1", TOKEN, "vm_deletion"),
-    ("GET", "/api/v3/vm/host1", TOKEN, "authenticated"),
-    ("GET", "/api/v3/status", "", "authenticated"),  # present but empty, as in vmpooler
-    ("POST", "/api/v3/ondemandvm", None, "global_per_ip"),
-    ("GET", "/api/v3/vm/host1", None, "global_per_ip"),
+@pytest.mark.parametrize(("method", "path", "valid_token", "expected"), [
+    ("POST", "/api/v3/vm", False, "vm_creation"),
+    ("POST", "/api/v3/vm/pool1", True, "vm_creation"),
+    ("POST", "/api/v3/vm/host1/snapshot", False, "vm_creation"),
+    ("DELETE", "/api/v3/vm/host1", False, "vm_deletion"),
+    ("DELETE", "/api/v3/vm/host1", True, "vm_deletion"),
+    ("GET", "/api/v3/vm/host1", True, "authenticated"),
+    ("POST", "/api/v3/ondemandvm", False, "global_per_ip"),
+    ("GET", "/api/v3/vm/host1", False, "global_per_ip"),
 ])
-def test_limit_class(method: str, path: str, token: str | None, expected: str) -> None:
-    assert limit_class(method, path, token) == expected
+def test_limit_class(method: str, path: str, valid_token: bool, expected: str) -> None:
+    assert limit_class(method, path, valid_token) == expected
 
 
 def test_each_class_counts_under_its_own_key(redis_client: redis.Redis) -> None:
     a = limited(redis_client)
+    a.add_token()
     a.client.simulate_post("/api/v3/vm", json={"pool1": 1})
     a.client.simulate_post("/api/v3/vm/pool1")
     a.client.simulate_delete("/api/v3/vm/host1", headers={"X-AUTH-TOKEN": TOKEN})
     a.client.simulate_get("/api/v3/status", headers={"X-AUTH-TOKEN": TOKEN})
     a.client.simulate_post("/api/v3/ondemandvm", json={"pool1": 1}, remote_addr="10.0.0.7")
     a.client.simulate_get("/api/v3/status", headers={"X-AUTH-TOKEN": ""})
+    a.client.simulate_get("/api/v3/status", headers={"X-AUTH-TOKEN": "not-a-token"})
     counters = {key: redis_client.get(key) for key in redis_client.keys("vmpooler__ratelimit__*")}
     assert counters == {
         schema.ratelimit("vm_creation", "ip:127.0.0.1"): "2",
         schema.ratelimit("vm_deletion", f"token:{TOKEN}"): "1",
         schema.ratelimit("authenticated", f"token:{TOKEN}"): "1",
         schema.ratelimit("global_per_ip", "ip:10.0.0.7"): "1",
-        schema.ratelimit("authenticated", "ip:127.0.0.1"): "1",
+        # an empty or unknown token counts by address, as a request without one
+        schema.ratelimit("global_per_ip", "ip:127.0.0.1"): "2",
     }
 
 
 def test_classes_use_their_own_limits(redis_client: redis.Redis) -> None:
     a = limited(redis_client, vm_creation=(1, 60), vm_deletion=(2, 60), authenticated=(1, 60))
+    a.add_token()
     assert a.client.simulate_post("/api/v3/vm/pool1").status_code != 429
     assert a.client.simulate_post("/api/v3/vm/pool1").status_code == 429
     assert a.client.simulate_get("/api/v3/status").status_code == 200  # other class
@@ -132,17 +135,6 @@ def test_clients_are_counted_apart(redis_client: redis.Redis) -> None:
     # X-Forwarded-For is not trusted: it cannot buy a fresh identity
     xff = {"X-Forwarded-For": "192.0.2.9"}
     assert a.client.simulate_get("/", remote_addr="10.0.0.1", headers=xff).status_code == 429
-
-
-def test_client_id() -> None:
-    def req(**kwargs: Any) -> falcon.Request:
-        return falcon.Request(falcon.testing.create_environ(**kwargs))
-
-    assert client_id(req(headers={"X-AUTH-TOKEN": "t1"}, remote_addr="10.0.0.1")) == "token:t1"
-    assert client_id(req(headers={"X-AUTH-TOKEN": ""}, remote_addr="10.0.0.1")) == "ip:10.0.0.1"
-    proxied = req(headers={"X-Forwarded-For": "192.0.2.9, 10.0.0.5"}, remote_addr="10.0.0.1")
-    assert client_id(proxied) == "ip:10.0.0.1"
-    assert client_id(proxied, trust_forwarded=True) == "ip:192.0.2.9"
 
 
 @pytest.mark.parametrize("path", ["/healthcheck", "/healthcheck/", "/api/v3/openapi.json"])
@@ -265,6 +257,7 @@ def test_disabled_by_default(redis_client: redis.Redis, caplog: pytest.LogCaptur
 
 def test_request_timer_is_always_on(redis_client: redis.Redis) -> None:
     a = limited(redis_client, global_per_ip=(1, 60))
+    a.add_token()
     a.client.simulate_get("/api/v3/status")
     a.client.simulate_get("/api/v3/status")
     a.client.simulate_post("/api/v3/nothing", headers={"X-AUTH-TOKEN": TOKEN})
@@ -289,7 +282,8 @@ def test_a_broken_metrics_backend_never_breaks_a_response(redis_client: redis.Re
 
 def test_store_counts_and_repairs_counters_without_ttl(redis_client: redis.Redis) -> None:
     store, key = RateLimitStore(redis_client), schema.ratelimit("vm_creation", "ip:1")
-    assert store.hit("vm_creation", "ip:1", 2, 30) == RateLimitDecision(True, 1, 30)
+    assert store.hit("vm_creation", "ip:1", 2, 30) == RateLimitDecision(
+        True, 1, 30, Bucket("vm_creation", "ip:1", 2, 30))
     assert store.hit("vm_creation", "ip:1", 2, 30).allowed
     third = store.hit("vm_creation", "ip:1", 2, 30)
     assert (third.allowed, third.count) == (False, 2) and 0 < third.ttl <= 30

@@ -21,7 +21,9 @@ Differences from vmpooler, all on the safe side:
 * with ``encryption`` configured, the server certificate is verified against the system CAs
   (or ``tls_options`` ``ca_file``/``ca_path``) unless ``tls_options: verify_mode: 0``.
 
-Calls block the request thread; nothing here touches Redis.
+Failed logins are limited per user name and per client address before the provider is
+asked (:mod:`vmpooler.web.login_guard`: 429 while locked out); that guard is the only part
+that touches Redis. Calls block the request thread.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from ldap3.utils.dn import escape_rdn
 
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import unauthorized
+from vmpooler.web.login_guard import LoginGuard
 
 __all__ = ["LDAP_TIMEOUT", "REALM_HEADER", "authenticate", "basic_credentials",
            "check_credentials", "check_ldap"]
@@ -80,14 +83,19 @@ def basic_credentials(req: falcon.Request) -> tuple[str, str] | None:
     return (user, password) if colon else None
 
 
-def authenticate(req: falcon.Request, ctx: ApiContext) -> str:
-    """The authenticated user of ``req``; raises 401 unless the provider accepts it."""
+def authenticate(req: falcon.Request, ctx: ApiContext, guard: LoginGuard | None = None) -> str:
+    """The authenticated user of ``req``; raises 401 unless the provider accepts it, and
+    429 without asking the provider while the user name or the client address is locked out
+    by ``guard`` (:mod:`vmpooler.web.login_guard`; one is built from ``ctx`` if None)."""
     credentials = basic_credentials(req)
     if credentials is None or not ctx.config.auth:
         raise unauthorized()
     user, password = credentials
+    guard = guard if guard is not None else LoginGuard(ctx)
+    pending = guard.begin(req, user)
     if not check_credentials(ctx.config.auth, user, password):
         raise unauthorized()
+    guard.succeeded(pending)
     return user
 
 

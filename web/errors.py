@@ -5,7 +5,8 @@ handler renders it. A request that fails because Redis cannot be reached (see
 :func:`redis_unavailable`) is answered 503 ``{"ok": false, "error": "redis unavailable",
 "retry_after": 5}`` with ``Retry-After: 5``, counted (``api.redis_unavailable``) and logged
 at most once per :data:`OUTAGE_LOG_EVERY` seconds per process. Anything else that escapes a
-resource becomes a JSON 500 (never HTML, never a traceback to the client) and is logged.
+resource becomes a JSON 500 (never HTML, never a traceback to the client) and is logged
+(the path with its token masked, :func:`~vmpooler.web.logsafe.redact_path`).
 Nothing is kept between requests but the log throttle, so the API answers again as soon as
 Redis does.
 """
@@ -25,6 +26,7 @@ from redis.exceptions import MasterDownError
 
 from vmpooler.actors.metrics.backends import Metrics, NullMetrics
 from vmpooler.actors.runtime.clock import Clock, RealClock
+from vmpooler.web.logsafe import redact_path
 
 __all__ = ["OUTAGE_LOG_EVERY", "RETRY_AFTER", "ApiError", "ErrorHandler",
            "install_error_handlers", "json_body", "redis_unavailable", "unauthorized"]
@@ -125,7 +127,7 @@ def redis_unavailable(exc: BaseException) -> bool:
 
 def _unexpected(req: falcon.Request, resp: falcon.Response, ex: Exception,
                 params: dict[str, Any]) -> None:
-    log.exception("[!] [api] %s %s failed", req.method, req.path)
+    log.exception("[!] [api] %s %s failed", req.method, redact_path(req.path))
     json_body(resp, 500, {"ok": False, "error": "internal error"})
 
 
@@ -161,7 +163,7 @@ class _Unexpected:
             quiet, self._quiet, self._logged_at = self._quiet, 0, now
         more = f"; {quiet} more refused since the last line" if quiet else ""
         log.warning("[!] [api] redis is unavailable, answering 503 (%s %s: %s: %s)%s",
-                    req.method, req.path, type(ex).__name__, ex, more)
+                    req.method, redact_path(req.path), type(ex).__name__, ex, more)
 
 
 def install_error_handlers(app: falcon.App, *, metrics: Metrics | None = None,

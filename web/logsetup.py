@@ -1,7 +1,10 @@
 """Logging configuration for the command line: vmpooler's line format, stdout and a file.
 
 vmpooler writes ``[YYYY-MM-DD HH:MM:SS] message``; we keep that shape so existing log
-parsers work, and add nothing else to the line.
+parsers work, and add nothing else to the line. Every handler formats with
+:class:`~vmpooler.web.logsafe.SafeFormatter`: a record's first line is the only one starting
+at column 0 (further lines, such as a traceback's, are indented by two spaces), control
+characters from requests are escaped and secrets in request text are masked.
 """
 
 from __future__ import annotations
@@ -9,6 +12,8 @@ from __future__ import annotations
 import logging.config
 import sys
 from typing import Any
+
+from vmpooler.web.logsafe import SafeFormatter
 
 __all__ = ["configure_logging", "refuse_to_start"]
 
@@ -37,7 +42,7 @@ def configure_logging(level: str = "info", logfile: str | None = None) -> None:
     logging.config.dictConfig({
         "version": 1,
         "disable_existing_loggers": False,
-        "formatters": {"vmpooler": {"format": FORMAT, "datefmt": DATE_FORMAT}},
+        "formatters": {"vmpooler": {"()": SafeFormatter, "fmt": FORMAT, "datefmt": DATE_FORMAT}},
         "handlers": handlers,
         "root": {"level": level.upper(), "handlers": list(handlers)},
         "loggers": {"pykka": {"level": "WARNING"}},

@@ -19,10 +19,17 @@ Divergences from vmpooler 3.9.1:
 * the limiter decides in one Redis round trip (a Lua script, see
   :mod:`vmpooler.actors.storage.ratelimit_store`), so concurrent requests cannot overshoot the limit
   as vmpooler's GET-then-pipeline could;
+* only a valid token gets its own counter and the ``authenticated`` class; a made-up or empty
+  token header counts by address as ``global_per_ip`` (vmpooler gave every header value a
+  fresh counter: a random token per request was never limited);
+* behind ``trusted_proxies`` the address is the forwarded client's
+  (:mod:`vmpooler.web.clientaddr`);
 * **fixed window**: a counter's TTL is set when it is created, not refreshed by every
   accepted request (vmpooler's sliding expiry eventually rejected slow, steady clients);
 * the request log line ends with ``Body: <n> bytes`` where vmpooler printed the Rack body
-  object's ``inspect`` (useless, and a way to leak tokens into logs);
+  object's ``inspect`` (useless, and a way to leak tokens into logs), and its path has the
+  token of ``/api/v3/token/<token>`` masked (control characters are escaped by the log
+  formatter, :mod:`vmpooler.web.logsafe`);
 * the timer (``http_request`` timing tagged ``method`` and ``status``) is ours.
 """
 
@@ -37,10 +44,12 @@ from typing import Any
 import falcon
 import redis
 
-from vmpooler.actors.storage.ratelimit_store import RateLimitStore
+from vmpooler.actors.storage.ratelimit_store import Bucket, RateLimitStore
+from vmpooler.web.clientaddr import TrustedProxies
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import ApiError
-from vmpooler.web.tokens import TOKEN_HEADER
+from vmpooler.web.logsafe import redact_path
+from vmpooler.web.tokens import TOKEN_HEADER, well_formed
 
 __all__ = [
     "EXEMPT_PATHS",
@@ -49,7 +58,6 @@ __all__ = [
     "RequestObserver",
     "RequestTimer",
     "build_middleware",
-    "client_id",
     "limit_class",
 ]
 
@@ -69,31 +77,20 @@ RequestObserver = Callable[[falcon.Request, falcon.Response, float], None]
 """Called with each finished request, its response and its duration in seconds."""
 
 
-def limit_class(method: str, path: str, token_header: str | None) -> str:
-    """vmpooler's class of a request: ``vm_creation`` (POST with ``/vm`` in the path, so
-    disk and snapshot POSTs too, but not ``/ondemandvm``), ``vm_deletion`` (DELETE with
-    ``/vm``), ``authenticated`` (the token header is present, even empty) or
-    ``global_per_ip``."""
+def limit_class(method: str, path: str, valid_token: bool) -> str:
+    """The class of a request: ``vm_creation`` (POST with ``/vm`` in the path, so disk and
+    snapshot POSTs too, but not ``/ondemandvm``), ``vm_deletion`` (DELETE with ``/vm``),
+    ``authenticated`` (it carries a valid API token) or ``global_per_ip``.
+
+    Divergence from vmpooler 3.9.1: vmpooler's ``authenticated`` was any request with the
+    token header present, even empty or made up, so any client could buy the higher limit.
+    """
     if "/vm" in path:
         if method == "POST":
             return "vm_creation"
         if method == "DELETE":
             return "vm_deletion"
-    return "authenticated" if token_header is not None else "global_per_ip"
-
-
-def client_id(req: falcon.Request, *, trust_forwarded: bool = False) -> str:
-    """``token:<X-AUTH-TOKEN>`` when the header is non-empty, else ``ip:<address>``.
-
-    The address is ``req.remote_addr`` (the peer gunicorn saw). ``X-Forwarded-For`` and
-    ``Forwarded`` are ignored unless ``trust_forwarded`` (only behind a proxy that sets
-    them): otherwise any client could pick a fresh identity per request.
-    """
-    token = req.get_header(TOKEN_HEADER)
-    if token:
-        return f"token:{token}"
-    address = req.access_route[0] if trust_forwarded and req.access_route else req.remote_addr
-    return f"ip:{address}"
+    return "authenticated" if valid_token else "global_per_ip"
 
 
 class RequestTimer:
@@ -140,7 +137,12 @@ def _body_length(resp: falcon.Response) -> str:
 
 class RequestLogger:
     """One INFO line per response on ``vmpooler.web.requests``:
-    ``[ ] API: Method: <verb>, Status: <code>, Path: <path>, Body: <n> bytes``."""
+    ``[ ] API: Method: <verb>, Status: <code>, Path: <path>, Body: <n> bytes``.
+
+    The path is the decoded one (as vmpooler logged it) with the token of
+    ``/api/v3/token/<token>`` masked (:func:`~vmpooler.web.logsafe.redact_path`); its control
+    characters are escaped by the log formatter (:mod:`vmpooler.web.logsafe`). No header, query
+    string or body is logged."""
 
     def __init__(self, unlogged: Iterable[str] = UNLOGGED_PATHS) -> None:
         self._unlogged = frozenset(unlogged)
@@ -151,16 +153,21 @@ class RequestLogger:
         if req.path in self._unlogged or not request_log.isEnabledFor(logging.INFO):
             return
         request_log.info("[ ] API: Method: %s, Status: %d, Path: %s, Body: %s bytes",
-                         req.method, resp.status_code, req.path, _body_length(resp))
+                         req.method, resp.status_code, redact_path(req.path), _body_length(resp))
 
 
 class RateLimiter:
     """vmpooler's rate limiter (reference §1.6), one Redis round trip per request.
 
-    Each request is counted under ``vmpooler__ratelimit__<class>__<client>`` (see
-    :func:`limit_class`, :func:`client_id`) against ``ctx.config.rate_limits[<class>]``
-    (``limit`` requests per ``period`` seconds, vmpooler's defaults merged with the
-    ``:rate_limits:`` section). Over the limit the request is answered 429 with
+    Each request is counted under ``vmpooler__ratelimit__<class>__<client>`` against
+    ``ctx.config.rate_limits[<class>]`` (``limit`` requests per ``period`` seconds, vmpooler's
+    defaults merged with the ``:rate_limits:`` section). The client is
+    ``token:<X-AUTH-TOKEN>`` **only when that token exists** (the Lua script checks
+    ``vmpooler__token__<token>`` in the same round trip; a header that is not a well-formed
+    token is not even looked up); otherwise ``ip:<address>``, the address being the peer's or,
+    behind ``trusted_proxies``, the forwarded one (:mod:`vmpooler.web.clientaddr`). The class
+    follows the counter (:func:`limit_class`): a made-up or empty token is ``global_per_ip``
+    by address, never ``authenticated``. Over the limit the request is answered 429 with
     ``X-RateLimit-Limit``, ``X-RateLimit-Remaining: 0``, ``X-RateLimit-Reset`` (epoch of the
     window's end), ``Retry-After`` (seconds) and
     ``{"ok": false, "error": "Rate limit exceeded", "limit", "period", "retry_after"}``;
@@ -168,42 +175,50 @@ class RateLimiter:
     not count. The window is fixed (see :mod:`vmpooler.actors.storage.ratelimit_store`).
 
     Redis errors fail open: the request proceeds and a warning is logged at most once per
-    ``warn_every`` seconds. ``trust_forwarded`` takes the client address from
-    ``X-Forwarded-For``/``Forwarded``; it is off (there is no setting for it yet), so the
-    address is ``req.remote_addr``.
+    ``warn_every`` seconds.
     """
 
     def __init__(self, ctx: ApiContext, *, store: RateLimitStore | None = None,
-                 exempt: Iterable[str] = EXEMPT_PATHS, trust_forwarded: bool = False,
+                 exempt: Iterable[str] = EXEMPT_PATHS, proxies: TrustedProxies | None = None,
                  warn_every: float = 60.0) -> None:
         self._ctx = ctx
         self._store = store if store is not None else RateLimitStore(ctx.redis)
         self._exempt = frozenset(exempt)
-        self._trust_forwarded = trust_forwarded
+        self._proxies = proxies if proxies is not None else TrustedProxies(
+            ctx.config.settings.trusted_proxies)
         self._warn_every = warn_every
         self._warned_at: float | None = None
         self._lock = threading.Lock()
+
+    def _bucket(self, cls: str, client: str) -> Bucket | None:
+        settings = self._ctx.config.rate_limits.get(cls)
+        if not settings:
+            return None
+        return Bucket(cls, client, int(settings["limit"]), int(settings["period"]))
 
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
         """Count the request; raise a 429 :class:`ApiError` if it is over its limit."""
         if req.path in self._exempt:
             return
-        cls = limit_class(req.method, req.path, req.get_header(TOKEN_HEADER))
-        settings = self._ctx.config.rate_limits.get(cls)
-        if not settings:
+        address = self._proxies.client_address(req)
+        by_address = self._bucket(limit_class(req.method, req.path, False), f"ip:{address}")
+        if by_address is None:
             return
-        limit, period = int(settings["limit"]), int(settings["period"])
+        token = req.get_header(TOKEN_HEADER)
+        by_token = None
+        if well_formed(token):
+            by_token = self._bucket(limit_class(req.method, req.path, True), f"token:{token}")
         try:
-            decision = self._store.hit(cls, client_id(req, trust_forwarded=self._trust_forwarded),
-                                       limit, period)
+            decision = self._store.count(by_address, token=token, by_token=by_token)
         except redis.RedisError as exc:
             self._fail_open(exc)
             return
         if decision.allowed:
             return
+        bucket = decision.bucket or by_address
         ttl = max(0, decision.ttl)
-        raise ApiError(429, _rejection(limit, period, ttl), headers={
-            "X-RateLimit-Limit": str(limit),
+        raise ApiError(429, _rejection(bucket.limit, bucket.period, ttl), headers={
+            "X-RateLimit-Limit": str(bucket.limit),
             "X-RateLimit-Remaining": "0",
             "X-RateLimit-Reset": str(int(self._ctx.clock.now()) + ttl),
             "Retry-After": str(ttl),

@@ -39,6 +39,7 @@ from vmpooler.web.app import create_app
 from vmpooler.web.commands import DirectCommands, StreamCommands
 from vmpooler.web.connections import ConnectionLimits, error_response
 from vmpooler.web.context import ApiContext
+from vmpooler.web.logsafe import SafeGunicornLogger
 from vmpooler.web.logsetup import refuse_to_start
 
 __all__ = ["ApiServer", "ServeOptions", "redis_address"]
@@ -142,6 +143,7 @@ class ApiServer(BaseApplication):  # type: ignore[misc]
             "graceful_timeout": 10,
             "loglevel": opts.log_level,
             "accesslog": None,
+            "logger_class": SafeGunicornLogger,  # gunicorn's own lines escaped like ours
             "proc_name": "vmpooler",
             "control_socket_disable": True,  # one shared ~/.gunicorn socket would clash
             "on_starting": self._on_starting,

@@ -19,6 +19,8 @@ can get a token, and ``vmpooler check-config`` warns that they do nothing):
 
 from __future__ import annotations
 
+import re
+
 import falcon
 import redis
 
@@ -29,10 +31,18 @@ from vmpooler.web.errors import ApiError, unauthorized
 
 __all__ = [
     "TOKEN_HEADER", "authorize_vm_change", "check_owner", "has_valid_token", "need_token",
-    "ownership_enforced", "presented_token", "unauthorized",
+    "ownership_enforced", "presented_token", "unauthorized", "well_formed",
 ]
 
 TOKEN_HEADER = "X-AUTH-TOKEN"
+
+_WELL_FORMED = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def well_formed(token: str | None) -> bool:
+    """Whether ``token`` could be an API token (1 to 64 of ``[A-Za-z0-9_-]``; ours are 32 of
+    ``[a-z0-9]``). Anything else is refused without asking Redis."""
+    return token is not None and _WELL_FORMED.fullmatch(token) is not None
 
 
 def presented_token(req: falcon.Request) -> str | None:

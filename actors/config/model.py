@@ -124,6 +124,14 @@ class GlobalSettings:
     usage_stats: bool = setting(False, "bool", env="USAGE_STATS")
     request_logger: bool = setting(False, "bool", env="REQUEST_LOGGER")
     rate_limiting_enabled: bool = setting(False, "bool")
+    # Addresses or CIDR networks of reverse proxies whose X-Forwarded-For (else Forwarded)
+    # header names the client (ours); empty: the peer's address is the client's.
+    trusted_proxies: tuple[str, ...] = setting((), "strs", env="TRUSTED_PROXIES")
+    # Failed HTTP Basic logins (ours): after this many within the window (seconds), further
+    # attempts for that user name / from that address are refused with 429. 0 is off.
+    login_failures_per_user: int = setting(10, "int")
+    login_failures_per_address: int = setting(30, "int")
+    login_failure_window: int = setting(300, "int", minimum=1)
     migration_limit: int | None = setting(None, "int?", env="MIGRATION_LIMIT")
     max_tries: int = setting(3, "int", env="MAX_TRIES", minimum=1)
     retry_factor: int = setting(10, "int", env="RETRY_FACTOR")

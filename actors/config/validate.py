@@ -6,6 +6,7 @@ files and lines and raises one ``ConfigError`` listing them all.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import fields
@@ -148,7 +149,10 @@ def _settings(section: Mapping[str, Any], chk: Checker) -> GlobalSettings:
     settings = chk.build(GlobalSettings, effective, path, raw=freeze(section),
                          health_thresholds=_health_thresholds(section, chk))
     low, high = settings.check_loop_delay_min, settings.check_loop_delay_max
-    changes: dict[str, float] = {}
+    changes: dict[str, Any] = {}
+    if settings.trusted_proxies:
+        changes["trusted_proxies"] = _trusted_proxies(section.get("trusted_proxies"),
+                                                      settings.trusted_proxies, chk)
     if high < low:
         chk.note(f"config.check_loop_delay_max ({high}) is below check_loop_delay_min "
                  f"({low}); using {low}")
@@ -158,6 +162,24 @@ def _settings(section: Mapping[str, Any], chk: Checker) -> GlobalSettings:
                  "must exceed 1; using 2.0")
         changes["check_loop_delay_decay"] = 2.0
     return _replace(settings, changes)
+
+
+def _trusted_proxies(written: Any, entries: tuple[str, ...], chk: Checker) -> tuple[str, ...]:
+    """``trusted_proxies`` as normalised networks (``10.0.0.1/32``, ``fd00::/8``); an entry
+    may hold several separated by commas or blanks (as ``TRUSTED_PROXIES`` does). Each entry
+    that is not an address or a CIDR network is a problem at its position."""
+    networks: list[str] = []
+    for index, entry in enumerate(entries):
+        where: tuple[str | int, ...] = ("config", "trusted_proxies")
+        if isinstance(written, list):
+            where = (*where, index)
+        for word in entry.replace(",", " ").split():
+            try:
+                networks.append(str(ipaddress.ip_network(word, strict=False)))
+            except ValueError:
+                chk.fail(where, f"{word!r} is not an IP address or CIDR network (for example "
+                                "10.0.0.5, 10.0.0.0/8 or fd00::/8)")
+    return tuple(dict.fromkeys(networks))
 
 
 def _health_thresholds(section: Mapping[str, Any], chk: Checker) -> Mapping[str, float]:

@@ -143,6 +143,10 @@ def _specs() -> list[MetricSpec]:
                        "(web/worker.py REASONS)"),
         MetricSpec("api.connections.open", "gauge", (), "connections", emitter=api,
                    reference=False, doc="connections an API worker holds"),
+        MetricSpec("api.login_refused", "increment", ("scope",), emitter=api,
+                   reference=False, doc="HTTP Basic logins answered 429 without asking the "
+                   "auth provider: too many failures for the user name or the address (scope "
+                   "user|address)"),
         MetricSpec("vmpooler_ondemand.ready", "increment", reference=False),
         MetricSpec("vmpooler_ondemand.failed", "increment", reference=False),
         *[MetricSpec(f"vmpooler_actor.{e}", "increment", ("actor",), reference=False)

@@ -158,6 +158,9 @@ KEYED: Mapping[str, Family] = {
         ("reason",), keys={"reason": "reason"}),
     "api.connections.open": Family("gauge", "Connections the API workers hold",
                                    mode="livesum"),
+    "api.login_refused": Family(
+        "counter", "Logins refused (429) after too many failures, by scope user|address",
+        ("scope",), keys={"scope": "scope"}),
     "vm.lost": Family("counter", "VMs destroyed without ever being used, by reason",
                       ("poolname", "reason"), keys={**_POOL_KEY, "reason": "reason"}),
     "brake.engaged": Family("gauge", "1 while the pool's mass-failure brake is engaged",

@@ -20,6 +20,8 @@ _OD_QUEUES = "A deleted request also leaves the provisioning queues at once"
 _WINDOW = "a counter's expiry is set when it is created and not renewed by later requests"
 _NO_EXPIRY = "A counter found without an expiry gets one of `period` seconds"
 _MISREAD = "vmpooler silently stopped limiting that class"
+_VALID_TOKEN = "Only a valid token is a client of its own."
+_LOGINS = "failed HTTP Basic logins (`GET`/`POST /token`, `DELETE /token/<t>`) are limited"
 
 KNOWN_DIFFERENCES: tuple[Known, ...] = (
     # Processes and Redis: every change is also a command to the manager.
@@ -53,6 +55,10 @@ KNOWN_DIFFERENCES: tuple[Known, ...] = (
     # Tokens.
     Known("token-delete-again", "status", "",
           "`DELETE /token/<t>` of a missing token is 404 (vmpooler: 401)"),
+    # ... and a failed login is counted (a success forgets the user's failures).
+    Known("token-list-badcreds", "redis", "vmpooler__login_failures__*", _LOGINS),
+    Known("token-create", "redis", "vmpooler__login_failures__user__*", _LOGINS),
+    Known("final", "redis", "vmpooler__login_failures__address__127.0.0.1 *", _LOGINS),
     # Checkout.
     Known("checkout-dotted-name", "status", "",
           "Pool names may contain dots in the JSON body of `POST /vm`"),
@@ -159,6 +165,13 @@ KNOWN_DIFFERENCES: tuple[Known, ...] = (
                             ("redis", "vmpooler__ratelimit__global_per_ip__ip:127.0.0.1 *"))),
     Known("ratelimit-final", "redis",
           "vmpooler__ratelimit__global_per_ip__ip:127.0.0.1 <expires>", _NO_EXPIRY),
+    # ... only a valid token counts apart: an empty or unknown one counts by address ...
+    Known("ratelimit-empty-token", "status", "", _VALID_TOKEN),
+    Known("ratelimit-auth-other-token", "status", "", _VALID_TOKEN),
+    Known("ratelimit-final", "redis", "vmpooler__ratelimit__authenticated__ip:127.0.0.1 *",
+          _VALID_TOKEN),
+    Known("ratelimit-final", "redis", "vmpooler__ratelimit__authenticated__token:bogus *",
+          _VALID_TOKEN),
     # ... and classes vmpooler misread (plain keys, no period), which it does not limit.
     Known("ratelimit-keys-*", "redis", "vmpooler__ratelimit__*", _MISREAD),
     Known("ratelimit-keys-global-2", "status", "", _MISREAD),

@@ -7,7 +7,8 @@ It counts up to each class's limit and past it: GETs without a token (``global_p
 without and with a token (``vm_creation``), DELETEs of VMs (``vm_deletion``) and requests with
 a token (``authenticated``). ``/ondemandvm`` does not contain ``/vm``: its POSTs and DELETEs
 count as ``authenticated`` or ``global_per_ip``. An empty token header makes a request
-``authenticated`` but identifies the client by its address. Answers over a limit are 429 with
+``authenticated`` but identifies the client by its address (ours: an empty or unknown token
+counts as ``global_per_ip`` by address, a listed difference). Answers over a limit are 429 with
 the rate-limit headers; accepted answers carry none (each step compares :data:`HEADERS`).
 
 The APIs' readiness polls are not part of the sequence: the test clears the counters they

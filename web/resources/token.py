@@ -19,12 +19,13 @@ Documented differences from vmpooler 3.9.1:
   instead of one round trip per VM.
 * New tokens come from :mod:`secrets` (a CSPRNG), never from ``ctx.rng``; creation uses
   ``HSETNX`` so an (astronomically unlikely) collision can never hand out a live token.
+* Failed Basic logins are limited per user name and per client address
+  (:mod:`vmpooler.web.login_guard`): 429 while locked out, without asking the provider.
 """
 
 from __future__ import annotations
 
 import hmac
-import re
 import secrets
 import string
 from typing import Any
@@ -36,6 +37,8 @@ from vmpooler.actors.storage.token_store import TokenStore
 from vmpooler.web.auth import authenticate
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import ApiError, json_body
+from vmpooler.web.login_guard import LoginGuard
+from vmpooler.web.tokens import well_formed
 
 __all__ = ["TOKEN_LENGTH", "new_token", "register"]
 
@@ -43,7 +46,6 @@ TOKEN_LENGTH = 32
 
 _FIRST = string.ascii_lowercase[:25]  # a-y, as vmpooler
 _REST = string.ascii_lowercase + string.digits
-_WELL_FORMED = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def new_token() -> str:
@@ -67,14 +69,15 @@ def _require_auth(ctx: ApiContext) -> None:
 class TokenCollection:
     """``GET /token`` (my tokens) and ``POST /token`` (a new token for me)."""
 
-    def __init__(self, ctx: ApiContext, store: TokenStore) -> None:
+    def __init__(self, ctx: ApiContext, store: TokenStore, guard: LoginGuard) -> None:
         self.ctx = ctx
         self.store = store
+        self.guard = guard
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         """200 ``{"ok": true, <token>: {created, last}}`` for the caller's tokens, else 404."""
         _require_auth(self.ctx)
-        user = authenticate(req, self.ctx)
+        user = authenticate(req, self.ctx, self.guard)
         found = {token: {"created": created, "last": last if last is not None else "never"}
                  for token, created, last in self.store.tokens_of(user)}  # SCAN may repeat
         result: dict[str, Any] = {"ok": bool(found)}
@@ -84,7 +87,7 @@ class TokenCollection:
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         """200 ``{"ok": true, "token": <new token>}`` owned by the caller."""
         _require_auth(self.ctx)
-        user = authenticate(req, self.ctx)
+        user = authenticate(req, self.ctx, self.guard)
         token = self.store.create(user, created=timefmt.format_epoch(self.ctx.clock.now()),
                                   new_token=new_token)
         json_body(resp, 200, {"ok": True, "token": token})
@@ -93,14 +96,15 @@ class TokenCollection:
 class TokenItem:
     """``GET /token/{token}`` (details, no auth) and ``DELETE /token/{token}``."""
 
-    def __init__(self, ctx: ApiContext, store: TokenStore) -> None:
+    def __init__(self, ctx: ApiContext, store: TokenStore, guard: LoginGuard) -> None:
         self.ctx = ctx
         self.store = store
+        self.guard = guard
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, token: str) -> None:
         """200 ``{"ok": true, <token>: {<fields>, "vms"?: {"running": [...]}}}``, else 404."""
         _require_auth(self.ctx)
-        if not _WELL_FORMED.fullmatch(token):
+        if not well_formed(token):
             raise ApiError(404)
         details: dict[str, Any] = self.store.details(token)
         if not details:
@@ -115,14 +119,14 @@ class TokenItem:
     def on_delete(self, req: falcon.Request, resp: falcon.Response, token: str) -> None:
         """200 ``{"ok": true}`` once deleted; 401 without credentials; 404 if missing."""
         _require_auth(self.ctx)
-        authenticate(req, self.ctx)
-        if not _WELL_FORMED.fullmatch(token) or not self.store.delete(token):
+        authenticate(req, self.ctx, self.guard)
+        if not well_formed(token) or not self.store.delete(token):
             raise ApiError(404)
         json_body(resp, 200, {"ok": True})
 
 
 def register(app: falcon.App, ctx: ApiContext, prefix: str) -> None:
     """Add ``/token`` and ``/token/{token}`` under ``prefix``."""
-    store = TokenStore(ctx.redis)
-    app.add_route(f"{prefix}/token", TokenCollection(ctx, store))
-    app.add_route(f"{prefix}/token/{{token}}", TokenItem(ctx, store))
+    store, guard = TokenStore(ctx.redis), LoginGuard(ctx)
+    app.add_route(f"{prefix}/token", TokenCollection(ctx, store, guard))
+    app.add_route(f"{prefix}/token/{{token}}", TokenItem(ctx, store, guard))

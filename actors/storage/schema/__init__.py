@@ -11,9 +11,12 @@ handle. Scripts document their KEYS and ARGV.
 
 from __future__ import annotations
 
+import hashlib
+
 from vmpooler.actors.storage.schema.brake_scripts import BrakeScripts
 from vmpooler.actors.storage.schema.lease_scripts import LeaseScripts
 from vmpooler.actors.storage.schema.pool_scripts import Scripts
+from vmpooler.actors.storage.schema.ratelimit_scripts import RateLimitScripts
 from vmpooler.actors.storage.schema.request_scripts import RequestScripts
 from vmpooler.actors.storage.schema.status_scripts import StatusScripts
 from vmpooler.actors.storage.schema.upkeep_scripts import UpkeepScripts
@@ -21,6 +24,7 @@ from vmpooler.actors.storage.schema.upkeep_scripts import UpkeepScripts
 __all__ = [
     "BrakeScripts",
     "LeaseScripts",
+    "RateLimitScripts",
     "RequestScripts",
     "Scripts",
     "StatusScripts",
@@ -46,6 +50,8 @@ __all__ = [
     "lastboot",
     "lease",
     "lease_token",
+    "login_failures_address",
+    "login_failures_user",
     "manager_heartbeat",
     "manager_inbox",
     "migrating",
@@ -151,8 +157,20 @@ def token(value: str) -> str:
 
 def ratelimit(cls: str, client: str) -> str:
     """Integer request counter of one rate-limit class and client (``ip:<addr>`` or
-    ``token:<token>``); expires ``period`` seconds after it was created."""
+    ``token:<token>`` of an existing API token); expires ``period`` s after its creation."""
     return f"{_P}ratelimit__{cls}__{client}"
+
+
+def login_failures_user(user: str) -> str:
+    """Integer (ours): failed Basic logins of a user name, TTL ``login_failure_window``. The
+    name is case-folded and hashed (32 hex digits of SHA-256): bounded, ``JDoe`` is ``jdoe``."""
+    digest = hashlib.sha256(user.strip().casefold().encode("utf-8", "surrogatepass"))
+    return f"{_P}login_failures__user__{digest.hexdigest()[:32]}"
+
+
+def login_failures_address(address: str) -> str:
+    """Integer (ours): failed Basic logins from a client address (≤ 64 characters), same TTL."""
+    return f"{_P}login_failures__address__{address[:64]}"
 
 
 # -- global counters and task queues --------------------------------------------------------
