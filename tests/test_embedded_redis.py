@@ -5,9 +5,11 @@ DEBUG or MODULE, everything it writes 0600 in a 0700 directory."""
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -237,6 +239,28 @@ def test_a_password_file_that_is_a_link_is_refused(tmp_path: Path) -> None:
     (data / "redis.password").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(EmbeddedRedisError, match="not a regular file"):
         EmbeddedRedis(data_dir=data).start()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
+def test_another_local_user_reads_neither_tokens_nor_password(
+    started: list[EmbeddedRedis],
+) -> None:
+    """In a directory every user may enter (pytest's own temporary directories are 0700,
+    which would hide the files anyway), as the user ``nobody``."""
+    top = Path(tempfile.mkdtemp(prefix="vmpooler-open-"))
+    try:
+        top.chmod(0o755)
+        server = start(started, top / "data")
+        server.client().hset("vmpooler__token__abc", "user", "someone")
+        server.stop()
+        files = [p for p in (top / "data").rglob("*") if p.is_file()]
+        assert {"redis.password", "redis.log"} <= {p.name for p in files}
+        for path in files:
+            result = subprocess.run(["cat", str(path)], user=65534, group=65534,
+                                    capture_output=True, text=True, timeout=10)
+            assert result.returncode != 0 and "Permission denied" in result.stderr, path
+    finally:
+        shutil.rmtree(top)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the directory away")
