@@ -191,6 +191,8 @@ class EmbeddedRedis:
                 exposed = any(c.path.name == PASSWORD_FILE and c.path.parent == self.data_dir
                               for c in tightened)
                 self.password = ensure_password(self.data_dir, self.password, exposed=exposed)
+            else:
+                self.password = None
             self._launch()
             write_private(self.data_dir / PORT_FILE, f"{self.port}\n")
         except BaseException as exc:
