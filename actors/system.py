@@ -136,9 +136,15 @@ class PoolerSystem:
         if client is None:
             address = None
             if config.redis.embedded:
-                embedded = EmbeddedRedis(data_dir=Path(config.redis.data_dir)).start()
+                embedded = EmbeddedRedis(data_dir=Path(config.redis.data_dir),
+                                         password=config.redis.password).start()
                 address = ("127.0.0.1", embedded.port)
-            client = connect_configured(config.redis, address=address)
+            try:
+                client = connect_configured(config.redis, address=address)
+            except BaseException:
+                if embedded is not None:
+                    embedded.stop()
+                raise
         m = config.metrics
         res = SystemResources(
             scheduler=scheduler or ThreadScheduler(clock), owns_scheduler=scheduler is None,

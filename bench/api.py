@@ -906,7 +906,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = {name: (args.hot if i == 0 else args.size) for i, name in enumerate(names)}
 
     work = Path(tempfile.mkdtemp(prefix="vmpooler-bench-api-"))
-    embedded = EmbeddedRedis(data_dir=work / "redis", persist=False)
+    embedded = EmbeddedRedis(data_dir=work / "redis", persist=False, hardened=False)
     servers: list[Server] = []
     probe: redis.Redis | None = None
     results: dict[str, Any] = {"argv": sys.argv, "pools": args.pools, "hot": args.hot,

@@ -206,7 +206,7 @@ def run_scale(pools: int, size: int, task_limit: int, steady: float, settle: flo
                               "task_limit": task_limit}
     result["resources_before_start"] = resources()
     data_dir = Path(tempfile.mkdtemp(prefix="vmpooler-bench-"))
-    embedded = EmbeddedRedis(data_dir=data_dir, persist=False)
+    embedded = EmbeddedRedis(data_dir=data_dir, persist=False, hardened=False)
     system: PoolerSystem | None = None
     client: redis.Redis | None = None
     probe: redis.Redis | None = None

@@ -123,7 +123,7 @@ class Scenario:
         self.counter = counter
         self.workdir = workdir
         self.names = pool_names(args.pools)
-        self.redis = EmbeddedRedis(data_dir=workdir / "redis", persist=False)
+        self.redis = EmbeddedRedis(data_dir=workdir / "redis", persist=False, hardened=False)
         self.redis.start()
         self.probe = redis.Redis(host="127.0.0.1", port=self.redis.port, decode_responses=True)
         self.managers: list[Manager] = []

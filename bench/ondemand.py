@@ -204,7 +204,7 @@ class Stack:
 
     def __init__(self) -> None:
         self.data_dir = Path(tempfile.mkdtemp(prefix="vmpooler-bench-od-"))
-        self.embedded = EmbeddedRedis(data_dir=self.data_dir, persist=False)
+        self.embedded = EmbeddedRedis(data_dir=self.data_dir, persist=False, hardened=False)
         self.system: PoolerSystem | None = None
         self.clients: list[redis.Redis] = []
         self.provider: TimedDummy | None = None

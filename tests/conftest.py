@@ -22,6 +22,7 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedR
     server = EmbeddedRedis(
         data_dir=tmp_path_factory.mktemp("redis"),
         persist=False,
+        hardened=False,  # tests read INFO commandstats and reset it (CONFIG RESETSTAT)
         binary=os.environ.get(TEST_REDIS_SERVER) or find_redis_server(prefer_system=True),
     )
     server.start()

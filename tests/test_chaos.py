@@ -900,7 +900,7 @@ def chaos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chaos]:
     for fault in faults:
         print(f"  {fault}")
     tmp_path = tmp_path_factory.mktemp("chaos")
-    server = EmbeddedRedis(data_dir=tmp_path / "redis", persist=True,
+    server = EmbeddedRedis(data_dir=tmp_path / "redis", persist=True, hardened=False,
                            binary=find_redis_server(prefer_system=True))
     server.start()
     started: list[subprocess.Popen[str]] = []

@@ -147,7 +147,7 @@ def test_readiness_503_when_redis_is_unreachable() -> None:
 
 def test_readiness_503_when_redis_stops(
         tmp_path: pytest.TempPathFactory) -> None:
-    server = EmbeddedRedis(data_dir=tmp_path).start()  # type: ignore[arg-type]
+    server = EmbeddedRedis(data_dir=tmp_path, hardened=False).start()  # type: ignore[arg-type]
     try:
         client = redis.Redis(port=server.port, decode_responses=True)
         a = api(client, api_config([api_pool("p")]))

@@ -152,7 +152,9 @@ def test_run_on_embedded_defaults_fills_every_default_pool(
     processes.append(process)
     port_file = tmp_path / "var" / "redis" / "redis.port"
     wait_until(port_file.exists, 15, "the embedded redis-server")
-    client = redis.Redis(port=int(port_file.read_text()), decode_responses=True)
+    password = (tmp_path / "var" / "redis" / "redis.password").read_text()  # as README says
+    client = redis.Redis(port=int(port_file.read_text()), password=password,
+                         decode_responses=True)
     bundled = yaml.safe_load((repo_root / "conf" / "vmpooler.yaml").read_text())
     pools = {p["name"]: p["size"] for p in bundled[":pools"]}
     wait_until(lambda: full(client, pools), 30, "every default pool to fill")

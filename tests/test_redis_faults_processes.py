@@ -38,7 +38,7 @@ REFUSED = "redis is unavailable, answering 503"
 
 @pytest.fixture
 def own_redis(tmp_path: Path) -> Iterator[EmbeddedRedis]:
-    server = EmbeddedRedis(data_dir=tmp_path / "redis", persist=True,
+    server = EmbeddedRedis(data_dir=tmp_path / "redis", persist=True, hardened=False,
                            binary=find_redis_server(prefer_system=True))
     server.start()
     yield server

@@ -66,7 +66,7 @@ class CloneGate:
 
 @pytest.fixture
 def own_redis(tmp_path: Path) -> Iterator[EmbeddedRedis]:
-    server = EmbeddedRedis(data_dir=tmp_path / "redis", persist=True,
+    server = EmbeddedRedis(data_dir=tmp_path / "redis", persist=True, hardened=False,
                            binary=find_redis_server(prefer_system=True))
     server.start()
     yield server

@@ -35,6 +35,7 @@ import redis
 from vmpooler.actors.config import Config
 from vmpooler.actors.storage.connection import connect_configured
 from vmpooler.actors.storage.dlq import QUEUES, DeadLetter
+from vmpooler.actors.storage.embedded_files import DataDirError, read_port
 from vmpooler.actors.storage.upkeep_store import ReplayOutcome, UpkeepStore
 
 __all__ = ["add_parser", "run"]
@@ -63,15 +64,19 @@ def add_parser(sub: Any, parents: Sequence[argparse.ArgumentParser]) -> None:
 def _client(config: Config) -> redis.Redis | None:
     address = None
     if config.redis.embedded:  # where a running vmpooler's embedded server listens
-        try:
-            port = int((Path(config.redis.data_dir) / "redis.port").read_text().strip())
-        except (OSError, ValueError):
+        port = read_port(Path(config.redis.data_dir))
+        if port is None:
             print(f"vmpooler: no embedded redis-server is running for {config.redis.data_dir} "
                   "(start vmpooler run or vmpooler manager, or set :redis: server)",
                   file=sys.stderr)
             return None
         address = ("127.0.0.1", port)
-    return connect_configured(config.redis, address=address, pool_size=2, reconnect_attempts=1)
+    try:  # the embedded server's password is read from its data directory
+        return connect_configured(config.redis, address=address, pool_size=2,
+                                  reconnect_attempts=1)
+    except DataDirError as exc:
+        print(f"vmpooler: the embedded redis-server's password: {exc}", file=sys.stderr)
+        return None
 
 
 def _selected(store: UpkeepStore, args: argparse.Namespace) -> list[DeadLetter]:

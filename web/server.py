@@ -33,6 +33,7 @@ from vmpooler.actors.metrics.factory import create_metrics
 from vmpooler.actors.metrics.prometheus import mark_process_dead, multiprocess_dir
 from vmpooler.actors.service.ruby_guard import ForeignManagerError
 from vmpooler.actors.storage.connection import connect_configured
+from vmpooler.actors.storage.embedded_files import DataDirError, read_port
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 from vmpooler.actors.system import PoolerSystem
 from vmpooler.web.app import create_app
@@ -66,16 +67,18 @@ def redis_address(config: Config) -> tuple[str, int] | None:
         return "sentinel", 0
     if not config.redis.embedded:
         return str(config.redis.server), config.redis.port
-    port_file = Path(config.redis.data_dir) / "redis.port"
-    try:
-        return "127.0.0.1", int(port_file.read_text().strip())
-    except (OSError, ValueError):
-        return None
+    port = read_port(Path(config.redis.data_dir))
+    return None if port is None else ("127.0.0.1", port)
 
 
 def _client(config: Config, address: tuple[str, int]) -> redis.Redis:
-    return connect_configured(config.redis,
-                              address=None if config.redis.sentinels else address)
+    """A client of the configured Redis; for the embedded server, with the password it keeps
+    in its data directory (a file this user cannot read stops the worker, saying so)."""
+    try:
+        return connect_configured(config.redis,
+                                  address=None if config.redis.sentinels else address)
+    except DataDirError as exc:
+        raise SystemExit(f"vmpooler: the embedded redis-server's password: {exc}") from None
 
 
 def _write_json_error(sock: Any, status_int: int, reason: str, mesg: str) -> None:
@@ -158,7 +161,8 @@ class ApiServer(BaseApplication):  # type: ignore[misc]
     # -- hooks (master) -----------------------------------------------------------------
     def _on_starting(self, _arbiter: Any) -> None:
         if self.config.redis.embedded and self.with_manager:
-            self.state.embedded = EmbeddedRedis(data_dir=Path(self.config.redis.data_dir)).start()
+            self.state.embedded = EmbeddedRedis(data_dir=Path(self.config.redis.data_dir),
+                                                password=self.config.redis.password).start()
             self.state.address = ("127.0.0.1", self.state.embedded.port)
         else:
             self.state.address = redis_address(self.config)

@@ -204,8 +204,18 @@ class RedisSettings:
 
     server: str | None = setting(None, "str?", env="REDIS_SERVER")
     port: int = setting(6379, "int", env="REDIS_PORT", minimum=1, maximum=65535)
+    # With the embedded server (no ``server``), ``password`` is its password instead of the
+    # one it generates; ``username`` and the TLS keys need a ``server`` or ``sentinels``.
     password: str | None = setting(None, "str?", env="REDIS_PASSWORD")
-    username: str | None = setting(None, "str?")
+    username: str | None = setting(None, "str?", env="REDIS_USERNAME")  # ACL user
+    # TLS (ours): ``ssl`` on, the server's certificate is verified against ``ssl_ca_file``
+    # (else the system's CAs) and must name ``server``, unless ``ssl_verify`` is false;
+    # ``ssl_cert_file``/``ssl_key_file`` are a client certificate (``tls-auth-clients``).
+    ssl: bool = setting(False, "bool", env="REDIS_SSL")
+    ssl_ca_file: str | None = setting(None, "str?", env="REDIS_SSL_CA_FILE")
+    ssl_cert_file: str | None = setting(None, "str?", env="REDIS_SSL_CERT_FILE")
+    ssl_key_file: str | None = setting(None, "str?", env="REDIS_SSL_KEY_FILE")
+    ssl_verify: bool = setting(True, "bool", env="REDIS_SSL_VERIFY")
     db: int = setting(0, "int")
     data_ttl: int = setting(168, "int", env="REDIS_DATA_TTL")  # hours
     connection_pool_size: int = setting(10, "int", env="REDIS_CONNECTION_POOL_SIZE", minimum=1)

@@ -7,6 +7,7 @@ files and lines and raises one ``ConfigError`` listing them all.
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import fields
@@ -221,7 +222,37 @@ def _redis(section: Mapping[str, Any], chk: Checker) -> RedisSettings:
             if effective.get(key) is not None:
                 chk.fail(("redis", key), "has no effect without sentinels; add :redis: "
                          "sentinels (a list of host:port) or remove it")
+    _redis_access(settings, chk)
     return settings
+
+
+_TLS_FILES = ("ssl_ca_file", "ssl_cert_file", "ssl_key_file")
+
+
+def _redis_access(settings: RedisSettings, chk: Checker) -> None:
+    """``username`` and TLS need a Redis of the site's; the TLS files need ``ssl`` and must
+    be readable files; a client certificate needs its key and the other way round."""
+    if settings.embedded:
+        if settings.username is not None:
+            chk.fail(("redis", "username"), "needs :redis: server or sentinels: the embedded "
+                     "redis-server has only its default user (its password is :redis: "
+                     "password, or the one it generates)")
+        if settings.ssl:
+            chk.fail(("redis", "ssl"), "needs :redis: server or sentinels: the embedded "
+                     "redis-server listens on loopback without TLS")
+    for key in _TLS_FILES:
+        path = getattr(settings, key)
+        if path is None:
+            continue
+        if not settings.ssl:
+            chk.fail(("redis", key), "has no effect without ssl: true")
+        elif not os.path.isfile(path) or not os.access(path, os.R_OK):
+            chk.fail(("redis", key), f"{path!r} is not a readable file")
+    if settings.ssl and (settings.ssl_cert_file is None) != (settings.ssl_key_file is None):
+        missing = "ssl_key_file" if settings.ssl_key_file is None else "ssl_cert_file"
+        chk.fail(("redis", missing), "required with "
+                 f"{'ssl_cert_file' if missing == 'ssl_key_file' else 'ssl_key_file'}: a "
+                 "client certificate and its private key")
 
 
 def _sentinels(value: Any, chk: Checker) -> tuple[str, ...]:

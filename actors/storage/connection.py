@@ -4,11 +4,15 @@ Every process builds its clients here (the manager once, each API worker after t
 the CLI commands), so pool size, timeouts, decoding and the retry policy are the same
 everywhere. :func:`connect_configured` follows the ``:redis:`` section: a server, or the
 master that Redis Sentinel names (``sentinels`` + ``sentinel_master``), found again after a
-failover; :func:`sibling` gives a client to the same Redis with other timeouts.
+failover, with the section's ACL user, password and TLS settings (``ssl``); for the embedded
+server, the password it keeps in its data directory. :func:`sibling` gives a client to the
+same Redis with other timeouts.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -16,11 +20,14 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
+from vmpooler.actors.storage.embedded_files import read_password
+
 if TYPE_CHECKING:  # the config package imports this module (pools read from Redis)
     from vmpooler.actors.config.model import RedisSettings
 
 __all__ = ["RECONNECT_BACKOFF", "SENTINEL_TIMEOUT", "BlockingSentinelPool", "connect",
-           "connect_configured", "connect_sentinel", "describe", "pool_like", "sibling"]
+           "connect_configured", "connect_sentinel", "describe", "effective_password",
+           "pool_like", "sibling", "tls_options"]
 
 RECONNECT_BACKOFF = (0.1, 0.002)
 """``(cap, base)`` seconds of the reconnect back-off: the n-th retry waits a random time
@@ -63,6 +70,7 @@ def connect(
     pool_size: int = 10,
     pool_timeout: float = 5.0,
     reconnect_attempts: int = 10,
+    tls: Mapping[str, Any] | None = None,
 ) -> redis.Redis:
     """A client with a blocking connection pool of ``pool_size`` connections.
 
@@ -70,11 +78,15 @@ def connect(
     ``redis.ConnectionError``. A command whose connection fails (refused, reset, timed
     out) is retried on a fresh connection up to ``reconnect_attempts`` times (``:redis:
     reconnect_attempts``) with exponential back-off and jitter (:data:`RECONNECT_BACKOFF`),
-    then raises. Responses are decoded as UTF-8 strings.
+    then raises. Responses are decoded as UTF-8 strings. ``tls`` (:func:`tls_options`)
+    makes every connection TLS with those options.
     """
+    extra: dict[str, Any] = {}
+    if tls is not None:
+        extra = {"connection_class": redis.SSLConnection, **tls}
     pool = redis.BlockingConnectionPool(
         host=host, port=port, db=db, password=password, username=username,
-        **_pool_kwargs(pool_size, pool_timeout, reconnect_attempts),
+        **_pool_kwargs(pool_size, pool_timeout, reconnect_attempts), **extra,
     )
     return redis.Redis(connection_pool=pool)
 
@@ -90,6 +102,7 @@ def connect_sentinel(
     pool_size: int = 10,
     pool_timeout: float = 5.0,
     reconnect_attempts: int = 10,
+    tls: Mapping[str, Any] | None = None,
 ) -> redis.Redis:
     """Like :func:`connect`, to the master the ``sentinels`` name ``master``.
 
@@ -97,15 +110,43 @@ def connect_sentinel(
     connection is opened; with none answering, or none knowing a healthy master, a command
     raises ``MasterNotFoundError`` (a ``redis.ConnectionError``) after its retries.
     ``password``/``username`` are the master's, ``sentinel_password`` the sentinels'.
+    ``tls`` applies to both: the sentinels and the master speak TLS.
     """
+    secure: dict[str, Any] = {} if tls is None else {"ssl": True, **tls}
     manager = Sentinel(list(sentinels), sentinel_kwargs={
         "password": sentinel_password, "socket_timeout": SENTINEL_TIMEOUT,
-        "socket_connect_timeout": SENTINEL_TIMEOUT})
+        "socket_connect_timeout": SENTINEL_TIMEOUT, **secure})
     pool = BlockingSentinelPool(
         master, manager, db=db, password=password, username=username,
-        **_pool_kwargs(pool_size, pool_timeout, reconnect_attempts),
+        **_pool_kwargs(pool_size, pool_timeout, reconnect_attempts), **secure,
     )
     return redis.Redis(connection_pool=pool)
+
+
+def tls_options(settings: RedisSettings) -> dict[str, Any] | None:
+    """redis-py's TLS connection options for ``:redis: ssl`` and its ``ssl_*`` keys, or None
+    when ``ssl`` is off. Verification is on unless ``ssl_verify`` is false: the server's
+    certificate must chain to ``ssl_ca_file`` (else the system's CAs) and name the host."""
+    if not settings.ssl:
+        return None
+    return {
+        "ssl_ca_certs": settings.ssl_ca_file,
+        "ssl_certfile": settings.ssl_cert_file,
+        "ssl_keyfile": settings.ssl_key_file,
+        "ssl_cert_reqs": "required" if settings.ssl_verify else "none",
+        "ssl_check_hostname": settings.ssl_verify,
+    }
+
+
+def effective_password(settings: RedisSettings) -> str | None:
+    """The password to send: ``:redis: password`` when set (it is also the embedded server's
+    then), else, for the embedded server, the one it keeps in ``<data_dir>/redis.password``
+    (None when there is none). Raises
+    :class:`~vmpooler.actors.storage.embedded_files.DataDirError` when that file exists but
+    cannot be read."""
+    if settings.password is not None or not settings.embedded:
+        return settings.password
+    return read_password(Path(settings.data_dir))
 
 
 def connect_configured(
@@ -117,29 +158,33 @@ def connect_configured(
     reconnect_attempts: int | None = None,
 ) -> redis.Redis:
     """The client ``settings`` (``:redis:``) describe: through the sentinels when
-    ``sentinels`` is set, else to ``address`` (the embedded server's) or ``server:port``.
+    ``sentinels`` is set, else to ``address`` (the embedded server's) or ``server:port``,
+    with :func:`effective_password` and :func:`tls_options`.
     The keyword arguments override the section's pool size, pool timeout and attempts."""
     size = settings.connection_pool_size if pool_size is None else pool_size
     timeout = settings.connection_pool_timeout if pool_timeout is None else pool_timeout
     attempts = settings.reconnect_attempts if reconnect_attempts is None else reconnect_attempts
+    tls = tls_options(settings)
     if settings.sentinels:
         return connect_sentinel(
             settings.sentinel_addresses, str(settings.sentinel_master),
             password=settings.password, username=settings.username,
             sentinel_password=settings.sentinel_password, db=settings.db, pool_size=size,
-            pool_timeout=timeout, reconnect_attempts=attempts)
+            pool_timeout=timeout, reconnect_attempts=attempts, tls=tls)
     host, port = address or (str(settings.server or "localhost"), settings.port)
-    return connect(host, port, password=settings.password, username=settings.username,
-                   db=settings.db, pool_size=size, pool_timeout=timeout,
-                   reconnect_attempts=attempts)
+    return connect(host, port, password=effective_password(settings),
+                   username=settings.username, db=settings.db, pool_size=size,
+                   pool_timeout=timeout, reconnect_attempts=attempts, tls=tls)
 
 
 def describe(settings: RedisSettings) -> str:
     """Where ``settings`` point, for messages: ``host:port`` or ``sentinel master <name>
-    (h1:p1, h2:p2)``."""
+    (h1:p1, h2:p2)``, followed by `` (TLS)`` with ``ssl``."""
+    tls = " (TLS)" if settings.ssl else ""
     if settings.sentinels:
-        return f"sentinel master {settings.sentinel_master} ({', '.join(settings.sentinels)})"
-    return f"{settings.server or 'localhost'}:{settings.port}"
+        return (f"sentinel master {settings.sentinel_master} "
+                f"({', '.join(settings.sentinels)}){tls}")
+    return f"{settings.server or 'localhost'}:{settings.port}{tls}"
 
 
 def pool_like(client: redis.Redis, *, blocking: bool, max_connections: int | None = None,
@@ -156,7 +201,8 @@ def pool_like(client: redis.Redis, *, blocking: bool, max_connections: int | Non
         kwargs["max_connections"] = max_connections
     if isinstance(pool, SentinelConnectionPool):
         kind = BlockingSentinelPool if blocking else SentinelConnectionPool
-        return kind(pool.service_name, pool.sentinel_manager, **kwargs)
+        return kind(pool.service_name, pool.sentinel_manager,
+                    connection_class=pool.connection_class, **kwargs)
     kind = redis.BlockingConnectionPool if blocking else redis.ConnectionPool
     return kind(connection_class=pool.connection_class, **kwargs)
 

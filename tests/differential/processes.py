@@ -85,7 +85,8 @@ def redis_server(data_dir: Path) -> Iterator[RedisServer]:
     session's server in ``tests/conftest.py``)."""
     binary = os.environ.get("VMPOOLER_TEST_REDIS_SERVER") or find_redis_server(
         prefer_system=True)
-    server = EmbeddedRedis(data_dir=data_dir, persist=False, binary=binary)
+    server = EmbeddedRedis(data_dir=data_dir, persist=False, binary=binary,
+                           hardened=False)
     server.start()
     client = redis.Redis(host="127.0.0.1", port=server.port, decode_responses=True)
     try:

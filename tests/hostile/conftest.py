@@ -29,6 +29,7 @@ def run_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
 def api_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
     """A redis-server of the ``vmpooler api`` service's own (never flushed by other tests)."""
     server = EmbeddedRedis(data_dir=tmp_path_factory.mktemp("hostile-redis"), persist=False,
+                           hardened=False,  # a site's Redis, as configured: no password
                            binary=os.environ.get(TEST_REDIS_SERVER)
                            or find_redis_server(prefer_system=True))
     server.start()

@@ -130,9 +130,12 @@ class Service:
             connection.close()
 
     def redis_client(self) -> redis.Redis:
-        """A client of the service's Redis (the embedded one: its port and password files)."""
+        """A client of the service's Redis (the embedded one: its port and password files; a
+        configured one: with the password, user and TLS files of the configuration)."""
         if self.redis_port is not None:
-            return redis.Redis(port=self.redis_port, decode_responses=True)
+            section = (yaml.safe_load(self.config_path.read_text()) or {}).get(":redis") or {}
+            return redis.Redis(port=self.redis_port, decode_responses=True,
+                               **_client_options(section))
         port = int((self.data_dir / "redis.port").read_text().strip())
         password_file = self.data_dir / "redis.password"
         password = password_file.read_text().strip() if password_file.exists() else None
@@ -163,6 +166,20 @@ class Service:
                 process.wait(timeout=10)
 
 
+def _client_options(section: Mapping[str, Any]) -> dict[str, Any]:
+    """redis-py options for a ``:redis:`` section's password, username and TLS keys."""
+    options: dict[str, Any] = {"password": section.get("password"),
+                               "username": section.get("username")}
+    if section.get("ssl"):
+        verify = section.get("ssl_verify", True)
+        options.update(ssl=True, ssl_ca_certs=section.get("ssl_ca_file"),
+                       ssl_certfile=section.get("ssl_cert_file"),
+                       ssl_keyfile=section.get("ssl_key_file"),
+                       ssl_cert_reqs="required" if verify else "none",
+                       ssl_check_hostname=bool(verify))
+    return options
+
+
 def _spawn(service: Service, name: str, *args: str) -> None:
     log = open(service.directory / f"{name}.log", "a")  # noqa: SIM115 - the child owns it
     process = subprocess.Popen([*VMPOOLER, *args], cwd=service.directory, stdout=log,
@@ -177,9 +194,10 @@ def start_service(directory: Path, kind: str = "run", overrides: Mapping[str, An
                   extra_args: tuple[str, ...] = (),
                   env: Mapping[str, str] | None = None) -> Service:
     """Start ``vmpooler run`` (embedded Redis unless ``redis_port``) or ``vmpooler api``
-    (``workers`` workers) with a ``vmpooler manager`` (``redis_port`` required) and wait until
-    the API answers (40 s at most). ``VMPOOLER_DEBUG`` is set (dummy auth needs it) unless
-    ``env`` says otherwise."""
+    (``workers`` workers) with a ``vmpooler manager`` (on ``redis_port``; without one, the
+    manager starts the embedded Redis and the API is started once its port file is there)
+    and wait until the API answers (40 s at most). ``VMPOOLER_DEBUG`` is set (dummy auth
+    needs it) unless ``env`` says otherwise."""
     directory.mkdir(parents=True, exist_ok=True)
     document = base_document(directory)
     if redis_port is not None:
@@ -194,9 +212,14 @@ def start_service(directory: Path, kind: str = "run", overrides: Mapping[str, An
     if kind == "run":
         _spawn(service, "run", "run", "--config", str(config_path), *bind, *extra_args)
     elif kind == "api":
-        if redis_port is None:
-            raise ValueError("vmpooler api needs a redis_port")
         _spawn(service, "manager", "manager", "--config", str(config_path))
+        if redis_port is None:  # the manager's embedded Redis, found by the API as by tools
+            try:
+                wait_until(lambda: (service.data_dir / "redis.port").exists()
+                           or not service.alive(), 20, "the manager's embedded Redis")
+            except BaseException:
+                service.stop()
+                raise
         _spawn(service, "api", "api", "--config", str(config_path), "--workers", str(workers),
                *bind, *extra_args)
     else:
