@@ -19,6 +19,7 @@ import redis
 
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.lease_store import Fence, Fenced
+from vmpooler.actors.storage.redis_errors import WrongTypeKeys, tolerant_results
 from vmpooler.actors.storage.schema import RequestScripts
 from vmpooler.actors.storage.schema.lease_scripts import FENCED, fenced
 
@@ -140,6 +141,7 @@ class RequestStore:
         }
         self._fenced = {name: client.register_script(fenced(getattr(RequestScripts, name)))
                         for name in FENCED_SCRIPTS}
+        self.wrong_type = WrongTypeKeys("requests")
 
     def _run(self, script: str, keys: Sequence[str], args: Sequence[Any],
              fence: Fence | None = None) -> Any:
@@ -168,27 +170,40 @@ class RequestStore:
             [request_id, created, format_requested(entries), token or "", user or ""],
         ))
 
+    def _hash_read(self, request_id: str, *fields: str) -> list[str | None] | None:
+        """HMGET ``fields`` of the request's hash; None when its key is not a hash (logged
+        once: no such request)."""
+        key = schema.odrequest(request_id)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hmget(key, list(fields))
+        (values,) = tolerant_results(pipe, [key], "hash", self.wrong_type)
+        return values
+
     def owner_token(self, request_id: str) -> str | None:
         """The token the request was created with (``token:token``), or None."""
-        return self.client.hget(schema.odrequest(request_id), "token:token")
+        return (self._hash_read(request_id, "token:token") or [None])[0]
 
     def read(self, request_id: str) -> RequestRecord | None:
-        """The request and its delivered VMs (two round trips), or None if unknown."""
-        fields = self.client.hgetall(schema.odrequest(request_id))
-        if not fields or "requested" not in fields:
+        """The request and its delivered VMs (two round trips), or None if unknown. A key of
+        the wrong type is no request, and a delivered-VM key of the wrong type holds no VM
+        (both logged once)."""
+        values = self._hash_read(request_id, "requested", "status", "failure_reason")
+        if values is None or values[0] is None:
             return None
-        entries = parse_requested(fields["requested"])
+        requested, status, failure_reason = values
+        entries = parse_requested(requested)
         pipe = self.client.pipeline(transaction=False)
-        for e in entries:
-            pipe.smembers(schema.request_vms(request_id, e.alias, e.pool))
-        delivered = {e.key: tuple(sorted(vms)) for e, vms in zip(entries, pipe.execute(),
-                                                                 strict=True)}
-        return RequestRecord(request_id, fields.get("status") or None, entries, delivered,
-                             fields.get("failure_reason"))
+        keys = [schema.request_vms(request_id, e.alias, e.pool) for e in entries]
+        for key in keys:
+            pipe.smembers(key)
+        replies = tolerant_results(pipe, keys, "set", self.wrong_type)
+        delivered = {e.key: tuple(sorted(vms or ())) for e, vms in zip(entries, replies,
+                                                                      strict=True)}
+        return RequestRecord(request_id, status or None, entries, delivered, failure_reason)
 
     def delete(self, request_id: str) -> DeleteOutcome:
         """Delete a request: its delivered VMs go to completed. Never undoes a failure."""
-        requested = self.client.hget(schema.odrequest(request_id), "requested")
+        requested = (self._hash_read(request_id, "requested") or [None])[0]
         if requested is None:
             return DeleteOutcome.NOT_FOUND
         entries = parse_requested(requested)

@@ -9,9 +9,11 @@ compare-and-set script each), and after every create and delete the manager is t
   and ``POST /ondemandvm/<a+b+a>`` (counts by repetition): a valid token first when auth is
   configured (401); then :mod:`vmpooler.web.ondemand`'s checks (400/404/403); 409 when the
   request id is taken; 201 ``{"ok": true, "request_id": id}``.
-* ``GET /ondemandvm/<id>`` (no auth): 404 unknown; 200 ready (FQDNs per requested name),
-  failed or deleted; 202 while in flight, with string counts per requested name.
-* ``DELETE /ondemandvm/<id>``: a valid token when auth is configured; 404 unknown; 200.
+* ``GET /ondemandvm/<id>`` (no auth): 400 an id that breaks the rule of request ids; 404
+  unknown; 200 ready (FQDNs per requested name), failed or deleted; 202 while in flight, with
+  string counts per requested name.
+* ``DELETE /ondemandvm/<id>``: a valid token when auth is configured; 400 an id that breaks
+  the rule; 404 unknown; 200.
 
 Divergences from vmpooler 3.9.1 (on purpose; those of the order's checks are listed in
 :mod:`vmpooler.web.ondemand`):
@@ -133,7 +135,7 @@ class OnDemandItem:
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, requestid: str) -> None:
         _count(self.ctx, "get", "request")
-        record = self.store.read(requestid)
+        record = self.store.read(ondemand.check_request_id(requestid))
         if record is None:
             raise _not_found(requestid)
         status, body = describe(self.ctx, record)
@@ -143,6 +145,7 @@ class OnDemandItem:
         _count(self.ctx, "delete", "request")
         ctx = self.ctx
         _authorised(req, ctx)
+        ondemand.check_request_id(requestid)
         if ownership_enforced(ctx):
             owner = self.store.owner_token(requestid)
             if owner and presented_token(req) != owner:

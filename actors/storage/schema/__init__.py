@@ -19,6 +19,7 @@ from vmpooler.actors.storage.schema.status_scripts import StatusScripts
 from vmpooler.actors.storage.schema.upkeep_scripts import UpkeepScripts
 
 __all__ = [
+    "NAMESPACES",
     "BrakeScripts",
     "LeaseScripts",
     "RequestScripts",
@@ -51,6 +52,7 @@ __all__ = [
     "migrating",
     "migration",
     "odcreate_task",
+    "odinflight",
     "odrequest",
     "pending",
     "pool_hash",
@@ -82,6 +84,18 @@ __all__ = [
 ]
 
 _P = "vmpooler__"
+
+NAMESPACES: frozenset[str] = frozenset({
+    "active", "boot", "brake", "clone", "commands", "completed", "config", "discovered",
+    "dlq", "empty", "health", "held", "history", "lastboot", "lease", "manager", "migrating",
+    "migration", "odcreate", "odinflight", "odrequest", "pending", "pool", "poolreset",
+    "pools", "provider", "provisioning", "ratelimit", "ready", "running", "tag", "tasks",
+    "template", "token", "vm",
+})
+"""The first word after ``vmpooler__`` of every key name here but :func:`request_vms`
+(``vmpooler__<word>`` or ``vmpooler__<word>__...``). A request id becomes the first word of
+the keys of its delivered VMs, so a request id must be none of these words (nor contain
+``__``): ``vm`` would make ``vmpooler__vm__<alias>__<pool>`` a set among the VM hashes."""
 
 
 # -- per-pool VM queues (sets) -------------------------------------------------------------
@@ -216,8 +230,16 @@ def odrequest(request_id: str) -> str:
 
 
 def request_vms(request_id: str, alias: str, pool: str) -> str:
-    """Set of the VMs delivered to a request for one ``alias:pool`` entry."""
+    """Set of the VMs delivered to a request for one ``alias:pool`` entry. The request id is
+    the key's first word: see :data:`NAMESPACES`."""
     return f"{_P}{request_id}__{alias}__{pool}"
+
+
+def odinflight(user: str) -> str:
+    """Set (ours) of the ids of ``user``'s on-demand requests counted against
+    ``max_ondemand_requests_per_user``; members whose request is no longer in flight are
+    dropped when the set is next checked (:mod:`vmpooler.actors.storage.request_quota`)."""
+    return f"{_P}odinflight__{user}"
 
 
 def odcreate_task() -> str:
