@@ -36,6 +36,7 @@ from typing import Any
 
 import falcon
 
+from vmpooler.actors.config.overrides import saturate
 from vmpooler.actors.storage.request_ids import request_id_problem
 from vmpooler.actors.storage.request_store import Entry
 from vmpooler.web import checkout
@@ -82,9 +83,9 @@ def _count(name: str, value: Any) -> int:
     if isinstance(value, bool) or value is None:
         number = None
     elif isinstance(value, int):
-        number = value
+        number = saturate(value)
     elif isinstance(value, float):
-        number = int(value) if value.is_integer() else None
+        number = saturate(int(value)) if value.is_integer() else None
     elif isinstance(value, str) and _INT_START.match(value):
         number = ruby_to_i(value)
     if number is None or number < 0:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from vmpooler.actors.storage.schema.brake_scripts import BrakeScripts
 from vmpooler.actors.storage.schema.lease_scripts import LeaseScripts
 from vmpooler.actors.storage.schema.pool_scripts import Scripts
+from vmpooler.actors.storage.schema.quota_scripts import QuotaScripts
 from vmpooler.actors.storage.schema.request_scripts import RequestScripts
 from vmpooler.actors.storage.schema.status_scripts import StatusScripts
 from vmpooler.actors.storage.schema.upkeep_scripts import UpkeepScripts
@@ -22,6 +23,7 @@ __all__ = [
     "NAMESPACES",
     "BrakeScripts",
     "LeaseScripts",
+    "QuotaScripts",
     "RequestScripts",
     "Scripts",
     "StatusScripts",
