@@ -1,7 +1,8 @@
 """The manager never grows a pool beyond its ``max_pool_size``, whoever wrote the size
 override (vmpooler's Ruby API, ``redis-cli``), and a size override that is huge or no
-number at all never stops the pool actor; each refused value is logged once. On a fake
-clock: the pool's cycles are driven by advancing it."""
+number at all never stops the pool actor; each refused value is logged once. Likewise an
+on-demand request whose counts another writer made huge is read with a bounded count. On a
+fake clock: the pool's cycles are driven by advancing it."""
 
 from __future__ import annotations
 
@@ -12,6 +13,12 @@ import redis
 
 from tests.harness import Harness, make_config, pool, started, wait_until
 from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.request_store import (
+    MAX_ENTRY_COUNT,
+    Entry,
+    RequestStore,
+    parse_requested,
+)
 
 HUGE_OVERRIDES = ["1000000", "9" * 5000, "0x" + "f" * 5000, "  +99_999_999_999  "]
 
@@ -72,3 +79,25 @@ def test_a_configured_size_is_never_above_the_limit_either(redis_client: redis.R
         h.wait_full("a", 2)
         cycles(h, 3)
         wait_until(lambda: held(h) == 2, 10, "the pool to stay at 2")
+
+
+@pytest.mark.parametrize(("written", "count"), [
+    ("3", 3), (" 4 ", 4), ("+7", 7), ("1_0", 10), ("-2", 0), ("x", 0), ("", 0), ("٣", 0),
+    ("10000", 10_000), ("10001", MAX_ENTRY_COUNT), ("9" * 4000, MAX_ENTRY_COUNT),
+    ("9" * 5000, MAX_ENTRY_COUNT),
+])
+def test_an_entry_count_is_read_bounded(written: str, count: int) -> None:
+    assert parse_requested(f"a:a:{written}") == (Entry("a", "a", count),)
+
+
+def test_a_request_with_a_huge_count_keeps_its_actor_answering(
+        redis_client: redis.Redis) -> None:
+    """Written by another writer with a 4,000-digit count: the request's actor queues
+    MAX_ENTRY_COUNT clones (none starts: no on-demand slot) and stays responsive."""
+    config = make_config([pool("a", 0)], ondemand_clone_limit=0)
+    assert RequestStore(redis_client).create("huge", [Entry("a", "a", 10**4000)], created=1)
+    with started(redis_client, config) as h:
+        wait_until(lambda: redis_client.zrange(schema.odcreate_task(), 0, -1)
+                   == [f"a:a:{MAX_ENTRY_COUNT}:huge"], 10, "the request's clone task")
+        h.quiesce()
+        assert h.system.ondemand_request("huge") is not None

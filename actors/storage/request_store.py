@@ -10,6 +10,7 @@ no longer holds the value the fence names, nothing is written and
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -17,6 +18,7 @@ from typing import Any
 
 import redis
 
+from vmpooler.actors.config.overrides import bounded_int
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.lease_store import Fence, Fenced
 from vmpooler.actors.storage.redis_errors import WrongTypeKeys, tolerant_results
@@ -24,6 +26,7 @@ from vmpooler.actors.storage.schema import RequestScripts
 from vmpooler.actors.storage.schema.lease_scripts import FENCED, fenced
 
 __all__ = [
+    "MAX_ENTRY_COUNT",
     "AttachOutcome",
     "Claim",
     "DeleteOutcome",
@@ -56,18 +59,26 @@ class Entry:
         return (self.alias, self.pool)
 
 
+_COUNT = re.compile(r"\+?(-)?([0-9]+(?:_[0-9]+)*)", re.ASCII)
+MAX_ENTRY_COUNT = 10_000
+"""The largest count an entry is read with: no API lets a request ask for more VMs of one
+pool (``max_ondemand_instances_per_request``), so a larger count was written by someone else
+and must not make a request's actor loop without end."""
+
+
 def parse_requested(requested: str) -> tuple[Entry, ...]:
     """Entries of a ``requested`` field (``"alias:pool:n,alias:pool:n"``); malformed parts are
-    skipped, and a count that is not a number counts as 0 (as vmpooler)."""
+    skipped, a count that is not a number counts as 0 (as vmpooler), and one above
+    :data:`MAX_ENTRY_COUNT` as that."""
     entries = []
     for part in requested.split(","):
         bits = part.split(":")
         if len(bits) != 3 or not bits[0] or not bits[1]:
             continue
-        try:
-            count = max(0, int(bits[2]))
-        except ValueError:
-            count = 0
+        number = _COUNT.fullmatch(bits[2].strip())
+        count = 0
+        if number and not number.group(1):  # a sign "-" reads as 0
+            count = min(MAX_ENTRY_COUNT, bounded_int(number.group(2).replace("_", "")))
         entries.append(Entry(bits[0], bits[1], count))
     return tuple(entries)
 
