@@ -18,6 +18,7 @@ import redis
 from tests.harness import wait_until
 from tests.test_upkeep import HOUR, START, advance, seeded, settle
 from vmpooler.actors.storage import schema, timefmt
+from vmpooler.actors.storage.activity_store import ActivityStore
 from vmpooler.actors.storage.checkout_store import CheckoutStore
 from vmpooler.actors.storage.pool_snapshot import read_vm_fields
 from vmpooler.actors.storage.redis_errors import (
@@ -190,3 +191,14 @@ def test_no_allowed_request_id_makes_a_key_a_scan_matches() -> None:
         assert request_id_problem(request_id) is None
         key = schema.request_vms(request_id, "alias", "pool")
         assert not any(key.startswith(f) for f in families), request_id
+
+
+def test_the_dashboards_request_list_skips_a_request_key_of_the_wrong_type(
+        redis_client: redis.Redis) -> None:
+    c = redis_client
+    c.zadd(schema.provisioning_request(), {"planted": 2, "real": 1})
+    c.sadd(schema.odrequest("planted"), "x")
+    c.hset(schema.odrequest("real"), mapping={"requested": "a:a:1", "token:user": "jdoe"})
+    found, _ = ActivityStore(c).read(10, 10)
+    assert [(f.request_id, f.user, f.requested) for f in found] == [
+        ("planted", None, None), ("real", "jdoe", "a:a:1")]
