@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from vmpooler.actors.storage.schema.brake_scripts import BrakeScripts
 from vmpooler.actors.storage.schema.lease_scripts import LeaseScripts
+from vmpooler.actors.storage.schema.namespaces import NAMESPACES
 from vmpooler.actors.storage.schema.pool_scripts import Scripts
 from vmpooler.actors.storage.schema.quota_scripts import QuotaScripts
 from vmpooler.actors.storage.schema.request_scripts import RequestScripts
@@ -86,18 +87,6 @@ __all__ = [
 ]
 
 _P = "vmpooler__"
-
-NAMESPACES: frozenset[str] = frozenset({
-    "active", "boot", "brake", "clone", "commands", "completed", "config", "discovered",
-    "dlq", "empty", "health", "held", "history", "lastboot", "lease", "manager", "migrating",
-    "migration", "odcreate", "odinflight", "odrequest", "pending", "pool", "poolreset",
-    "pools", "provider", "provisioning", "ratelimit", "ready", "running", "tag", "tasks",
-    "template", "token", "vm",
-})
-"""The first word after ``vmpooler__`` of every key name here but :func:`request_vms`
-(``vmpooler__<word>`` or ``vmpooler__<word>__...``). A request id becomes the first word of
-the keys of its delivered VMs, so a request id must be none of these words (nor contain
-``__``): ``vm`` would make ``vmpooler__vm__<alias>__<pool>`` a set among the VM hashes."""
 
 
 # -- per-pool VM queues (sets) -------------------------------------------------------------
