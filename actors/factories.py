@@ -171,7 +171,7 @@ class ActorFactories:
                 store=self.store, directory=self.directory, clock=self.clock,
                 scheduler=res.scheduler, metrics=res.metrics, hostnames=own,
                 requests=self.requests, supervisor=supervisor, ownership=ownership,
-                remote=self.remote,
+                remote=self.remote, max_size=cfg.max_pool_size(pool),
             )
 
         return factory

@@ -699,6 +699,10 @@ CASES = [
     Case("template-with-token", "POST", f"{V}/vm/pool1", 200, headers=AUTH,
          expect=checked_out({"pool1": ("one.example.test", 1)}, owner=True)),
     Case("template-unknown", "POST", f"{V}/vm/pool1+pool9", 404, expect={"ok": False}),
+    Case("template-too-many-names", "POST", f"{V}/vm/{'+'.join(['x'] * 1001)}", 400,
+         expect=both(exact({"ok": False,
+                            "error": "at most 1000 names may be joined by '+' in the path"}),
+                     unchanged)),
     Case("template-bad-token", "POST", f"{V}/vm/pool1", 401, headers=BOGUS,
          expect=both(unauthorized, unchanged)),
     Case("template-empty-pool", "POST", f"{V}/vm/pool3", 503, expect=rejected),
@@ -847,8 +851,7 @@ CASES = [
          expect=od_error("the count of 'pool1' must be a whole number of at least 0")),
     Case("od-create-bad-request-id", "POST", f"{V}/ondemandvm", 400,
          {"pool1": 1, "request_id": "job:1"}, AUTH,
-         expect=od_error("request_id must not contain whitespace, control characters, "
-                         "'/' or ':'")),
+         expect=od_error("request_id must hold only letters, digits, '.', '_' and '-'")),
     Case("od-create-unknown", "POST", f"{V}/ondemandvm", 404, {"pool1": 1, "pool9": 1}, AUTH,
          expect=both(exact({"ok": False, "bad_templates": ["pool9"]}), no_request)),
     Case("od-create-too-many", "POST", f"{V}/ondemandvm", 403, {"pool1": 11}, AUTH,
@@ -867,6 +870,9 @@ CASES = [
          headers=AUTH, expect=od_error("requested amount of instances exceeds the maximum 10")),
     Case("od-url-no-token", "POST", f"{V}/ondemandvm/pool1", 401,
          expect=both(unauthorized, no_request)),
+    Case("od-url-too-many-names", "POST", f"{V}/ondemandvm/{'+'.join(['x'] * 1001)}", 400,
+         headers=AUTH,
+         expect=od_error("at most 1000 names may be joined by '+' in the path")),
     # -- on-demand: GET /ondemandvm/:requestid -------------------------------------------------
     Case("od-get-waiting", "GET", f"{V}/ondemandvm/od-waiting", 202, before=seed_requests,
          expect={"ok": True, "request_id": "od-waiting", "ready": False,
@@ -882,6 +888,9 @@ CASES = [
          expect=od_message("od-deleted", "The request has been deleted")),
     Case("od-get-unknown", "GET", f"{V}/ondemandvm/nope", 404,
          expect={"ok": False, "message": "no request found for request_id 'nope'"}),
+    Case("od-get-bad-id", "GET", f"{V}/ondemandvm/vm__inj", 400,
+         expect={"ok": False,
+                 "message": "request_id must not hold '__' nor start or end with '_'"}),
     # -- on-demand: DELETE /ondemandvm/:requestid ----------------------------------------------
     Case("od-delete", "DELETE", f"{V}/ondemandvm/od-waiting", 200, headers=AUTH,
          before=seed_requests, expect=od_deleted("od-waiting", {"vm-od1": "pool1"})),
@@ -901,6 +910,9 @@ CASES = [
              "requested": "poolone:pool1:2", "token:token": TOKEN, "token:user": USER}))),
     Case("od-delete-unknown", "DELETE", f"{V}/ondemandvm/nope", 404, headers=AUTH,
          expect={"ok": False, "message": "no request found for request_id 'nope'"}),
+    Case("od-delete-bad-id", "DELETE", f"{V}/ondemandvm/token", 400, headers=AUTH,
+         expect={"ok": False, "message": "request_id must not be 'token', a word of "
+                                         "vmpooler's Redis key names"}),
     # -- experimental config endpoints ----------------------------------------------------------
     Case("poolsize-change", "POST", f"{V}/config/poolsize", 201, {"pool1": 3}, AUTH,
          expect=override(schema.config_poolsize(), {"pool1": "3"})),

@@ -250,8 +250,10 @@ def test_counts_read_like_vmpooler(redis_client: redis.Redis, count: Any,
     assert request_hash(a, request_id) == {"requested": requested}
 
 
-@pytest.mark.parametrize("request_id", ["", "a b", "a\tb", "id:1", "a/b", "x" * 256, 5,
-                                        ["x"], "bell\u0007", "zero\u200bwidth"])
+@pytest.mark.parametrize("request_id", ["", "a b", "a\tb", "id:1", "a/b", "x" * 65, 5,
+                                        ["x"], "bell\u0007", "zero\u200bwidth", "ünïcode",
+                                        "a%3Ab", "vm__inj", "a__b", "vm_", "_x", "vm", "token",
+                                        "dlq", "odrequest", "x" * 256])
 def test_bad_request_id_is_400(redis_client: redis.Redis, request_id: Any) -> None:
     a = spec_api(redis_client)
     r = post(a, {"pool1": 1, "request_id": request_id})
@@ -260,7 +262,8 @@ def test_bad_request_id_is_400(redis_client: redis.Redis, request_id: Any) -> No
     nothing_created(a)
 
 
-@pytest.mark.parametrize("request_id", ["x" * 255, "job-42_build.7", "ünïcode", "a%3Ab"])
+@pytest.mark.parametrize("request_id", ["x" * 64, "job-42_build.7", "VM", "vm.1", "vm-1",
+                                        "a_b", "1f0e2d3c-4b5a-4697-8887-969594939291"])
 def test_good_request_ids(redis_client: redis.Redis, request_id: str) -> None:
     a = spec_api(redis_client)
     assert created_id(post(a, {"pool1": 1, "request_id": request_id})) == request_id
@@ -347,6 +350,31 @@ def test_get_unknown_is_404(redis_client: redis.Redis) -> None:
                                              "message": "no request found for request_id 'nope'"})
     assert a.metrics.counts("http_requests_vm_total", method="get", subpath="ondemand",
                             operation="request") == 1
+
+
+@pytest.mark.parametrize("request_id", ["vm__inj", "vm_", "token", "x" * 65, "a%3Ab",
+                                        "%C3%BC", "a%20b"])
+def test_get_and_delete_of_an_id_that_breaks_the_rule_are_400(
+        redis_client: redis.Redis, request_id: str) -> None:
+    """No such request can exist, and no key is read or written for it."""
+    a = spec_api(redis_client, auth=True)
+    a.add_token()
+    before = sorted(a.redis.keys("*"))
+    for r in (a.client.simulate_get(f"{OD}/{request_id}"),
+              a.client.simulate_delete(f"{OD}/{request_id}", headers=AUTH)):
+        assert r.status_code == 400, r.text
+        assert r.json["ok"] is False and r.json["message"].startswith("request_id must ")
+    assert sorted(a.redis.keys("*")) == before
+    assert a.commands.sent == []
+
+
+def test_get_and_delete_of_a_key_of_the_wrong_type_are_404(redis_client: redis.Redis) -> None:
+    a = spec_api(redis_client)
+    a.redis.sadd(schema.odrequest("planted"), "x")
+    for r in (a.client.simulate_get(f"{OD}/planted"), a.client.simulate_delete(f"{OD}/planted")):
+        assert (r.status_code, r.json) == (404, {
+            "ok": False, "message": "no request found for request_id 'planted'"})
+    assert a.redis.type(schema.odrequest("planted")) == "set"
 
 
 def test_get_waiting_is_202_with_string_counts(redis_client: redis.Redis) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import falcon
 
+from vmpooler.actors.config.overrides import bounded_int
 from vmpooler.web.errors import ApiError
 
 __all__ = ["MAX_BODY", "MAX_DEPTH", "InvalidJsonError", "depth", "parse_json", "read_json_object",
@@ -49,12 +50,20 @@ def depth(value: Any) -> int:
     return max(level for _, level in _nodes(value))
 
 
+def _integer(digits: str) -> int:
+    """A JSON integer, saturated at ``±HUGE`` (10**18) without converting a long digit
+    string (Python refuses decimal strings over 4,300 digits)."""
+    sign = -1 if digits.startswith("-") else 1
+    return sign * bounded_int(digits.lstrip("-"))
+
+
 def parse_json(text: str) -> Any:
     """``text`` parsed as JSON; raises :class:`InvalidJsonError` for invalid JSON, nesting too deep
     for the parser, and strings (values or keys) holding a lone UTF-16 surrogate such as
-    ``"\\ud800"``, which no UTF-8 text (nor Redis, nor a JSON answer) can carry."""
+    ``"\\ud800"``, which no UTF-8 text (nor Redis, nor a JSON answer) can carry. Integers of
+    magnitude 10**18 and beyond read as ``±10**18``: more than any count or size accepted."""
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_int=_integer)
     except RecursionError:
         raise InvalidJsonError("nested too deeply") from None
     except ValueError as exc:

@@ -21,11 +21,10 @@ from typing import Any
 
 import falcon
 import orjson
-import redis
-from redis.exceptions import MasterDownError
 
 from vmpooler.actors.metrics.backends import Metrics, NullMetrics
 from vmpooler.actors.runtime.clock import Clock, RealClock
+from vmpooler.actors.storage.redis_errors import redis_unavailable
 from vmpooler.web.logsafe import redact_path
 
 __all__ = ["OUTAGE_LOG_EVERY", "RETRY_AFTER", "ApiError", "ErrorHandler",
@@ -39,14 +38,6 @@ UNAVAILABLE_METRIC = "api.redis_unavailable"
 
 ErrorHandler = Callable[[falcon.Request, falcon.Response, Exception, dict[str, Any]], None]
 """A Falcon error handler: ``(req, resp, exception, params)``."""
-
-_OUTAGE_ERRORS: tuple[type[Exception], ...] = (
-    redis.ConnectionError,  # refused, reset, no free connection, BusyLoadingError, no master
-    redis.TimeoutError,
-    redis.ReadOnlyError,  # a demoted master during a failover
-    MasterDownError,  # a replica that lost its master
-)
-_OUTAGE_REPLIES = ("MASTERDOWN", "LOADING", "READONLY", "TRYAGAIN")
 
 log = logging.getLogger(__name__)
 
@@ -107,22 +98,6 @@ def _http_error(req: falcon.Request, resp: falcon.Response, ex: falcon.HTTPError
     json_body(resp, ex.status_code, body)
     for name, value in (ex.headers or {}).items():
         resp.set_header(name, value)
-
-
-def redis_unavailable(exc: BaseException) -> bool:
-    """True when ``exc`` says Redis cannot serve now (a retry later may succeed): redis-py's
-    ``ConnectionError`` (``BusyLoadingError``, ``MasterNotFoundError`` included),
-    ``TimeoutError``, ``ReadOnlyError`` or a ``MASTERDOWN``/``LOADING``/``READONLY``/
-    ``TRYAGAIN`` reply; also when such an error is the ``__cause__`` of ``exc``."""
-    seen = 0
-    current: BaseException | None = exc
-    while current is not None and seen < 5:
-        if isinstance(current, _OUTAGE_ERRORS):
-            return True
-        if isinstance(current, redis.ResponseError) and str(current).startswith(_OUTAGE_REPLIES):
-            return True
-        current, seen = current.__cause__, seen + 1
-    return False
 
 
 def _unexpected(req: falcon.Request, resp: falcon.Response, ex: Exception,

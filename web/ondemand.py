@@ -14,9 +14,11 @@ Divergences from vmpooler 3.9.1 (on purpose; listed in docs/compatibility.md):
 * a count must be a whole number ≥ 0 — an integer, an integral float or a string starting
   with digits (Ruby's integer prefix, as vmpooler reads it: ``"2abc"`` is 2); a negative or
   non-numeric count is a 400 naming the key (vmpooler asked for zero instances);
-* a supplied ``request_id`` must be a non-empty string of at most 255 printable characters
-  without whitespace, ``/`` or ``:`` (``:`` broke vmpooler's manager, ``/`` the GET route);
-  ``null`` means "none supplied", as in vmpooler;
+* a supplied ``request_id`` must follow
+  :func:`~vmpooler.actors.storage.request_ids.request_id_problem`'s rule (1..64 of
+  ``[A-Za-z0-9._-]``, no ``__``, no leading or trailing ``_``, not a word of the key schema:
+  the id becomes part of key names), else 400; ``null`` means "none supplied", as in
+  vmpooler;
 * a pool is chosen among the **configured** pools (vmpooler only considered pools the manager
   had published to ``vmpooler__pools``, so a plain pool name could yield no instance);
 * ``request_id`` is only special in the JSON body: as a name in ``/ondemandvm/<names>`` it is
@@ -34,6 +36,8 @@ from typing import Any
 
 import falcon
 
+from vmpooler.actors.config.overrides import saturate
+from vmpooler.actors.storage.request_ids import request_id_problem
 from vmpooler.actors.storage.request_store import Entry
 from vmpooler.web import checkout
 from vmpooler.web.body import MAX_BODY, parse_json, read_raw
@@ -42,15 +46,14 @@ from vmpooler.web.errors import ApiError
 from vmpooler.web.validate import ruby_to_i
 
 __all__ = [
-    "MAX_REQUEST_ID",
     "candidates",
     "check_order",
+    "check_request_id",
     "choose_pool",
     "plan",
     "read_payload",
 ]
 
-MAX_REQUEST_ID = 255
 _UNPARSABLE = "JSON payload could not be parsed"
 _INT_START = re.compile(r"[ \t\r\n\f\v]*[+-]?[0-9]")
 
@@ -80,9 +83,9 @@ def _count(name: str, value: Any) -> int:
     if isinstance(value, bool) or value is None:
         number = None
     elif isinstance(value, int):
-        number = value
+        number = saturate(value)
     elif isinstance(value, float):
-        number = int(value) if value.is_integer() else None
+        number = saturate(int(value)) if value.is_integer() else None
     elif isinstance(value, str) and _INT_START.match(value):
         number = ruby_to_i(value)
     if number is None or number < 0:
@@ -92,14 +95,17 @@ def _count(name: str, value: Any) -> int:
 
 def _request_id(value: Any) -> str:
     """A supplied request id, or 400 naming ``request_id``."""
-    if not isinstance(value, str) or not value:
-        raise _bad_request("request_id must be a non-empty string")
-    if len(value) > MAX_REQUEST_ID:
-        raise _bad_request(f"request_id must be at most {MAX_REQUEST_ID} characters")
-    if any(c in ":/" or c.isspace() or not c.isprintable() for c in value):
-        raise _bad_request(
-            "request_id must not contain whitespace, control characters, '/' or ':'")
-    return value
+    problem = request_id_problem(value)
+    if problem is not None:
+        raise _bad_request(problem)
+    return str(value)
+
+
+def check_request_id(value: str) -> str:
+    """The ``:requestid`` of GET/DELETE ``/ondemandvm/<id>`` if it follows the rule of
+    request ids; 400 ``{"ok": false, "message": ...}`` otherwise (no such request can
+    exist, and no key is read for it)."""
+    return _request_id(value)
 
 
 def check_order(ctx: ApiContext, payload: Mapping[str, Any], *,

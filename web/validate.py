@@ -21,6 +21,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from vmpooler.actors.config.overrides import bounded_int, saturate
+
 __all__ = [
     "InputError",
     "check_disk_size",
@@ -93,7 +95,7 @@ def _integer(value: Any, name: str, low: int, high: int) -> int:
         raise InputError(f"{name} is required")
     if not _DIGITS.fullmatch(ruby_to_s(value)):
         raise InputError(f"{name} must be a valid integer")
-    number = int(ruby_to_s(value))
+    number = bounded_int(ruby_to_s(value))
     if number < low:
         raise InputError(f"{name} must be at least {low}")
     if number > high:
@@ -172,16 +174,22 @@ def filter_tags(tags: Mapping[str, Any], tagfilter: Mapping[str, str]) -> dict[s
 
 def ruby_to_i(value: Any) -> int:
     """Ruby's ``to_i``: the integer prefix of a string (``"2abc"`` → 2, ``"abc"`` → 0), the
-    truncation of a number; 0 for anything else."""
+    truncation of a number; 0 for anything else. Magnitudes from ``HUGE`` (10**18) up read
+    as ``±HUGE`` (:func:`~vmpooler.actors.config.overrides.bounded_int`), so a 5,000-digit
+    string costs no more than a short one."""
     if isinstance(value, bool) or value is None:
         return 0
     if isinstance(value, int):
-        return value
+        return saturate(value)
     if isinstance(value, float):
-        return int(value) if value == value and abs(value) != float("inf") else 0
+        return saturate(int(value)) if value == value and abs(value) != float("inf") else 0
     if isinstance(value, str):
         match = _INT_PREFIX.match(value)
-        return int(match.group(1).replace("_", "")) if match else 0
+        if not match:
+            return 0
+        digits = match.group(1).replace("_", "")
+        sign = -1 if digits.startswith("-") else 1
+        return sign * bounded_int(digits.lstrip("+-"))
     return 0
 
 

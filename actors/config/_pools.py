@@ -10,6 +10,7 @@ from vmpooler.actors.config._check import MISSING, Checker
 from vmpooler.actors.config._data import freeze
 from vmpooler.actors.config._values import coerce, show
 from vmpooler.actors.config.model import DnsConfig, GlobalSettings, PoolConfig, ProviderConfig
+from vmpooler.actors.config.overrides import HUGE
 
 __all__ = ["build_dns_configs", "build_pools", "build_providers"]
 
@@ -48,6 +49,13 @@ def build_providers(
             )
         if "folder_whitelist" in settings:
             chk.note(f"providers.{name}.folder_whitelist is deprecated; use resources_allowlist")
+        settings = dict(settings)
+        if settings.get("max_pool_size") is not None:  # read as an int once, here
+            limit = chk.get(settings, "max_pool_size", path, "int?", minimum=1)
+            if limit is None:
+                del settings["max_pool_size"]
+            else:
+                settings["max_pool_size"] = limit
         providers[str(name)] = ProviderConfig(str(name), canonical or written, freeze(settings))
     return providers
 
@@ -125,6 +133,8 @@ def build_pools(
                 f"unknown provider {provider!r}: no such entry under :providers: "
                 f"(configured: {_known_text(providers)})",
             )
+        if size is not MISSING:
+            _check_size(chk, (*path, "size"), size, settings, providers.get(provider))
         aliases = _aliases(entry, path, chk, names)
         dns_plugin = chk.get(entry, "dns_plugin", path, "str?")
         domain = None
@@ -173,6 +183,18 @@ def build_pools(
             )
         )
     return tuple(pools)
+
+
+def _check_size(chk: Checker, path: tuple[str | int, ...], size: int,
+                settings: GlobalSettings, provider: ProviderConfig | None) -> None:
+    """A pool's size must not exceed its provider's ``max_pool_size``, else the global one."""
+    own = provider.settings.get("max_pool_size") if provider is not None else None
+    limit = own if isinstance(own, int) else settings.max_pool_size
+    if size > limit:
+        where = (f"providers.{provider.name}.max_pool_size" if own is not None and provider
+                 else "max_pool_size")
+        shown = size if size < HUGE else f"over {HUGE}"
+        chk.fail(path, f"pool size {shown} is above the largest allowed, {limit} ({where})")
 
 
 def _aliases(

@@ -109,6 +109,14 @@ class GlobalSettings:
     max_ondemand_instances_per_request: int = setting(
         10, "int", env="MAX_ONDEMAND_INSTANCES_PER_REQUEST"
     )
+    # Ours: the most on-demand requests one user may have in flight (when :auth: is
+    # configured: the token's user); None is no limit.
+    max_ondemand_requests_per_user: int | None = setting(
+        None, "int?", env="MAX_ONDEMAND_REQUESTS_PER_USER", minimum=1
+    )
+    # Ours: the largest pool size a pool, a size override or POST /config/poolsize may set;
+    # a provider's own ``max_pool_size`` wins for its pools.
+    max_pool_size: int = setting(10_000, "int", env="MAX_POOL_SIZE", minimum=1)
     allowed_tags: tuple[str, ...] | None = setting(None, "strs?")
     # Ours: the most ``tag:`` fields a VM may carry; a PUT /vm that would exceed it is a 400.
     max_tags_per_vm: int = setting(32, "int", env="MAX_TAGS_PER_VM", minimum=1)
@@ -378,6 +386,14 @@ class Config:
     debug: bool = False
     api_port: int = 4567
     app_env: str = "development"
+
+    def max_pool_size(self, pool: PoolConfig) -> int:
+        """The largest size ``pool`` may have: its provider's ``max_pool_size`` when that is
+        set (validated at load), else ``:config: max_pool_size``."""
+        provider = self.providers.get(pool.provider)
+        own = provider.settings.get("max_pool_size") if provider is not None else None
+        return own if isinstance(own, int) and not isinstance(own, bool) else \
+            self.settings.max_pool_size
 
     def pool(self, name: str) -> PoolConfig:
         """The pool called ``name`` (not an alias); raises ``KeyError`` if there is none."""

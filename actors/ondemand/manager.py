@@ -69,6 +69,7 @@ from vmpooler.actors.runtime.remote import LocalOnly, Remote
 from vmpooler.actors.runtime.restart_policy import RestartHistory, RestartPolicy
 from vmpooler.actors.runtime.supervisor import ActorDirectory, SupervisedActor
 from vmpooler.actors.storage.lease_store import Fenced
+from vmpooler.actors.storage.redis_errors import redis_failure
 from vmpooler.actors.storage.request_store import RequestStore
 
 __all__ = ["OnDemandManager", "RequestFactory"]
@@ -200,8 +201,8 @@ class OnDemandManager(SupervisedActor):
                 return
             self._start(message.request_id)
         except redis.RedisError as exc:  # the sweep finds it once Redis is back
-            log.error("[!] [ondemand] request '%s' not started: redis unavailable: %s",
-                      message.request_id, exc)
+            log.error("[!] [ondemand] request '%s' not started: %s: %s",
+                      message.request_id, redis_failure(exc), exc)
 
     def _elsewhere(self, message: RequestChanged) -> bool:
         """True when another manager runs (or should take) the request: told it there."""
@@ -228,7 +229,7 @@ class OnDemandManager(SupervisedActor):
             self.blocked = False
             self._grant()
         except redis.RedisError as exc:
-            log.error("[!] [ondemand] redis unavailable: %s; retrying in %.0fs", exc,
+            log.error("[!] [ondemand] %s: %s; retrying in %.0fs", redis_failure(exc), exc,
                       self.sweep_interval)
         finally:
             self.scheduler.tell_later(self.sweep_interval, self.actor_ref, SweepRequests())
@@ -250,8 +251,8 @@ class OnDemandManager(SupervisedActor):
             try:
                 lease = self.leases.take(request_id)
             except redis.RedisError as exc:  # the sweep tries again
-                log.error("[!] [ondemand] request '%s' not started: redis unavailable: %s",
-                          request_id, exc)
+                log.error("[!] [ondemand] request '%s' not started: %s: %s",
+                          request_id, redis_failure(exc), exc)
                 return
             if lease is None:  # another live manager runs it
                 return
@@ -356,7 +357,8 @@ class OnDemandManager(SupervisedActor):
         try:
             in_use = self.store.ondemand_clones()
         except redis.RedisError as exc:
-            log.error("[!] [ondemand] redis unavailable: %s; clones wait for the next sweep", exc)
+            log.error("[!] [ondemand] %s: %s; clones wait for the next sweep",
+                      redis_failure(exc), exc)
             self.blocked = True
             return
         free = self.clone_limit - in_use - len(self.granted)

@@ -70,6 +70,7 @@ from vmpooler.actors.runtime.executor import ActorExecutor
 from vmpooler.actors.runtime.supervisor import PooledSupervisedActor
 from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.lease_store import Fence, Fenced
+from vmpooler.actors.storage.redis_errors import redis_failure
 from vmpooler.actors.storage.request_store import AttachOutcome, Entry, RequestStore
 
 __all__ = ["OUTCOMES", "VERIFY_MIN", "RequestActor", "verify_interval"]
@@ -158,8 +159,8 @@ class RequestActor(PooledSupervisedActor):
                     timer.cancel()
             self.outage += 1
             delay = min(30.0, 2.0 ** (self.outage - 1))
-            log.error("[!] request '%s': redis unavailable at start: %s; claiming again in "
-                      "%.0fs", self.request_id, exc, delay)
+            log.error("[!] request '%s': %s at start: %s; claiming again in %.0fs",
+                      self.request_id, redis_failure(exc), exc, delay)
             self.scheduler.tell_later(delay, self.actor_ref, ClaimRequest(self.request_id))
             return
         self.claimed, self.outage = True, 0
@@ -218,8 +219,8 @@ class RequestActor(PooledSupervisedActor):
             # Redis is away: handle the message again later (the scripts make that safe).
             self.outage += 1
             delay = min(30.0, 2.0 ** (self.outage - 1))
-            log.error("[!] request '%s': redis unavailable: %s; retrying in %.0fs",
-                      self.request_id, exc, delay)
+            log.error("[!] request '%s': %s: %s; retrying in %.0fs",
+                      self.request_id, redis_failure(exc), exc, delay)
             self.scheduler.tell_later(delay, self.actor_ref, message)
         return None
 

@@ -98,6 +98,7 @@ class PoolActor(SupervisedActor):
         supervisor: pykka.ActorRef[Any] | None = None,
         ownership: OwnershipSettings | None = None,
         remote: Remote | None = None,
+        max_size: int | None = None,
     ) -> None:
         super().__init__(name=f"pool:{pool.name}", supervisor=supervisor)
         self.remote: Remote = remote or LocalOnly()
@@ -105,7 +106,7 @@ class PoolActor(SupervisedActor):
             pool=pool, settings=settings, data_ttl_hours=data_ttl_hours, store=store,
             requests=requests or RequestStore(store.client), directory=directory, clock=clock,
             scheduler=scheduler, metrics=metrics, hostnames=hostnames, self_ref=self.actor_ref,
-            ownership=ownership,
+            ownership=ownership, max_size=max_size,
         )
         self.renew_timer: Timer | None = None
         if ctx.ownership is not None:  # the new owner takes the lease as soon as it is free

@@ -66,6 +66,7 @@ class PoolContext:
     check_hostname: bool
     timeout_min: float
     notify_min: float
+    max_size: int  # the pool's max_pool_size: no override makes it larger
     ownership: Ownership | None = None  # None: this actor owns the pool unconditionally
 
     @classmethod
@@ -73,13 +74,15 @@ class PoolContext:
         cls, *, pool: PoolConfig, settings: GlobalSettings, data_ttl_hours: int, store: Store,
         requests: RequestStore, directory: ActorDirectory, clock: Clock, scheduler: Scheduler,
         metrics: Metrics, hostnames: HostnameGenerator, self_ref: pykka.ActorRef[Any],
-        ownership: OwnershipSettings | None = None,
+        ownership: OwnershipSettings | None = None, max_size: int | None = None,
     ) -> PoolContext:
         """The context of the pool actor ``self_ref``: pool settings fall back to the global
         ones; a provider answer older than ``provider_call_timeout + 60`` s is presumed lost
         (its provider actor crashed). With ``ownership`` the pool is acted on only while
         this manager holds its lease, and ``store`` and ``upkeep_store`` write behind the
-        lease's fence; without it (a lone embedded system, tests) as before."""
+        lease's fence; without it (a lone embedded system, tests) as before. ``max_size`` is
+        the pool's ``max_pool_size`` (``Config.max_pool_size``; the global setting when
+        None)."""
         def either(own: Any, default: Any) -> Any:
             return own if own is not None else default
 
@@ -108,6 +111,7 @@ class PoolContext:
                                   settings.check_ready_vm_hostname_for_mismatch),
             timeout_min=either(pool.timeout, settings.timeout),
             notify_min=either(pool.timeout_notification, settings.timeout_notification),
+            max_size=either(max_size, settings.max_pool_size),
         )
 
     @property

@@ -25,6 +25,7 @@ from vmpooler.actors.runtime.clock import Timer
 from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.lease_store import Fenced
 from vmpooler.actors.storage.pool_snapshot import PoolSnapshot
+from vmpooler.actors.storage.redis_errors import redis_failure
 
 __all__ = ["PoolCycle"]
 
@@ -107,8 +108,8 @@ class PoolCycle:
 
     def redis_failed(self, exc: redis.RedisError) -> None:
         """Redis failed a handler: log, back off, and cycle again after the delay."""
-        log.error("[!] [%s] redis unavailable: %s; retrying in %.0fs", self.ctx.name, exc,
-                  self.delay)
+        log.error("[!] [%s] %s: %s; retrying in %.0fs", self.ctx.name, redis_failure(exc),
+                  exc, self.delay)
         self.upkeep.redis_failed()
         self.delay = self.ctx.backoff.next(self.delay, busy=False)
         self.schedule()
@@ -146,7 +147,7 @@ class PoolCycle:
         try:
             busy = self._cycle(set(inventory))
         except redis.RedisError as exc:
-            log.error("[!] [%s] redis unavailable: %s", ctx.name, exc)
+            log.error("[!] [%s] %s: %s", ctx.name, redis_failure(exc), exc)
             self.upkeep.redis_failed()
             busy = False
         except Fenced as exc:  # the lease was lost mid-cycle: the rest was not written

@@ -25,6 +25,7 @@ from vmpooler.actors.messages import (
 from vmpooler.actors.runtime.clock import Clock, Scheduler
 from vmpooler.actors.runtime.supervisor import ActorDirectory, SupervisedActor
 from vmpooler.actors.storage import timefmt
+from vmpooler.actors.storage.redis_errors import redis_failure
 from vmpooler.actors.storage.store import Store
 
 __all__ = ["TaskActor"]
@@ -87,7 +88,7 @@ class TaskActor(SupervisedActor):
                         break
                     self._dispatch(kind, op, task)
         except redis.RedisError as exc:
-            log.error("[!] [tasks] redis unavailable: %s", exc)
+            log.error("[!] [tasks] %s: %s", redis_failure(exc), exc)
 
     def _dispatch(self, kind: str, op: ProviderOp, task: str) -> None:
         vm, _, arg = task.partition(":")

@@ -34,6 +34,8 @@ __all__ = ["OVERRIDE_REFRESH_CYCLES", "PoolUpkeep"]
 
 log = logging.getLogger(__name__)
 
+_NOT_YET = object()
+
 OVERRIDE_REFRESH_CYCLES = 5
 """The safety-net period is ``OVERRIDE_REFRESH_CYCLES × check_loop_delay_max`` seconds: at
 most every fifth idle cycle reads the keys (5 min at vmpooler's default of 60 s). A key
@@ -51,7 +53,7 @@ class PoolUpkeep:
     def __init__(self, ctx: PoolContext, on_drain: Callable[[], int] | None = None) -> None:
         self.ctx = ctx
         self.on_drain = on_drain  # also drains what the pool holds aside (the brake's VMs)
-        self.size = ctx.pool.size
+        self.size = min(ctx.pool.size, ctx.max_size)
         self.template = ctx.pool.template
         self.clone_target = ctx.pool.clone_target
         self.initialised = False
@@ -62,6 +64,7 @@ class PoolUpkeep:
         self.refresh_period = OVERRIDE_REFRESH_CYCLES * ctx.backoff.max
         self._read_at: float | None = None  # monotonic, of the last read of both; None: now
         self._overrides_stale = False  # told of a change since the override keys were read
+        self._warned_size: object = _NOT_YET  # the last size override logged as refused
 
     # -- reading the override keys and flags ---------------------------------------------------
     def reads_due(self, mono: float) -> tuple[bool, bool]:
@@ -108,9 +111,7 @@ class PoolUpkeep:
         if ov.undo_size:
             store.ack_undo(name, size=True)
             self._acknowledged(undo_size=False)
-        size = effective_size(ctx.pool.size, ov.size)
-        if ov.size is not None and size_override(ov.size) is None:
-            log.warning("[!] [%s] ignoring size override %r", name, ov.size)
+        size = self._size(ov.size)
         if size != self.size:
             log.info("[*] [%s] size changed from %d to %d", name, self.size, size)
             self.size = size
@@ -135,6 +136,27 @@ class PoolUpkeep:
         if self.flags.prepared_template != self.template and not self.preparing:
             self.prepare_template()
         return drained
+
+    def _size(self, override: str | None) -> int:
+        """The size in effect for the override last read (None: none): never above
+        ``max_size``. An override that is no integer or above the limit is logged once per
+        value it takes (whoever wrote it: our API refuses both)."""
+        ctx, name = self.ctx, self.ctx.name
+        size = effective_size(ctx.pool.size, override)
+        shown = override if override is None or len(override) <= 40 else f"{override[:40]}..."
+        if override is not None and size_override(override) is None:
+            self._warn_once(override, "[!] [%s] ignoring size override %r: not an integer",
+                            name, shown)
+        elif size > ctx.max_size:
+            self._warn_once(override, "[!] [%s] size %s is above max_pool_size %d: the pool "
+                            "is kept at %d", name, shown or size, ctx.max_size, ctx.max_size)
+            size = ctx.max_size
+        return size
+
+    def _warn_once(self, value: object, message: str, *args: object) -> None:
+        if value != self._warned_size:
+            self._warned_size = value
+            log.warning(message, *args)
 
     def _prepared(self, template: str) -> None:
         self.ctx.store.set_prepared_template(self.ctx.name, template)

@@ -48,6 +48,7 @@ from vmpooler.actors.service.health import (
 )
 from vmpooler.actors.service.periodic import Ticks
 from vmpooler.actors.storage import timefmt
+from vmpooler.actors.storage.redis_errors import redis_failure
 from vmpooler.actors.storage.upkeep_store import UpkeepStore
 
 __all__ = ["ORPHAN_TTL", "Housekeeper"]
@@ -114,8 +115,8 @@ class Housekeeper(SupervisedActor):
         try:
             fn()
         except redis.RedisError as exc:
-            log.error("[!] [%s] failed: redis unavailable: %s; trying again at the next "
-                      "interval", what, exc)
+            log.error("[!] [%s] failed: %s: %s; trying again at the next interval", what,
+                      redis_failure(exc), exc)
 
     # -- purge ----------------------------------------------------------------------------------
     def _start_purge(self) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import pykka
 
 from vmpooler.actors.runtime.clock import Scheduler, Timer
+from vmpooler.actors.storage.redis_errors import redis_failure
 
 __all__ = ["OutageLog", "Ticks"]
 
@@ -59,8 +60,8 @@ class OutageLog:
     def failed(self, exc: BaseException) -> None:
         """Record a failed tick: an error line on the first of an outage."""
         if not self.failing:
-            self.log.error("[!] [%s] %s: redis unavailable: %s; trying again every %gs",
-                           self.what, self.failed_phrase, exc, self.interval)
+            self.log.error("[!] [%s] %s: %s: %s; trying again every %gs", self.what,
+                           self.failed_phrase, redis_failure(exc), exc, self.interval)
         self.failing = True
 
     def succeeded(self) -> None:

@@ -10,6 +10,7 @@ import redis
 
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.dlq import QUEUES, DeadLetter, parse_member
+from vmpooler.actors.storage.redis_errors import WrongTypeKeys, tolerant_results
 
 __all__ = ["ActivityStore", "InFlight"]
 
@@ -35,10 +36,12 @@ class ActivityStore:
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
+        self.wrong_type = WrongTypeKeys("dashboard")
 
     def read(self, requests: int, errors: int) -> tuple[list[InFlight], list[DeadLetter]]:
         """The ``requests`` newest requests in flight (newest first), and the ``errors``
-        newest dead-letter entries of each queue (unsorted across queues)."""
+        newest dead-letter entries of each queue (unsorted across queues). A request whose
+        key holds something else than a hash is listed without fields (logged once)."""
         pipe = self.client.pipeline(transaction=False)
         for key in (schema.provisioning_request(), schema.provisioning_processing()):
             pipe.zrevrange(key, 0, requests - 1, withscores=True)
@@ -53,12 +56,14 @@ class ActivityStore:
         if not ids:
             return [], letters
         pipe = self.client.pipeline(transaction=False)
-        for request_id, _ in ids:
-            pipe.hmget(schema.odrequest(request_id), "status", "token:user", "requested")
+        keys = [schema.odrequest(request_id) for request_id, _ in ids]
+        for key in keys:
+            pipe.hmget(key, "status", "token:user", "requested")
+        replies = tolerant_results(pipe, keys, "hash", self.wrong_type)
         found = [
             InFlight(request_id, created, _text(status) or None, _text(user) or None,
                      _text(requested) or None)
             for (request_id, created), (status, user, requested)
-            in zip(ids, pipe.execute(), strict=True)
+            in zip(ids, (r or (None, None, None) for r in replies), strict=True)
         ]
         return found, letters

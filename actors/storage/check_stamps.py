@@ -22,6 +22,7 @@ import redis
 
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.pool_snapshot import read_vm_fields
+from vmpooler.actors.storage.redis_errors import WrongTypeKeys
 
 __all__ = ["CHECK", "CHECK_BY", "CheckStamp", "read_ready_stamps", "stamp_fields",
            "stamp_writer", "written_by_us"]
@@ -69,8 +70,10 @@ class CheckStamp:
         return written_by_us(self.check, self.check_by)
 
 
-def read_ready_stamps(client: redis.Redis, pools: Iterable[str]) -> list[CheckStamp]:
-    """Every ready VM of ``pools`` with its two stamp fields, pools in the order given."""
+def read_ready_stamps(client: redis.Redis, pools: Iterable[str], *,
+                      seen: WrongTypeKeys | None = None) -> list[CheckStamp]:
+    """Every ready VM of ``pools`` with its two stamp fields, pools in the order given (a VM
+    key of the wrong type reads as a VM without them, logged through ``seen``)."""
     names = list(dict.fromkeys(pools))
     if not names:
         return []
@@ -79,5 +82,5 @@ def read_ready_stamps(client: redis.Redis, pools: Iterable[str]) -> list[CheckSt
         pipe.smembers(schema.ready(pool))
     members = [(pool, sorted(vms)) for pool, vms in zip(names, pipe.execute(), strict=True)]
     pairs = [(pool, vm) for pool, vms in members for vm in vms]
-    fields = read_vm_fields(client, [vm for _, vm in pairs], [CHECK, CHECK_BY])
+    fields = read_vm_fields(client, [vm for _, vm in pairs], [CHECK, CHECK_BY], seen=seen)
     return [CheckStamp(pool, vm, *fields[vm]) for pool, vm in pairs]

@@ -22,6 +22,7 @@ from typing import Any
 import redis
 
 from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.redis_errors import WrongTypeKeys, is_wrong_type, tolerant_results
 from vmpooler.actors.storage.schema import Scripts
 from vmpooler.actors.storage.store import read_vm_fields
 
@@ -102,6 +103,7 @@ class CheckoutStore:
             name: client.register_script(getattr(Scripts, name))
             for name in ("CHECKOUT", "TOUCH_TOKEN", "RETURN_VM", "MODIFY_VM")
         }
+        self.wrong_type = WrongTypeKeys("api")
 
     def _run(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         return self._scripts[script](keys=list(keys), args=list(args))
@@ -184,17 +186,30 @@ class CheckoutStore:
 
     # -- reads ------------------------------------------------------------------------------
     def vm_hash(self, vm: str) -> dict[str, str]:
-        """All fields of the VM's hash, in Redis order ({} when it does not exist)."""
-        return dict(self.client.hgetall(schema.vm(vm)))
+        """All fields of the VM's hash, in Redis order ({} when it does not exist, or when
+        its key holds something else than a hash)."""
+        key = schema.vm(vm)
+        try:
+            return dict(self.client.hgetall(key))
+        except redis.ResponseError as exc:
+            if not is_wrong_type(exc):
+                raise
+            self.wrong_type.report(key, "hash")
+            return {}
 
     def vm_probe(self, vm: str, fields: Sequence[str]) -> tuple[bool, list[str | None]]:
-        """Whether the VM's hash exists, and the given fields, in one round trip."""
+        """Whether the VM's hash exists, and the given fields, in one round trip (a key that
+        holds something else than a hash is no VM)."""
+        key = schema.vm(vm)
         pipe = self.client.pipeline(transaction=False)
-        pipe.exists(schema.vm(vm))
-        pipe.hmget(schema.vm(vm), list(fields))
-        exists, values = pipe.execute()
+        pipe.exists(key)
+        pipe.hmget(key, list(fields))
+        exists, values = tolerant_results(pipe, [key, key], "hash", self.wrong_type)
+        if values is None:
+            return False, [None] * len(fields)
         return bool(exists), list(values)
 
     def vm_fields(self, vms: Iterable[str], fields: Sequence[str]) -> dict[str, list[str | None]]:
-        """HMGET ``fields`` of each VM's hash, pipelined."""
-        return read_vm_fields(self.client, vms, fields)
+        """HMGET ``fields`` of each VM's hash, pipelined (a key of the wrong type reads as a
+        VM without these fields)."""
+        return read_vm_fields(self.client, vms, fields, seen=self.wrong_type)

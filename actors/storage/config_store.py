@@ -58,9 +58,10 @@ class Overrides:
             return self.templates
         return self.clone_targets
 
-    def size_of(self, pool: PoolConfig) -> int:
-        """The pool's size in effect: a valid override, else the configured size."""
-        return effective_size(pool.size, self.sizes.get(pool.name))
+    def size_of(self, pool: PoolConfig, limit: int | None = None) -> int:
+        """The pool's size in effect: a valid override, else the configured size; at most
+        ``limit`` (the pool's ``max_pool_size``) when given."""
+        return effective_size(pool.size, self.sizes.get(pool.name), limit)
 
     def template_of(self, pool: PoolConfig) -> str:
         """The pool's template in effect: the override, else the configured template."""

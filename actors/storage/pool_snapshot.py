@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import redis
 
 from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.redis_errors import WrongTypeKeys, tolerant_results
 
 __all__ = ["PoolFlags", "PoolOverrides", "PoolSnapshot", "read_snapshot", "read_vm_fields"]
 
@@ -154,13 +155,21 @@ def read_snapshot(client: redis.Redis, pool: str, *, overrides: bool = True,
 
 
 def read_vm_fields(
-    client: redis.Redis, vms: Iterable[str], fields: Sequence[str]
+    client: redis.Redis, vms: Iterable[str], fields: Sequence[str], *,
+    seen: WrongTypeKeys | None = None,
 ) -> dict[str, list[str | None]]:
-    """HMGET ``fields`` of each VM's hash in one pipelined round trip (none for no VM)."""
+    """HMGET ``fields`` of each VM's hash in one pipelined round trip (none for no VM).
+
+    A VM whose key holds something else than a hash reads as a VM without these fields; the
+    key is logged through ``seen`` (once per key; every time without ``seen``)."""
     names = list(vms)
     if not names:
         return {}
     pipe = client.pipeline(transaction=False)
-    for name in names:
-        pipe.hmget(schema.vm(name), list(fields))
-    return dict(zip(names, pipe.execute(), strict=True))
+    keys = [schema.vm(name) for name in names]
+    for key in keys:
+        pipe.hmget(key, list(fields))
+    replies = tolerant_results(pipe, keys, "hash", seen or WrongTypeKeys("vm fields"))
+    blank: list[str | None] = [None] * len(fields)
+    return {name: list(reply) if reply is not None else list(blank)
+            for name, reply in zip(names, replies, strict=True)}

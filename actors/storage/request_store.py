@@ -10,6 +10,7 @@ no longer holds the value the fence names, nothing is written and
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -17,12 +18,15 @@ from typing import Any
 
 import redis
 
+from vmpooler.actors.config.overrides import bounded_int
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.lease_store import Fence, Fenced
+from vmpooler.actors.storage.redis_errors import WrongTypeKeys, tolerant_results
 from vmpooler.actors.storage.schema import RequestScripts
 from vmpooler.actors.storage.schema.lease_scripts import FENCED, fenced
 
 __all__ = [
+    "MAX_ENTRY_COUNT",
     "AttachOutcome",
     "Claim",
     "DeleteOutcome",
@@ -55,18 +59,26 @@ class Entry:
         return (self.alias, self.pool)
 
 
+_COUNT = re.compile(r"\+?(-)?([0-9]+(?:_[0-9]+)*)", re.ASCII)
+MAX_ENTRY_COUNT = 10_000
+"""The largest count an entry is read with: no API lets a request ask for more VMs of one
+pool (``max_ondemand_instances_per_request``), so a larger count was written by someone else
+and must not make a request's actor loop without end."""
+
+
 def parse_requested(requested: str) -> tuple[Entry, ...]:
     """Entries of a ``requested`` field (``"alias:pool:n,alias:pool:n"``); malformed parts are
-    skipped, and a count that is not a number counts as 0 (as vmpooler)."""
+    skipped, a count that is not a number counts as 0 (as vmpooler), and one above
+    :data:`MAX_ENTRY_COUNT` as that."""
     entries = []
     for part in requested.split(","):
         bits = part.split(":")
         if len(bits) != 3 or not bits[0] or not bits[1]:
             continue
-        try:
-            count = max(0, int(bits[2]))
-        except ValueError:
-            count = 0
+        number = _COUNT.fullmatch(bits[2].strip())
+        count = 0
+        if number and not number.group(1):  # a sign "-" reads as 0
+            count = min(MAX_ENTRY_COUNT, bounded_int(number.group(2).replace("_", "")))
         entries.append(Entry(bits[0], bits[1], count))
     return tuple(entries)
 
@@ -140,6 +152,7 @@ class RequestStore:
         }
         self._fenced = {name: client.register_script(fenced(getattr(RequestScripts, name)))
                         for name in FENCED_SCRIPTS}
+        self.wrong_type = WrongTypeKeys("requests")
 
     def _run(self, script: str, keys: Sequence[str], args: Sequence[Any],
              fence: Fence | None = None) -> Any:
@@ -168,27 +181,40 @@ class RequestStore:
             [request_id, created, format_requested(entries), token or "", user or ""],
         ))
 
+    def _hash_read(self, request_id: str, *fields: str) -> list[str | None] | None:
+        """HMGET ``fields`` of the request's hash; None when its key is not a hash (logged
+        once: no such request)."""
+        key = schema.odrequest(request_id)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hmget(key, list(fields))
+        (values,) = tolerant_results(pipe, [key], "hash", self.wrong_type)
+        return values
+
     def owner_token(self, request_id: str) -> str | None:
         """The token the request was created with (``token:token``), or None."""
-        return self.client.hget(schema.odrequest(request_id), "token:token")
+        return (self._hash_read(request_id, "token:token") or [None])[0]
 
     def read(self, request_id: str) -> RequestRecord | None:
-        """The request and its delivered VMs (two round trips), or None if unknown."""
-        fields = self.client.hgetall(schema.odrequest(request_id))
-        if not fields or "requested" not in fields:
+        """The request and its delivered VMs (two round trips), or None if unknown. A key of
+        the wrong type is no request, and a delivered-VM key of the wrong type holds no VM
+        (both logged once)."""
+        values = self._hash_read(request_id, "requested", "status", "failure_reason")
+        if values is None or values[0] is None:
             return None
-        entries = parse_requested(fields["requested"])
+        requested, status, failure_reason = values
+        entries = parse_requested(requested)
         pipe = self.client.pipeline(transaction=False)
-        for e in entries:
-            pipe.smembers(schema.request_vms(request_id, e.alias, e.pool))
-        delivered = {e.key: tuple(sorted(vms)) for e, vms in zip(entries, pipe.execute(),
-                                                                 strict=True)}
-        return RequestRecord(request_id, fields.get("status") or None, entries, delivered,
-                             fields.get("failure_reason"))
+        keys = [schema.request_vms(request_id, e.alias, e.pool) for e in entries]
+        for key in keys:
+            pipe.smembers(key)
+        replies = tolerant_results(pipe, keys, "set", self.wrong_type)
+        delivered = {e.key: tuple(sorted(vms or ())) for e, vms in zip(entries, replies,
+                                                                      strict=True)}
+        return RequestRecord(request_id, status or None, entries, delivered, failure_reason)
 
     def delete(self, request_id: str) -> DeleteOutcome:
         """Delete a request: its delivered VMs go to completed. Never undoes a failure."""
-        requested = self.client.hget(schema.odrequest(request_id), "requested")
+        requested = (self._hash_read(request_id, "requested") or [None])[0]
         if requested is None:
             return DeleteOutcome.NOT_FOUND
         entries = parse_requested(requested)

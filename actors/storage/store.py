@@ -23,6 +23,7 @@ from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.check_stamps import stamp_fields
 from vmpooler.actors.storage.lease_store import REQUEST, Fence, Fenced
 from vmpooler.actors.storage.pool_snapshot import PoolSnapshot, read_snapshot, read_vm_fields
+from vmpooler.actors.storage.redis_errors import WrongTypeKeys
 from vmpooler.actors.storage.schema import Scripts
 from vmpooler.actors.storage.schema.lease_scripts import FENCED, fenced
 from vmpooler.actors.storage.schema.pool_scripts import RELEASE_SLOT_BODY
@@ -80,6 +81,7 @@ class Store:
         self._fenced = {name: client.register_script(source)
                         for name, source in FENCED_SCRIPTS.items()}
         self.fence: Fence | None = None
+        self.wrong_type = WrongTypeKeys("pool store")
 
     def owned_by(self, manager: str) -> Store:
         """A view of this store (same client and scripts) taking clone slots in the name of
@@ -150,8 +152,9 @@ class Store:
         return read_snapshot(self.client, pool, overrides=overrides, flags=flags)
 
     def vm_fields(self, vms: Iterable[str], fields: Sequence[str]) -> dict[str, list[str | None]]:
-        """HMGET ``fields`` of each VM's hash, pipelined."""
-        return read_vm_fields(self.client, vms, fields)
+        """HMGET ``fields`` of each VM's hash, pipelined (a key of the wrong type reads as a
+        VM without these fields, logged once)."""
+        return read_vm_fields(self.client, vms, fields, seen=self.wrong_type)
 
     def active_members(self, pool: str, vms: Iterable[str]) -> set[str]:
         """The subset of ``vms`` present in the pool's ``active`` hash."""

@@ -5,20 +5,27 @@ Used by the API's ``/token`` endpoints and by on-demand requests (the token's us
 never use ``KEYS``: listing walks the key space with ``SCAN`` and one pipelined ``HMGET``
 per batch, and the running VMs of a token are found with ``SSCAN`` over the pools' running
 sets and one pipelined ``HGET`` per batch, so a large key space never blocks Redis.
+
+A ``vmpooler__token__*`` key that holds something else than a hash (written by someone
+else) is no token: listing skips it and logs it once, and reads of one token find none.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
 
 import redis
 
 from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.redis_errors import WrongTypeKeys, is_wrong_type, tolerant_results
 
 __all__ = ["BATCH", "TokenStore"]
 
 BATCH = 500
 """Keys or VMs handled per SCAN step and per pipeline."""
+
+_T = TypeVar("_T")
 
 
 class TokenStore:
@@ -26,6 +33,7 @@ class TokenStore:
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
+        self.wrong_type = WrongTypeKeys("tokens")
 
     def tokens_of(self, user: str) -> Iterator[tuple[str, str | None, str | None]]:
         """``(token, created, last)`` of every token owned by ``user``. ``SCAN`` may yield
@@ -38,9 +46,10 @@ class TokenStore:
                 pipe = self.client.pipeline(transaction=False)
                 for key in keys:
                     pipe.hmget(key, "user", "created", "last")
-                for key, (owner, created, last) in zip(keys, pipe.execute(), strict=True):
-                    if owner == user and key.startswith(prefix):
-                        yield key[len(prefix):], created, last
+                replies = tolerant_results(pipe, keys, "hash", self.wrong_type)
+                for key, reply in zip(keys, replies, strict=True):
+                    if reply is not None and reply[0] == user and key.startswith(prefix):
+                        yield key[len(prefix):], reply[1], reply[2]
             if int(cursor) == 0:
                 return
 
@@ -56,11 +65,22 @@ class TokenStore:
 
     def details(self, token: str) -> dict[str, str]:
         """Every field of the token's hash; empty if there is no such token."""
-        return dict(self.client.hgetall(schema.token(token)))
+        return self._read(token, lambda key: dict(self.client.hgetall(key)), {})
 
     def user_of(self, token: str) -> str | None:
         """The token's ``user`` field, or None."""
-        return self.client.hget(schema.token(token), "user")
+        return self._read(token, lambda key: self.client.hget(key, "user"), None)
+
+    def _read(self, token: str, read: Callable[[str], _T], none: _T) -> _T:
+        """``read(key)`` of the token's key; ``none`` when that key is not a hash."""
+        key = schema.token(token)
+        try:
+            return read(key)
+        except redis.ResponseError as exc:
+            if not is_wrong_type(exc):
+                raise
+            self.wrong_type.report(key, "hash")
+            return none
 
     def delete(self, token: str) -> bool:
         """Delete the token. True if it existed."""

@@ -5,6 +5,11 @@ Every key comes from :mod:`vmpooler.actors.storage.schema`, every write that cou
 its ``UpkeepScripts``. Whole-keyspace reads use ``SCAN``, never ``KEYS`` (vmpooler used
 ``KEYS``, which blocks a large Redis). Methods may raise ``redis.RedisError``; all are
 thread-safe (the client's connection pool is).
+
+No one key can stop a purge or a health check: a key of the wrong type met by a read here (a
+set where a VM hash should be, say ``vmpooler__vm__<x>`` written by someone else) is skipped
+and logged once (:class:`~vmpooler.actors.storage.redis_errors.WrongTypeKeys`); the scripts
+check a key's type before they read it.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import redis
 from vmpooler.actors.storage import schema, timefmt
 from vmpooler.actors.storage.dlq import QUEUES, DeadLetter, parse_member
 from vmpooler.actors.storage.lease_store import Fence, Fenced
+from vmpooler.actors.storage.redis_errors import WrongTypeKeys, tolerant_results
 from vmpooler.actors.storage.schema import UpkeepScripts
 from vmpooler.actors.storage.schema.lease_scripts import FENCED, fenced
 
@@ -72,6 +78,7 @@ class UpkeepStore:
         }
         self._fenced_purge = client.register_script(fenced(UpkeepScripts.PURGE_COMPLETED))
         self.fence: Fence | None = None
+        self.wrong_type = WrongTypeKeys("upkeep")
 
     def with_fence(self, fence: Fence) -> UpkeepStore:
         """A view whose pool writes (:meth:`purge_completed`) run behind ``fence`` and raise
@@ -94,7 +101,7 @@ class UpkeepStore:
 
     def expire_orphan(self, orphan: VmHash, *, ttl: int) -> int:
         """Let an orphaned VM hash expire within ``ttl`` s if it is still orphaned: 1 set,
-        2 already expiring that soon, 0 back in a queue, -1 gone."""
+        2 already expiring that soon, 0 back in a queue, -1 gone, -2 no longer a hash."""
         return int(self._scripts["EXPIRE_ORPHAN"](
             keys=[schema.vm(orphan.vm), *_pool_queue_keys(orphan.pool)],
             args=[orphan.vm, orphan.pool, ttl]))
@@ -117,15 +124,18 @@ class UpkeepStore:
         pipe = self.client.pipeline(transaction=False)
         for key in keys:
             pipe.hmget(key, ["pool", "clone"])
-        candidates = [(schema.vm_name(key), pool, clone)
-                      for key, (pool, clone) in zip(keys, pipe.execute(), strict=True) if pool]
+        replies = tolerant_results(pipe, keys, "hash", self.wrong_type)
+        candidates = [(schema.vm_name(key), reply[0], reply[1])
+                      for key, reply in zip(keys, replies, strict=True) if reply and reply[0]]
         if not candidates:
             return []
         pipe = self.client.pipeline(transaction=False)
+        queue_keys: list[str] = []
         for vm, pool, _ in candidates:
             for key in _pool_queue_keys(pool):
                 pipe.sismember(key, vm)
-        flags = pipe.execute()
+                queue_keys.append(key)
+        flags = tolerant_results(pipe, queue_keys, "set", self.wrong_type)
         width = len(_QUEUE_NAMES)
         return [
             VmHash(vm, pool, timefmt.parse_epoch(clone))
@@ -135,21 +145,27 @@ class UpkeepStore:
 
     # -- health -------------------------------------------------------------------------------
     def queue_ages(self, pools: Iterable[str]) -> dict[str, QueueAges]:
-        """Each pool's queue sizes and timestamps, in two pipelined round trips."""
+        """Each pool's queue sizes and timestamps, in two pipelined round trips (a queue or
+        VM hash of the wrong type counts as empty)."""
         names = list(pools)
         pipe = self.client.pipeline(transaction=False)
+        keys: list[str] = []
         for pool in names:
             pipe.smembers(schema.pending(pool))
             pipe.smembers(schema.ready(pool))
             pipe.scard(schema.completed(pool))
-        sets = pipe.execute()
+            keys += [schema.pending(pool), schema.ready(pool), schema.completed(pool)]
+        sets = [reply or set() for reply in tolerant_results(pipe, keys, "set", self.wrong_type)]
         pipe = self.client.pipeline(transaction=False)
+        keys = []
         for n, _ in enumerate(names):
             for vm in sets[3 * n]:
                 pipe.hget(schema.vm(vm), "clone")
+                keys.append(schema.vm(vm))
             for vm in sets[3 * n + 1]:
                 pipe.hget(schema.vm(vm), "ready")
-        stamps = iter(pipe.execute())
+                keys.append(schema.vm(vm))
+        stamps = iter(tolerant_results(pipe, keys, "hash", self.wrong_type))
         out: dict[str, QueueAges] = {}
         for n, pool in enumerate(names):
             pending, ready = sets[3 * n], sets[3 * n + 1]
@@ -158,7 +174,7 @@ class UpkeepStore:
             out[pool] = QueueAges(
                 pending=len(pending), pending_times=tuple(t for t in pending_times if t),
                 ready=len(ready), ready_times=tuple(t for t in ready_times if t),
-                completed=int(sets[3 * n + 2]),
+                completed=int(sets[3 * n + 2] or 0),
             )
         return out
 
@@ -184,7 +200,8 @@ class UpkeepStore:
 
     # -- dead letters ---------------------------------------------------------------------------
     def dlq_sizes(self) -> dict[str, int]:
-        """ZCARD of every ``vmpooler__dlq__*`` key, by queue name (sorted)."""
+        """ZCARD of every ``vmpooler__dlq__*`` key, by queue name (sorted); a key of the
+        wrong type is left out."""
         keys = sorted(self.client.scan_iter(match=schema.dlq_pattern(), count=_SCAN_COUNT))
         if not keys:
             return {}
@@ -192,8 +209,9 @@ class UpkeepStore:
         for key in keys:
             pipe.zcard(key)
         prefix = schema.dlq("")
+        sizes = tolerant_results(pipe, keys, "sorted set", self.wrong_type)
         return {key.removeprefix(prefix): int(n)
-                for key, n in zip(keys, pipe.execute(), strict=True)}
+                for key, n in zip(keys, sizes, strict=True) if n is not None}
 
     def dead_letters(self, queues: Iterable[str] = QUEUES) -> list[DeadLetter]:
         """The entries of ``queues``, oldest first within each queue, queues in order."""

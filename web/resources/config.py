@@ -20,6 +20,9 @@ Divergences from vmpooler 3.9.1, all where vmpooler crashed, leaked or kept stal
   octal, ``_`` between digits) but a non-integral JSON number is refused rather than
   truncated, and the override is stored as a plain decimal (vmpooler stored the raw text,
   e.g. ``"0x10"``, which only a Ruby reader understands);
+* a pool size above the pool's ``max_pool_size`` (ours, default 10,000; a provider's own
+  value wins) is invalid: 400 with ``not_configured`` listing the pool and ``error`` naming
+  the limit, nothing written (vmpooler took ``1e300`` and cloned without end);
 * a template or clone target that is not a string, or an empty clone target, is invalid
   (400) instead of a 500 or a stored ``""``;
 * current values are read from Redis, not from one API process's memory, so every worker
@@ -90,10 +93,14 @@ class _Resource:
         except KeyError:
             return None
 
-    def invalid(self, metric: str, key: str, names: list[str]) -> ApiError:
+    def invalid(self, metric: str, key: str, names: list[str],
+                error: str | None = None) -> ApiError:
         for name in names:
             self.ctx.metrics.increment(metric, tags={"pool": name})
-        return ApiError(400, {"ok": False, key: names})
+        body: dict[str, Any] = {"ok": False, key: names}
+        if error is not None:
+            body["error"] = error
+        return ApiError(400, body)
 
     def changed(self, pools: list[str], reason: str) -> None:
         for name in pools:
@@ -110,6 +117,10 @@ class _Override(_Resource):
         """How many times vmpooler lists ``name`` as invalid (0: valid)."""
         raise NotImplementedError
 
+    def explain(self, payload: dict[str, Any]) -> str | None:
+        """A sentence for the 400's ``error`` (ours) when a rule of ours refused the body."""
+        return None
+
     def normal(self, value: Any) -> str:
         """The valid ``value`` as stored in Redis."""
         return str(value)
@@ -124,7 +135,7 @@ class _Override(_Resource):
         bad = [name for name, value in payload.items()
                for _ in range(self.problems(name, value))]
         if bad:
-            raise self.invalid("config.invalid", self.bad_key, bad)
+            raise self.invalid("config.invalid", self.bad_key, bad, self.explain(payload))
         ov = self.store.overrides()
         changes = {name: self.normal(value) for name, value in payload.items()
                    if self.normal(value) != self.current(self.ctx.config.pool(name), ov)}
@@ -140,7 +151,19 @@ class PoolSize(_Override):
 
     def problems(self, name: str, value: Any) -> int:
         size = ruby_integer(value)
-        return (self.pool(name) is None) + (size is None or size < 0)
+        return (self.pool(name) is None) + (size is None or size < 0 or self._too_big(name, size))
+
+    def explain(self, payload: dict[str, Any]) -> str | None:
+        for name, value in payload.items():
+            size = ruby_integer(value)
+            if size is not None and self._too_big(name, size):
+                limit = self.ctx.config.max_pool_size(self.ctx.config.pool(name))
+                return f"the size of '{name}' must be at most {limit} (max_pool_size)"
+        return None
+
+    def _too_big(self, name: str, size: int) -> bool:
+        pool = self.pool(name)
+        return pool is not None and size > self.ctx.config.max_pool_size(pool)
 
     def normal(self, value: Any) -> str:
         return str(ruby_integer(value))
@@ -209,7 +232,7 @@ class ResetSize(_Reset):
     kind, label = "size", "pool_size"
 
     def values(self, pool: PoolConfig, ov: Overrides) -> tuple[Any, Any]:
-        return ov.size_of(pool), pool.size
+        return ov.size_of(pool, self.ctx.config.max_pool_size(pool)), pool.size
 
 
 class ResetTemplate(_Reset):
@@ -246,7 +269,7 @@ class PoolConfiguration(_Resource):
         for pool in self.ctx.config.pools:
             entry: dict[str, Any] = {"name": pool.name, **mask_secrets(pool.raw)}
             template = ov.template_of(pool)
-            entry["size"] = ov.size_of(pool)
+            entry["size"] = ov.size_of(pool, self.ctx.config.max_pool_size(pool))
             entry["template"] = template
             if ov.clone_targets.get(pool.name):
                 entry["clone_target"] = ov.clone_targets[pool.name]

@@ -214,6 +214,7 @@ class _Stats:
     """A dashboard JSON endpoint reading through ``store`` (and ``history``)."""
 
     def __init__(self, ctx: ApiContext, store: StatusStore, history: HistoryStore) -> None:
+        self._config: Config = ctx.config
         self._pools: tuple[PoolConfig, ...] = ctx.config.pools
         self._store = store
         self._history = history
@@ -233,7 +234,8 @@ class PoolStats(_Stats):
         points = self._last_hour() if history else {}
         body: dict[str, Any] = {}
         for pool in self._pools:
-            entry: dict[str, Any] = {"size": _size(pool, overrides), "ready": ready[pool.name]}
+            entry: dict[str, Any] = {"size": _size(self._config, pool, overrides),
+                                     "ready": ready[pool.name]}
             if history:
                 entry["history"] = vmpooler_history([p.ready for p in points[pool.name]],
                                                     ready[pool.name])

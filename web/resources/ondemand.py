@@ -9,9 +9,11 @@ compare-and-set script each), and after every create and delete the manager is t
   and ``POST /ondemandvm/<a+b+a>`` (counts by repetition): a valid token first when auth is
   configured (401); then :mod:`vmpooler.web.ondemand`'s checks (400/404/403); 409 when the
   request id is taken; 201 ``{"ok": true, "request_id": id}``.
-* ``GET /ondemandvm/<id>`` (no auth): 404 unknown; 200 ready (FQDNs per requested name),
-  failed or deleted; 202 while in flight, with string counts per requested name.
-* ``DELETE /ondemandvm/<id>``: a valid token when auth is configured; 404 unknown; 200.
+* ``GET /ondemandvm/<id>`` (no auth): 400 an id that breaks the rule of request ids; 404
+  unknown; 200 ready (FQDNs per requested name), failed or deleted; 202 while in flight, with
+  string counts per requested name.
+* ``DELETE /ondemandvm/<id>``: a valid token when auth is configured; 400 an id that breaks
+  the rule; 404 unknown; 200.
 
 Divergences from vmpooler 3.9.1 (on purpose; those of the order's checks are listed in
 :mod:`vmpooler.web.ondemand`):
@@ -24,7 +26,11 @@ Divergences from vmpooler 3.9.1 (on purpose; those of the order's checks are lis
   overwrote ``failed`` with ``deleted``); a deleted request also leaves the provisioning
   queues at once (vmpooler left that to its manager, which still cloned for it);
 * under ``:config: enforce_vm_ownership`` (off by default) a request created with a token can
-  only be deleted with that token (403).
+  only be deleted with that token (403);
+* ours, off by default: with ``:config: max_ondemand_requests_per_user`` and auth configured,
+  a POST is refused with 429 ``{"ok": false, "message": ...}`` while the token's user has
+  that many requests in flight (created, not yet ready, failed or deleted); the count and
+  the creation are one script (:mod:`vmpooler.actors.storage.request_quota`).
 """
 
 from __future__ import annotations
@@ -33,12 +39,19 @@ from typing import Any
 
 import falcon
 
-from vmpooler.actors.storage.request_store import DeleteOutcome, RequestRecord, RequestStore
+from vmpooler.actors.storage.request_quota import QuotaVerdict, RequestQuota
+from vmpooler.actors.storage.request_store import (
+    DeleteOutcome,
+    Entry,
+    RequestRecord,
+    RequestStore,
+)
 from vmpooler.actors.storage.token_store import TokenStore
 from vmpooler.web import checkout, ondemand
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import ApiError, json_body
 from vmpooler.web.tokens import need_token, ownership_enforced, presented_token
+from vmpooler.web.validate import InputError
 
 __all__ = ["register"]
 
@@ -58,14 +71,32 @@ def _authorised(req: falcon.Request, ctx: ApiContext) -> str | None:
     return need_token(req, ctx) if ctx.auth_configured else None
 
 
+def _record(ctx: ApiContext, store: RequestStore, chosen: str, entries: list[Entry],
+            token: str | None) -> bool:
+    """Record the request (with ``token`` and its user); False if the id is taken. With
+    ``max_ondemand_requests_per_user`` and auth configured, 429 when the token's user has
+    that many requests in flight (counted and created in one script)."""
+    user = TokenStore(ctx.redis).user_of(token) if token else None
+    created = int(ctx.clock.now())
+    limit = ctx.config.settings.max_ondemand_requests_per_user
+    if limit is None or not ctx.auth_configured or not token:
+        return store.create(chosen, entries, created=created, token=token, user=user)
+    outcome = RequestQuota(ctx.redis).create(
+        chosen, entries, created=created, user=user or token, limit=limit,
+        ttl=ctx.config.redis.data_ttl * 3600, token=token)
+    if outcome.verdict is QuotaVerdict.OVER_LIMIT:
+        raise ApiError(429, {"ok": False, "message": (
+            f"user '{user or 'unknown'}' has {outcome.in_flight} on-demand requests in "
+            f"flight; the maximum is {limit} (max_ondemand_requests_per_user)")})
+    return outcome.verdict is QuotaVerdict.CREATED
+
+
 def _create(ctx: ApiContext, store: RequestStore, token: str | None,
             payload: dict[str, Any], request_id: Any) -> dict[str, Any]:
-    """Check the order, draw the pools and record the request (with ``token`` and its user);
-    the 201 body."""
+    """Check the order, draw the pools and record the request; the 201 body."""
     counts, chosen = ondemand.check_order(ctx, payload, request_id=request_id)
-    user = TokenStore(ctx.redis).user_of(token) if token else None
     entries = ondemand.plan(ctx, counts)
-    if not store.create(chosen, entries, created=int(ctx.clock.now()), token=token, user=user):
+    if not _record(ctx, store, chosen, entries, token):
         ctx.metrics.increment("ondemandrequest_generate.duplicaterequests")
         raise ApiError(409, {"ok": False, "request_id": chosen,
                              "message": f"request_id '{chosen}' has already been created"})
@@ -128,12 +159,15 @@ class OnDemandItem:
     def on_post(self, req: falcon.Request, resp: falcon.Response, requestid: str) -> None:
         _count(self.ctx, "delete", "template")  # vmpooler's metric name for this route
         token = _authorised(req, self.ctx)
-        payload = dict(checkout.template_payload(requestid))
+        try:
+            payload = dict(checkout.template_payload(requestid))
+        except InputError as exc:
+            raise ApiError(400, {"ok": False, "message": exc.message}) from None
         json_body(resp, 201, _create(self.ctx, self.store, token, payload, None))
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, requestid: str) -> None:
         _count(self.ctx, "get", "request")
-        record = self.store.read(requestid)
+        record = self.store.read(ondemand.check_request_id(requestid))
         if record is None:
             raise _not_found(requestid)
         status, body = describe(self.ctx, record)
@@ -143,6 +177,7 @@ class OnDemandItem:
         _count(self.ctx, "delete", "request")
         ctx = self.ctx
         _authorised(req, ctx)
+        ondemand.check_request_id(requestid)
         if ownership_enforced(ctx):
             owner = self.store.owner_token(requestid)
             if owner and presented_token(req) != owner:

@@ -91,9 +91,10 @@ def _query(req: falcon.Request) -> dict[str, str | None]:
     return params
 
 
-def _size(pool: PoolConfig, overrides: Mapping[str, str]) -> int:
-    """The pool's size with its Redis override applied (:mod:`vmpooler.actors.config.overrides`)."""
-    return effective_size(pool.size, overrides.get(pool.name))
+def _size(config: Config, pool: PoolConfig, overrides: Mapping[str, str]) -> int:
+    """The pool's size with its Redis override applied (:mod:`vmpooler.actors.config.overrides`),
+    at most its ``max_pool_size``: the size the manager keeps."""
+    return effective_size(pool.size, overrides.get(pool.name), config.max_pool_size(pool))
 
 
 def _alias(pool: PoolConfig) -> Any:
@@ -165,7 +166,8 @@ class Status(_Resource):
         """The body's sections from ``reading`` but ``status``, in body order, and the
         ``status`` section without its ``uptime``. Callers must not change them: they are
         shared by the requests that shared ``reading``."""
-        sizes = {pool.name: _size(pool, reading.size_overrides) for pool in pools}
+        sizes = {pool.name: _size(self._ctx.config, pool, reading.size_overrides)
+                 for pool in pools}
         ready = reading.counts["ready"]
         result: dict[str, Any] = {}
         if "boot" in wanted:
@@ -288,7 +290,7 @@ class PoolStat(_Resource):
         ready, overrides = self._store.ready_counts([pool.name for pool in chosen])
         body: dict[str, Any] = {}
         for pool in chosen:
-            entry: dict[str, Any] = {"max": _size(pool, overrides)}
+            entry: dict[str, Any] = {"max": _size(self._ctx.config, pool, overrides)}
             aka = _alias(pool)
             if aka is not None:
                 entry["alias"] = aka

@@ -149,7 +149,10 @@ class VmItem:
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, hostname: str) -> None:
         _count(self.ctx, "get", "template")
-        payload = checkout.template_payload(hostname)
+        try:
+            payload = checkout.template_payload(hostname)
+        except validate.InputError as exc:
+            raise ApiError(400, {"ok": False, "error": exc.message}) from None
         json_body(resp, 200, checkout.allocate(req, self.ctx, self.store, payload))
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, hostname: str) -> None:

@@ -15,15 +15,19 @@ import hashlib
 
 from vmpooler.actors.storage.schema.brake_scripts import BrakeScripts
 from vmpooler.actors.storage.schema.lease_scripts import LeaseScripts
+from vmpooler.actors.storage.schema.namespaces import NAMESPACES
 from vmpooler.actors.storage.schema.pool_scripts import Scripts
+from vmpooler.actors.storage.schema.quota_scripts import QuotaScripts
 from vmpooler.actors.storage.schema.ratelimit_scripts import RateLimitScripts
 from vmpooler.actors.storage.schema.request_scripts import RequestScripts
 from vmpooler.actors.storage.schema.status_scripts import StatusScripts
 from vmpooler.actors.storage.schema.upkeep_scripts import UpkeepScripts
 
 __all__ = [
+    "NAMESPACES",
     "BrakeScripts",
     "LeaseScripts",
+    "QuotaScripts",
     "RateLimitScripts",
     "RequestScripts",
     "Scripts",
@@ -57,6 +61,7 @@ __all__ = [
     "migrating",
     "migration",
     "odcreate_task",
+    "odinflight",
     "odrequest",
     "pending",
     "pool_hash",
@@ -234,8 +239,16 @@ def odrequest(request_id: str) -> str:
 
 
 def request_vms(request_id: str, alias: str, pool: str) -> str:
-    """Set of the VMs delivered to a request for one ``alias:pool`` entry."""
+    """Set of the VMs delivered to a request for one ``alias:pool`` entry. The request id is
+    the key's first word: see :data:`NAMESPACES`."""
     return f"{_P}{request_id}__{alias}__{pool}"
+
+
+def odinflight(user: str) -> str:
+    """Set (ours) of the ids of ``user``'s on-demand requests counted against
+    ``max_ondemand_requests_per_user``; members whose request is no longer in flight are
+    dropped when the set is next checked (:mod:`vmpooler.actors.storage.request_quota`)."""
+    return f"{_P}odinflight__{user}"
 
 
 def odcreate_task() -> str:

@@ -24,7 +24,18 @@ pool's completed set.
 
 from __future__ import annotations
 
-__all__ = ["RequestScripts"]
+__all__ = ["CREATE_WRITES", "RequestScripts"]
+
+
+CREATE_WRITES = """
+redis.call('HSET', KEYS[1], 'requested', ARGV[3])
+if ARGV[4] ~= '' then
+  redis.call('HSET', KEYS[1], 'token:token', ARGV[4], 'token:user', ARGV[5])
+end
+redis.call('ZADD', KEYS[2], tonumber(ARGV[2]), ARGV[1])
+"""
+"""The writes of a new request (KEYS and ARGV as ``RequestScripts.CREATE``), shared with the
+quota's create (``quota_scripts``)."""
 
 
 class RequestScripts:
@@ -34,15 +45,11 @@ class RequestScripts:
     # ARGV[1] id, ARGV[2] score (creation epoch), ARGV[3] requested, ARGV[4] token ('' = none),
     # ARGV[5] user
     # Returns 1 created, 0 the id is taken (nothing written).
-    CREATE = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'requested', ARGV[3])
-if ARGV[4] ~= '' then
-  redis.call('HSET', KEYS[1], 'token:token', ARGV[4], 'token:user', ARGV[5])
-end
-redis.call('ZADD', KEYS[2], tonumber(ARGV[2]), ARGV[1])
-return 1
-"""
+    CREATE = (
+        "\nif redis.call('EXISTS', KEYS[1]) == 1 then return 0 end"
+        + CREATE_WRITES
+        + "return 1\n"
+    )
 
     # KEYS[1] request hash, KEYS[2] provisioning__request, KEYS[3] provisioning__processing
     # ARGV[1] id, ARGV[2] now (epoch; the score when the request is in neither queue)

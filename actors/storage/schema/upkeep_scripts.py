@@ -32,13 +32,17 @@ return 1
     # is set only when there is none or it is later, so running this again never postpones
     # it (vmpooler reset it to an hour on every purge, so with purge_interval under an hour
     # an orphaned hash never expired).
+    # A key of another type is left alone, and a queue key of another type holds no VM (no
+    # key written by someone else can make this script fail).
     # Returns 1 expiry set, 2 already expiring within ttl, 0 in a queue (or another pool
-    # now), -1 the hash is gone.
+    # now), -1 the hash is gone, -2 the key is not a hash.
     EXPIRE_ORPHAN = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if redis.call('TYPE', KEYS[1]).ok ~= 'hash' then return -2 end
 if redis.call('HGET', KEYS[1], 'pool') ~= ARGV[2] then return 0 end
 for i = 2, 7 do
-  if redis.call('SISMEMBER', KEYS[i], ARGV[1]) == 1 then return 0 end
+  if redis.call('TYPE', KEYS[i]).ok == 'set' and redis.call('SISMEMBER', KEYS[i], ARGV[1]) == 1
+  then return 0 end
 end
 local ttl = redis.call('TTL', KEYS[1])
 if ttl >= 0 and ttl <= tonumber(ARGV[3]) then return 2 end
