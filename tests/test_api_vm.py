@@ -629,3 +629,22 @@ def test_empty_token_header_with_auth_is_401(redis_client: redis.Redis) -> None:
     a.add_vm("pool1", "vm1")
     assert post(a, {"pool1": 1}, {"X-AUTH-TOKEN": ""}).status_code == 401
     assert ready(a, "pool1") == {"vm1"}
+
+
+@pytest.mark.parametrize(("lifetime", "end_time"), [
+    ("100000000", "9999-12-31T23:59:59+00:00"),
+    (str(10**30), "9999-12-31T23:59:59+00:00"),
+    ("-" + str(10**30), "0001-01-01T00:00:00+00:00"),
+    ("1e300", "2024-01-01T01:00:00+00:00"),  # Ruby's to_i: the integer prefix
+])
+def test_any_lifetime_a_client_sets_is_described(redis_client: redis.Redis, lifetime: str,
+                                                 end_time: str) -> None:
+    """A lifetime past year 9999 (any client may set one without max_lifetime_upper_limit)
+    is still described: end_time stops at the last second a datetime has (it was a 500)."""
+    a = three_pools(redis_client)
+    a.add_vm("pool1", "vm1", queue="running", checkout="2024-01-01 00:00:00 +0000")
+    a.redis.hset(schema.vm("vm1"), "lifetime", lifetime)
+    r = a.client.simulate_get(f"{V}/vm1")
+    assert r.status_code == 200, r.text
+    assert r.json["vm1"]["end_time"] == end_time
+    assert isinstance(r.json["vm1"]["remaining"], float)

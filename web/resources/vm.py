@@ -76,6 +76,16 @@ def _hours(seconds: float) -> float:
     return round(seconds / 3600.0, 2)
 
 
+def _end_time(checkout_at: datetime, hours: int) -> datetime:
+    """``checkout_at`` plus ``hours``, held within the years a datetime has (1..9999): any
+    client may set a lifetime of 10^18 hours, which vmpooler's Ruby Time still adds."""
+    try:
+        return checkout_at + timedelta(hours=hours)
+    except OverflowError:
+        edge = datetime.max if hours > 0 else datetime.min
+        return edge.replace(microsecond=0, tzinfo=checkout_at.tzinfo)
+
+
 def describe(ctx: ApiContext, short: str, rdata: dict[str, str]) -> dict[str, Any]:
     """The inner object of GET ``/vm/:hostname`` for one VM hash, keys in vmpooler's order."""
     info: dict[str, Any] = {"template": rdata.get("template")}
@@ -91,11 +101,11 @@ def describe(ctx: ApiContext, short: str, rdata: dict[str, str]) -> dict[str, An
         info["state"] = "destroyed"
     elif "checkout" in rdata:
         if checkout_at is not None:
-            end: datetime = checkout_at + timedelta(hours=validate.ruby_to_i(lifetime))
+            hours = validate.ruby_to_i(lifetime)
             info["running"] = _hours(now - checkout_at.timestamp())
-            info["remaining"] = _hours(end.timestamp() - now)
+            info["remaining"] = _hours(checkout_at.timestamp() + hours * 3600.0 - now)
             info["start_time"] = timefmt.rfc3339(checkout_at)
-            info["end_time"] = timefmt.rfc3339(end)
+            info["end_time"] = timefmt.rfc3339(_end_time(checkout_at, hours))
         info["state"] = "running"
     else:
         info["state"] = "ready" if "check" in rdata else "pending"
