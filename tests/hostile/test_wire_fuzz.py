@@ -26,6 +26,7 @@ import falcon.inspect
 import pytest
 import redis
 
+from tests.harness import wait_until
 from tests.hostile.service import Service
 from vmpooler.actors.config import load_config
 from vmpooler.web.app import create_app
@@ -49,6 +50,8 @@ BODIES: list[bytes] = [
     b'{"tags": {"a": {"b": {"c": {"d": {"e": {"f": 1}}}}}}}',
     json.dumps({f"inj{i}": i for i in range(300)}).encode(),
     b'{"alpha": "/templates/inj", "beta": 0}', b'{"\\ud800": 1}',
+    b'{"lifetime": 100000000}', b'{"lifetime": ' + b"9" * 400 + b"}", b'{"lifetime": "1e300"}',
+    b'{"lifetime": -1e300}', b'{"tags": {"jenkins_build_url": "http://inj/\\n/x"}}',
 ]
 HEADERS: list[dict[str, str]] = [
     {}, {"X-AUTH-TOKEN": "inj__token"}, {"X-AUTH-TOKEN": "x" * 4000},
@@ -117,15 +120,16 @@ def routes(config_path: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
                  for route in falcon.inspect.inspect_routes(app))
 
 
-def generated(service: Service, rng: random.Random,
-              token: str) -> Iterator[tuple[str, str, bytes]]:
-    """(method, target, request bytes): every route and method, every hostile segment in
-    every parameter, with a random body and header set each (a valid ``token`` in a third
-    of them, so that what needs one is reached)."""
+def generated(service: Service, rng: random.Random, token: str,
+              real: list[str]) -> Iterator[tuple[str, str, bytes]]:
+    """(method, target, request bytes): every route and method, every hostile segment (and
+    the ``real`` ids: a VM, a request, a token) in every parameter, with a random body and
+    header set each (a valid ``token`` in a third of them, so that what needs one is
+    reached)."""
     headers = [*HEADERS, *[{"X-AUTH-TOKEN": token}] * (len(HEADERS) // 2)]
     for template, methods in routes(str(service.config_path)):
         fields = [part for part in template.split("/") if part.startswith("{")]
-        values = SEGMENTS if fields else [""]
+        values = [*SEGMENTS, *real, *real] if fields else [""]
         for method in methods:
             for value in values:
                 target = "/".join(value if part.startswith("{") else part
@@ -157,7 +161,17 @@ def test_every_route_under_hostile_values(service: Service) -> None:
     rng = random.Random(18)
     basic = "Basic " + base64.b64encode(b"fuzzer:secret").decode()
     token = service.request("POST", "/api/v3/token", headers={"Authorization": basic}).json
-    sent = list(generated(service, rng, token["token"]))
+    auth = {"X-AUTH-TOKEN": token["token"]}
+    wait_until(lambda: service.request("GET", "/api/v3/status").json["pools"]["beta"]["ready"],
+               30, "beta to hold a ready VM")
+    vm = service.request("POST", "/api/v3/vm/beta", headers=auth).json["beta"]["hostname"]
+    request = service.request("POST", "/api/v3/ondemandvm/beta", headers=auth).json
+    real = [vm.split(".")[0], request["request_id"], token["token"]]
+    for body in BODIES:  # every body on the real VM, each followed by a read of it
+        path = f"/api/v3/vm/{real[0]}"
+        check(path, exchange(service, "PUT", encode("PUT", path, auth, body)))
+        check(path, exchange(service, "GET", encode("GET", path, {}, b"")))
+    sent = list(generated(service, rng, token["token"], real))
     assert len(sent) > 400
     for method, target, request in sent:
         check(target, exchange(service, method, request))
@@ -181,6 +195,11 @@ def test_every_route_under_hostile_values(service: Service) -> None:
         with socket.create_connection((service.host, service.port), timeout=10) as sock:
             sock.sendall(request[:rng.randrange(1, len(request))])
     assert service.request("GET", "/api/v3/vm", timeout=1.0).status == 200
+    for value in real:  # whatever the fuzz did to them, they are still described
+        check(f"/api/v3/vm/{value}", exchange(service, "GET", encode(
+            "GET", f"/api/v3/vm/{value}", {}, b"")))
+        check(f"/api/v3/ondemandvm/{value}", exchange(service, "GET", encode(
+            "GET", f"/api/v3/ondemandvm/{value}", {}, b"")))
     hostile = [key for key in redis_keys(service) if MARK in key or "\n" in key]
     assert not hostile, hostile[:10]
     assert "Traceback" not in service.log_text()
