@@ -14,7 +14,7 @@ from gunicorn.http import get_parser
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vmpooler.web.intake import IntakeLimits, RequestIntake, Verdict
+from vmpooler.web.intake import IntakeLimits, RequestIntake, Verdict, whole_simple_request
 
 LIMITS = IntakeLimits(max_line=8190, max_head=64 * 1024, max_body=100_000)
 TOKEN = st.text("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-", min_size=1,
@@ -170,3 +170,28 @@ def test_a_head_fed_byte_by_byte_is_scanned_incrementally() -> None:
     stream = io.BytesIO(data)
     verdicts = [intake.feed(stream.read(1)) for _ in range(len(data))]
     assert verdicts[-1] is Verdict.COMPLETE and verdicts.count(Verdict.COMPLETE) == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(requests(), st.integers(0, 40))
+def test_the_fast_path_agrees_with_the_intake(request: tuple[bytes, bytes], cut: int) -> None:
+    data, _ = request
+    for candidate in (data, data[:len(data) - cut], data + b"GET / HTTP/1.1\r\n\r\n"):
+        if whole_simple_request(candidate, LIMITS):
+            intake = RequestIntake(LIMITS)
+            assert intake.feed(candidate) is Verdict.COMPLETE
+            assert intake.take() == candidate
+    simple = b"Transfer-Encoding" not in data
+    assert whole_simple_request(data, LIMITS) == simple
+
+
+def test_the_fast_path_leaves_the_unusual_to_the_intake() -> None:
+    for data in (b"get / HTTP/1.1\r\n\r\n", b"GET / HTTP/1.1\r\nExpect: 100-continue\r\n\r\n",
+                 b"POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx",
+                 b"POST / HTTP/1.1\r\nContent-Length: 2\r\n\r\nx",
+                 b"POST / HTTP/1.1\r\nContent-Length: x\r\n\r\n",
+                 b"GET / HTTP/1.1\n\n", b"\x16\x03\x01",
+                 b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\n\r\n",
+                 b"POST / HTTP/1.1\r\nContent-Length: 200000\r\n\r\n" + b"x" * 200000):
+        assert not whole_simple_request(data, LIMITS), data[:60]
+    assert whole_simple_request(b"POST /vm HTTP/1.1\r\ncontent-length: 2\r\n\r\n{}", LIMITS)

@@ -30,11 +30,12 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-__all__ = ["IntakeLimits", "Refusal", "RequestIntake", "Verdict"]
+__all__ = ["IntakeLimits", "Refusal", "RequestIntake", "Verdict", "whole_simple_request"]
 
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,15}")
 _CHUNK_LINE_MAX = 1024
+_LENGTH = re.compile(rb"\ncontent-length:[ \t]*([0-9]{1,18})[ \t]*\r?\n")
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,3 +296,33 @@ def _head_end(buffer: bytearray, start: int) -> tuple[int, int]:
     if lf >= 0:
         return lf, 2
     return -1, 0
+
+
+def whole_simple_request(data: bytes, limits: IntakeLimits) -> bool:
+    """Whether ``data`` is exactly one whole request framed the simple way: an upper-case
+    method, a request line within ``limits``, a head ending in ``CRLF CRLF``, no
+    ``Transfer-Encoding`` and no ``Expect``, and either no ``Content-Length`` or one whose
+    body is all there, within ``limits``.
+
+    The fast path of :class:`RequestIntake`, in a few C-level scans: what it accepts, the
+    intake would find COMPLETE with the same bytes to hand on; anything else (False) goes
+    through the intake. Most requests of most clients are this simple."""
+    space = data.find(b" ", 0, 21)
+    if space < 1 or not data[:space].isalpha() or not data[:space].isupper():
+        return False
+    end = data.find(b"\r\n\r\n")
+    if end < 0 or end + 4 > limits.max_head or data.find(b"\n") > limits.max_line:
+        return False
+    head = data[:end + 2].lower()
+    if b"\ntransfer-encoding:" in head or b"\nexpect:" in head:
+        return False
+    lengths = head.count(b"\ncontent-length:")
+    if lengths == 0:
+        return len(data) == end + 4
+    if lengths > 1:
+        return False
+    match = _LENGTH.search(head)
+    if match is None:
+        return False
+    length = int(match.group(1))
+    return length <= limits.max_body and len(data) == end + 4 + length

@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import heapq
-import itertools
 import selectors
 import socket
 import ssl
 import struct
 import time
+from collections import deque
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -45,14 +45,28 @@ from gunicorn import http
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
 from vmpooler.web.connections import ConnectionLimits, RefusalReport, error_response
-from vmpooler.web.intake import Refusal, RequestIntake, Verdict
+from vmpooler.web.intake import Refusal, RequestIntake, Verdict, whole_simple_request
 
 __all__ = ["GuardedThreadWorker"]
 
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _READ_SIZE = 65536
+_FIRST_READ = 8192  # gunicorn's own read size: recv allocates what it is asked for
 _LINGER_SECONDS = 2.0
 _LINGER_BYTES = 65536
+_TIMER_GRAIN = 0.05
+
+
+_Queue = deque[tuple[float, int, "_Conn"]]
+"""Deadlines in order: (when, the connection's timer number then, the connection)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Unread:
+    """A thread's answer when the request was not whole in the first read: the verdict on
+    what was read (None: nothing was there)."""
+
+    verdict: Verdict | None
 
 
 class _Conn(TConn):  # type: ignore[misc]
@@ -61,9 +75,11 @@ class _Conn(TConn):  # type: ignore[misc]
     def __init__(self, cfg: Any, sock: socket.socket, client: Any, server: Any) -> None:
         super().__init__(cfg, sock, client, server)
         self.intake: RequestIntake | None = None
-        self.prebuffer = b""
+        self.prebuffer: bytes | None = b""  # None: the thread reads the request itself
         self.deadline = 0.0
-        self.timer = -1  # the sequence number of its live timer, -1 for none
+        self.timer = 0  # the number of its live deadline (entries with another are void)
+        self.queue: _Queue | None = None  # where its live deadline is
+        self.on_readable: Any = None  # the loop's callback for it
         self.served = 0  # requests answered on this connection
         self.lingering = False
         self.drain_left = 0  # bytes a lingering connection may still send
@@ -83,8 +99,11 @@ class GuardedThreadWorker(ThreadWorker):  # type: ignore[misc]
         self.limits: ConnectionLimits = limits or ConnectionLimits()
         self.worker_connections = self.limits.max_connections
         self._waiting: dict[_Conn, None] = {}  # reading or lingering; oldest first
-        self._timers: list[tuple[float, int, _Conn]] = []
-        self._sequence = itertools.count()
+        # Deadlines, one queue per delay (a new entry's deadline is never before those
+        # already queued, so each queue stays in order); stale entries stay until due.
+        self._idle: _Queue = deque()  # keepalive_timeout
+        self._reading: _Queue = deque()  # read_timeout
+        self._closing: _Queue = deque()  # _LINGER_SECONDS
         self._buffered = 0
         self._report = RefusalReport(getattr(self.app, "connection_observer", None),
                                      time.monotonic())
@@ -104,9 +123,16 @@ class GuardedThreadWorker(ThreadWorker):  # type: ignore[misc]
         self._stop()
 
     def _wait_time(self) -> float:
-        if not self._timers:
+        """How long the loop may sleep: until the first deadline, but never less than
+        :data:`_TIMER_GRAIN`. Timers are deleted lazily (a request dispatched leaves its
+        entry until it is due), so under load one is due every fraction of a millisecond:
+        waking for each cost a quarter of the throughput (the loop's thread fighting the
+        handlers for the GIL). Deadlines are seconds long; a few tens of ms late is nothing."""
+        first = min((queue[0][0] for queue in (self._idle, self._reading, self._closing)
+                     if queue), default=None)
+        if first is None:
             return 1.0
-        return max(0.0, min(1.0, self._timers[0][0] - time.monotonic()))
+        return max(_TIMER_GRAIN, min(1.0, first - time.monotonic()))
 
     def _stop(self) -> None:
         """Stop accepting; close idle connections now; give requests under way and those
@@ -147,22 +173,32 @@ class GuardedThreadWorker(ThreadWorker):  # type: ignore[misc]
         self.nr_conns += 1
         _bound_blocking_calls(sock, self.limits.write_timeout)
         conn = _Conn(self.cfg, sock, client, listener.getsockname())
-        self._read(conn, b"", time.monotonic() + self.limits.read_timeout)
+        conn.on_readable = partial(self._readable, conn)
+        self._read(conn, b"", self._reading, time.monotonic() + self.limits.read_timeout)
 
     def _make_room(self) -> bool:
         """Below the cap again, closing the connection that has been waiting longest if
         need be; False if every connection is busy in a thread.
 
-        A connection whose request is waiting unread in the kernel is read first: if that
-        completes it, it goes to a thread and the next one is considered."""
+        A connection whose request is waiting unread in the kernel goes to a thread instead
+        of being closed, and the next one is considered."""
         while self.nr_conns >= self.worker_connections:
             if not self._waiting:
                 return False
             conn = next(iter(self._waiting))
             if not conn.lingering:
-                self._readable(conn, None)
-                if conn not in self._waiting or conn.lingering:
-                    continue  # dispatched, gone or refused: look again
+                if conn.intake is None:
+                    waiting = _peek(conn.sock)
+                    if waiting is None:  # the client went away
+                        self._close(conn)
+                        continue
+                    if waiting:
+                        self._dispatch(conn)
+                        continue
+                else:
+                    self._readable(conn, None)
+                    if conn not in self._waiting or conn.lingering:
+                        continue  # dispatched, gone or refused: look again
                 self._count("evicted")
             self._close(conn)
         return True
@@ -176,23 +212,37 @@ class GuardedThreadWorker(ThreadWorker):  # type: ignore[misc]
         self._close(conn)
 
     # -- reading -------------------------------------------------------------------------
-    def _read(self, conn: _Conn, initial: bytes, deadline: float) -> None:
+    def _read(self, conn: _Conn, initial: bytes, queue: _Queue, deadline: float) -> None:
         """Wait for ``conn``'s next request (``initial``: bytes of it already read)."""
-        conn.intake = RequestIntake(self.limits.intake)
+        conn.intake = None
         conn.lingering = False
-        self._waiting[conn] = None
-        try:
-            self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._readable, conn))
-        except (OSError, ValueError, KeyError):
-            self._close(conn)
+        if not self._wait(conn, queue, deadline):
             return
-        self._arm(conn, deadline)
         if initial:
             self._take(conn, initial, time.monotonic())
 
+    def _wait(self, conn: _Conn, queue: _Queue, deadline: float) -> bool:
+        """Put ``conn`` in the selector until ``deadline``; False if it could not be."""
+        self._waiting[conn] = None
+        if conn.intake is not None:
+            self._buffered += len(conn.intake)
+        try:
+            self.poller.register(conn.sock, selectors.EVENT_READ, conn.on_readable)
+        except (OSError, ValueError, KeyError):
+            self._close(conn)
+            return False
+        self._arm(conn, queue, deadline)
+        return True
+
     def _readable(self, conn: _Conn, _sock: Any) -> None:
+        """Bytes came: the first of a request go to a thread, which reads them (a whole
+        request usually comes in one read, so the loop does no reading for it); the rest
+        of a request that came in pieces is read here."""
         if conn not in self._waiting or conn.lingering:
             return  # a stale event of this select batch: the connection moved on
+        if conn.intake is None:
+            self._dispatch(conn)
+            return
         try:
             data = conn.sock.recv(_READ_SIZE, socket.MSG_DONTWAIT)
         except (BlockingIOError, InterruptedError):
@@ -205,11 +255,17 @@ class GuardedThreadWorker(ThreadWorker):  # type: ignore[misc]
         self._take(conn, data, time.monotonic())
 
     def _take(self, conn: _Conn, data: bytes, now: float) -> None:
+        """Read ``data`` into the connection's request, in the loop."""
+        first = conn.intake is None
+        if conn.intake is None:
+            conn.intake = RequestIntake(self.limits.intake)
+        self._buffered += len(data)
+        self._judge(conn, conn.intake.feed(data), first, now)
+
+    def _judge(self, conn: _Conn, verdict: Verdict, first: bool, now: float) -> None:
+        """Act on where a waiting connection's request stands."""
         intake = conn.intake
         assert intake is not None
-        first = not intake.started
-        verdict = intake.feed(data)
-        self._buffered += len(data)
         if verdict is Verdict.COMPLETE:
             self._dispatch(conn)
             return
@@ -221,29 +277,35 @@ class GuardedThreadWorker(ThreadWorker):  # type: ignore[misc]
         if verdict is Verdict.CONTINUE:
             _send_quietly(conn.sock, _CONTINUE)
         if first:
-            self._arm(conn, now + self.limits.read_timeout)
+            self._arm(conn, self._reading, now + self.limits.read_timeout)
         while self._buffered > self.limits.max_buffered and self._waiting:
             self._evict_oldest()
 
     def _dispatch(self, conn: _Conn) -> None:
-        """The request is whole: hand the connection to a thread."""
-        assert conn.intake is not None
+        """Hand the connection to a thread: its request whole, or (no byte read yet) for
+        the thread to read."""
         self._forget(conn)
-        conn.prebuffer = conn.intake.take()
+        conn.prebuffer = conn.intake.take() if conn.intake is not None else None
         conn.intake = None
         with contextlib.suppress(OSError, ValueError, KeyError):
             self.poller.unregister(conn.sock)
         self.enqueue_req(conn)
 
     # -- in a thread ---------------------------------------------------------------------
-    def handle(self, conn: _Conn) -> bool:
-        """Serve the request read for ``conn`` (runs in a pool thread). True: keep alive."""
+    def handle(self, conn: _Conn) -> bool | _Unread:
+        """Serve ``conn``'s request (runs in a pool thread). True: keep alive; an
+        :class:`_Unread`: the request is not whole yet, the loop reads on."""
         req = None
         try:
+            if conn.prebuffer is None:
+                unread = self._read_at_once(conn)
+                if unread is not None:
+                    return unread
+            conn.sock.setblocking(True)  # the loop left it non-blocking
             conn.init()
             if conn.prebuffer:
                 conn.parser.unreader.unread(conn.prebuffer)
-                conn.prebuffer = b""
+            conn.prebuffer = b""
             req = next(conn.parser)
             if not req:
                 return False
@@ -263,25 +325,61 @@ class GuardedThreadWorker(ThreadWorker):  # type: ignore[misc]
             self.handle_error(req, conn.sock, conn.client, exc)
         return False
 
-    def finish_request(self, conn: _Conn, fs: Any) -> None:
-        """Back on the loop: wait for the connection's next request, or close it."""
+    def _read_at_once(self, conn: _Conn) -> _Unread | None:
+        """Read what the client sent, never waiting: None when it is a whole request (in
+        ``conn.prebuffer``), else what the loop is to do."""
         try:
-            keep = (not fs.cancelled()) and bool(fs.result())
+            data = conn.sock.recv(_FIRST_READ, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return _Unread(None)
+        if not data:
+            raise http.errors.NoMoreData(b"")
+        if whole_simple_request(data, self.limits.intake):
+            conn.prebuffer = data
+            return None
+        intake = RequestIntake(self.limits.intake)
+        verdict = intake.feed(data)
+        if verdict is Verdict.COMPLETE:
+            conn.prebuffer = intake.take()
+            return None
+        conn.intake = intake
+        return _Unread(verdict)
+
+    def finish_request(self, conn: _Conn, fs: Any) -> None:
+        """Back on the loop: wait for the connection's next request (or the rest of this
+        one), or close it."""
+        try:
+            result = False if fs.cancelled() else fs.result()
         except Exception:
-            keep = False
-        if not keep or not self.alive:
+            result = False
+        if isinstance(result, _Unread) and self.alive:
+            self._resume(conn, result)
+            return
+        if result is not True or not self.alive:
             self._linger(conn)
             return
         conn.served += 1
+        unreader = conn.parser.unreader
+        leftover = unreader.take_buffered() if unreader.buf.tell() else b""
         try:
-            leftover = conn.parser.unreader.take_buffered()
             conn.sock.setblocking(False)
         except OSError:
             self._close(conn)
             return
-        deadline = time.monotonic() + (self.limits.read_timeout if leftover
-                                       else self.limits.keepalive_timeout)
-        self._read(conn, leftover, deadline)
+        now = time.monotonic()
+        if leftover:  # pipelined: the next request has begun
+            self._read(conn, leftover, self._reading, now + self.limits.read_timeout)
+        else:
+            self._read(conn, b"", self._idle, now + self.limits.keepalive_timeout)
+
+    def _resume(self, conn: _Conn, unread: _Unread) -> None:
+        """The thread found less than a request: the loop reads the rest."""
+        now = time.monotonic()
+        if unread.verdict is None:  # woken for nothing: wait on, same deadline
+            self._wait(conn, conn.queue or self._reading, conn.deadline)
+            return
+        if self._wait(conn, self._reading, now + self.limits.read_timeout):
+            self._judge(conn, unread.verdict, False, now)
 
     # -- refusing and closing ---------------------------------------------------------------
     def _refuse(self, conn: _Conn, refusal: Refusal, reason: str) -> None:
@@ -315,7 +413,7 @@ class GuardedThreadWorker(ThreadWorker):  # type: ignore[misc]
         except (OSError, ValueError):
             self._close(conn)
             return
-        self._arm(conn, time.monotonic() + _LINGER_SECONDS)
+        self._arm(conn, self._closing, time.monotonic() + _LINGER_SECONDS)
 
     def _drain(self, conn: _Conn, _sock: Any) -> None:
         if conn not in self._waiting or not conn.lingering:
@@ -342,29 +440,35 @@ class GuardedThreadWorker(ThreadWorker):  # type: ignore[misc]
         """Take ``conn`` out of the waiting set, its timer and the buffered bytes."""
         if self._waiting.pop(conn, False) is None and conn.intake is not None:
             self._buffered -= len(conn.intake)
-        conn.timer = -1
+        conn.timer += 1  # voids its queued deadlines
 
     # -- deadlines -----------------------------------------------------------------------
-    def _arm(self, conn: _Conn, deadline: float) -> None:
+    def _arm(self, conn: _Conn, queue: _Queue, deadline: float) -> None:
+        """``conn`` is due at ``deadline`` (its earlier deadlines are void)."""
         conn.deadline = deadline
-        conn.timer = next(self._sequence)
-        heapq.heappush(self._timers, (deadline, conn.timer, conn))
+        conn.queue = queue
+        conn.timer += 1
+        queue.append((deadline, conn.timer, conn))
 
     def _expire(self, now: float) -> None:
-        while self._timers and self._timers[0][0] <= now:
-            _, timer, conn = heapq.heappop(self._timers)
-            if timer != conn.timer or conn not in self._waiting:
-                continue  # dispatched, re-armed or closed since
-            if conn.lingering:
-                self._close(conn)
-            elif conn.intake is not None and conn.intake.started:
-                self._refuse(conn, Refusal(408, "Request Timeout",
-                                           f"the request did not arrive within "
-                                           f"{self.limits.read_timeout:g} s"), "read_timeout")
-            else:
-                if conn.served == 0:
-                    self._count("idle_timeout")
-                self._close(conn)
+        for queue in (self._idle, self._reading, self._closing):
+            while queue and queue[0][0] <= now:
+                _, timer, conn = queue.popleft()
+                if timer == conn.timer and conn in self._waiting:
+                    self._late(conn)
+
+    def _late(self, conn: _Conn) -> None:
+        """``conn``'s deadline passed while it waited."""
+        if conn.lingering:
+            self._close(conn)
+        elif conn.intake is not None and conn.intake.started:
+            self._refuse(conn, Refusal(408, "Request Timeout",
+                                       f"the request did not arrive within "
+                                       f"{self.limits.read_timeout:g} s"), "read_timeout")
+        else:
+            if conn.served == 0:
+                self._count("idle_timeout")
+            self._close(conn)
 
     # -- reporting -----------------------------------------------------------------------
     def _count(self, reason: str) -> None:
@@ -384,6 +488,16 @@ def _bound_blocking_calls(sock: socket.socket, seconds: float) -> None:
     with contextlib.suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+
+
+def _peek(sock: socket.socket) -> bool | None:
+    """Whether bytes wait unread on ``sock`` (None: the client closed it, or it failed)."""
+    try:
+        return bool(sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)) or None
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return None
 
 
 def _send_quietly(sock: socket.socket, data: bytes) -> None:
