@@ -180,25 +180,16 @@ class GuardedThreadWorker(ThreadWorker):  # type: ignore[misc]
         """Below the cap again, closing the connection that has been waiting longest if
         need be; False if every connection is busy in a thread.
 
-        A connection whose request is waiting unread in the kernel goes to a thread instead
-        of being closed, and the next one is considered."""
+        What a candidate has sent is read first: a whole request goes to a thread instead of
+        being dropped, and the next one is considered."""
         while self.nr_conns >= self.worker_connections:
             if not self._waiting:
                 return False
             conn = next(iter(self._waiting))
             if not conn.lingering:
-                if conn.intake is None:
-                    waiting = _peek(conn.sock)
-                    if waiting is None:  # the client went away
-                        self._close(conn)
-                        continue
-                    if waiting:
-                        self._dispatch(conn)
-                        continue
-                else:
-                    self._readable(conn, None)
-                    if conn not in self._waiting or conn.lingering:
-                        continue  # dispatched, gone or refused: look again
+                self._read_here(conn)  # a request already sent is served, not dropped
+                if conn not in self._waiting or conn.lingering:
+                    continue  # dispatched, gone or refused: look again
                 self._count("evicted")
             self._close(conn)
         return True
@@ -242,7 +233,11 @@ class GuardedThreadWorker(ThreadWorker):  # type: ignore[misc]
             return  # a stale event of this select batch: the connection moved on
         if conn.intake is None:
             self._dispatch(conn)
-            return
+        else:
+            self._read_here(conn)
+
+    def _read_here(self, conn: _Conn) -> None:
+        """Read what ``conn`` sent, in the loop."""
         try:
             data = conn.sock.recv(_READ_SIZE, socket.MSG_DONTWAIT)
         except (BlockingIOError, InterruptedError):
@@ -488,16 +483,6 @@ def _bound_blocking_calls(sock: socket.socket, seconds: float) -> None:
     with contextlib.suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
-
-
-def _peek(sock: socket.socket) -> bool | None:
-    """Whether bytes wait unread on ``sock`` (None: the client closed it, or it failed)."""
-    try:
-        return bool(sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)) or None
-    except (BlockingIOError, InterruptedError):
-        return False
-    except OSError:
-        return None
 
 
 def _send_quietly(sock: socket.socket, data: bytes) -> None:
