@@ -113,26 +113,33 @@ class GuardedThreadWorker(ThreadWorker):  # type: ignore[misc]
         self.poller.register(self.method_queue.fileno(), selectors.EVENT_READ,
                              self.method_queue.run_callbacks)
         self.set_accept_enabled(True)
+        chores_at, wait = 0.0, 0.0
         while self.alive:
+            self.wait_for_and_dispatch_events(timeout=wait)
+            now = time.monotonic()
+            if now < chores_at:
+                continue
+            chores_at = now + _TIMER_GRAIN
             self.notify()
-            self.wait_for_and_dispatch_events(timeout=self._wait_time())
             if not self.is_parent_alive():
                 break
-            self._expire(time.monotonic())
-            self._tick(time.monotonic())
+            self._expire(now)
+            self._tick(now)
+            wait = self._wait_time(now)
         self._stop()
 
-    def _wait_time(self) -> float:
+    def _wait_time(self, now: float) -> float:
         """How long the loop may sleep: until the first deadline, but never less than
-        :data:`_TIMER_GRAIN`. Timers are deleted lazily (a request dispatched leaves its
-        entry until it is due), so under load one is due every fraction of a millisecond:
-        waking for each cost a quarter of the throughput (the loop's thread fighting the
-        handlers for the GIL). Deadlines are seconds long; a few tens of ms late is nothing."""
-        first = min((queue[0][0] for queue in (self._idle, self._reading, self._closing)
-                     if queue), default=None)
-        if first is None:
-            return 1.0
-        return max(_TIMER_GRAIN, min(1.0, first - time.monotonic()))
+        :data:`_TIMER_GRAIN`. The loop's chores (deadlines, the arbiter's heartbeat, the
+        reports) run at most that often: under load an event comes every fraction of a
+        millisecond, and doing them after each cost throughput (the loop's thread takes the
+        GIL from the handlers each time). Deadlines are seconds long; a few tens of
+        milliseconds late is nothing."""
+        first = 1.0
+        for queue in (self._idle, self._reading, self._closing):
+            if queue and queue[0][0] - now < first:
+                first = queue[0][0] - now
+        return max(_TIMER_GRAIN, first)
 
     def _stop(self) -> None:
         """Stop accepting; close idle connections now; give requests under way and those
@@ -144,7 +151,7 @@ class GuardedThreadWorker(ThreadWorker):  # type: ignore[misc]
         deadline = time.monotonic() + self.cfg.graceful_timeout
         while self.nr_conns > 0 and time.monotonic() < deadline:
             self.notify()
-            self.wait_for_and_dispatch_events(timeout=self._wait_time())
+            self.wait_for_and_dispatch_events(timeout=self._wait_time(time.monotonic()))
             self._expire(time.monotonic())
         for conn in list(self._waiting):
             self._close(conn)
