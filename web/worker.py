@@ -1,14 +1,16 @@
-"""The API's gunicorn worker: requests are read whole before a thread takes them.
+"""The API's gunicorn worker: no thread ever waits for a client.
 
 gunicorn's ``gthread`` worker gives each new connection to a thread, which then reads the
 request with blocking reads that have no deadline once a first byte came: a handful of
 clients sending one header line every few seconds held every thread and the API stopped
-answering. :class:`GuardedThreadWorker` keeps gthread's thread pool and request handling
-but reads in its event loop, as Puma does (see docs/security.md):
+answering. :class:`GuardedThreadWorker` keeps gthread's thread pool and request handling,
+but a thread only ever reads what has already arrived, as Puma does (see docs/security.md):
 
-* a new or kept-alive connection waits in the selector; its bytes go to a
-  :class:`~vmpooler.web.intake.RequestIntake` until the request (head and body) is whole,
-  and only then is it handed to a thread, its bytes already read;
+* a new or kept-alive connection waits in the selector; once bytes come, a thread reads
+  them without waiting: a whole request (the usual case) it serves at once; anything less
+  goes back to the event loop, which reads the rest into a
+  :class:`~vmpooler.web.intake.RequestIntake` and hands the connection to a thread again
+  only when the request (head and body) is whole;
 * every request must arrive within ``read_timeout`` seconds of its first byte (a new
   connection: of its opening); late ones are answered 408 and closed;
 * a kept-alive connection may idle ``keepalive_timeout`` seconds between requests;
@@ -86,7 +88,7 @@ class _Conn(TConn):  # type: ignore[misc]
 
 
 class GuardedThreadWorker(ThreadWorker):  # type: ignore[misc]
-    """gunicorn's threaded worker with whole-request reading in the event loop.
+    """gunicorn's threaded worker whose threads never wait for a client's bytes.
 
     The application object may carry ``connection_limits``
     (:class:`~vmpooler.web.connections.ConnectionLimits`) and ``connection_observer``
