@@ -8,6 +8,7 @@ unless ``VMPOOLER_REQUIRE_VCSIM=1`` (set by ``.ci/run``), which makes them fail 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -157,12 +158,18 @@ def prepare(si: Any, folders: tuple[str, ...] = (), template: str = TEMPLATE,
 
 def vm_names(si: Any, folder: str) -> set[str]:
     """Names of the VMs directly in ``DC0/vm/<folder>`` (empty when it does not exist)."""
-    from pyVmomi import vim
+    from pyVmomi import vim, vmodl
 
     found = find(si, f"DC0/vm/{folder}")
     if found is None:
         return set()
-    return {child.name for child in found.childEntity if isinstance(child, vim.VirtualMachine)}
+    names = set()
+    for child in found.childEntity:
+        if isinstance(child, vim.VirtualMachine):
+            # one destroyed between the listing and this read is no longer there
+            with contextlib.suppress(vmodl.fault.ManagedObjectNotFound):
+                names.add(child.name)
+    return names
 
 
 def clone_plain_vm(si: Any, folder: str, name: str) -> Any:
