@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -58,7 +59,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     serving = argparse.ArgumentParser(add_help=False)
     serving.add_argument("--bind", metavar="HOST:PORT",
-                         help="listen address (default 127.0.0.1:$PORT, PORT defaulting to 4567)")
+                         help="listen address (default $VMPOOLER_BIND, else 127.0.0.1; "
+                              "the port defaults to $PORT, else 4567)")
     serving.add_argument("--threads", type=int, default=8, help="threads per worker (default 8)")
     sub.add_parser("run", parents=[common, serving],
                    help="API and manager in one process (embedded Redis when none is configured)")
@@ -113,7 +115,7 @@ def _serve(config: Config, args: argparse.Namespace, *, with_manager: bool) -> i
     from vmpooler.web.server import ApiServer, ServeOptions
 
     options = ServeOptions(
-        bind=args.bind or f"127.0.0.1:{config.api_port}",
+        bind=serve_address(args.bind or os.environ.get("VMPOOLER_BIND"), config.api_port),
         workers=getattr(args, "workers", 1), threads=args.threads, log_level=args.log_level,
     )
     if hasattr(signal, "SIGUSR1"):
@@ -128,6 +130,22 @@ def _serve(config: Config, args: argparse.Namespace, *, with_manager: bool) -> i
         log.error("[!] [manager] embedded redis-server failed: %s", exc)
         return 1
     return 0
+
+
+def serve_address(bind: str | None, port: int) -> str:
+    """The address to serve on: ``bind`` as given when it names a port (``HOST:PORT``,
+    ``[V6]:PORT``) or a socket (``unix:PATH``, ``fd://N``); a bare host (``0.0.0.0``,
+    ``[::]``, ``::``) with ``port``; nothing at all as ``127.0.0.1:port``."""
+    if not bind:
+        return f"127.0.0.1:{port}"
+    if bind.startswith(("unix:", "fd://")):
+        return bind
+    if bind.count(":") > 1 and not bind.startswith("["):
+        return f"[{bind}]:{port}"  # a bare IPv6 address
+    host, sep, tail = bind.rpartition(":")
+    if sep and tail.isdigit() and host:
+        return bind
+    return f"{bind}:{port}"
 
 
 def _beside_foreign_manager(config: Config) -> bool:

@@ -1,0 +1,50 @@
+# vmpooler in a container: `docker build -t vmpooler .`, then
+#   docker run -p 127.0.0.1:4567:4567 vmpooler              # `run`: API + manager, embedded Redis
+#   docker run ... vmpooler api | manager | check-config     # as vmpooler's image does
+#
+# Two stages: the first builds vmpooler's wheel and its dependencies' wheels and installs them
+# into a virtualenv at /opt/vmpooler; the second is the base image plus that virtualenv.
+# Where no package index is reachable, put the wheels in ./wheels first
+# (`pip wheel --wheel-dir wheels .`) and the build uses only them.
+# BASE_IMAGE needs python3 (3.11 or newer) with its venv module; any Debian-like image does.
+ARG BASE_IMAGE=docker.io/library/python:3.11-slim-bookworm
+
+FROM ${BASE_IMAGE} AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_ROOT_USER_ACTION=ignore
+WORKDIR /src
+COPY . .
+RUN python3 -m venv /opt/build \
+ && if ! ls wheels/vmpooler-*.whl >/dev/null 2>&1; then \
+      /opt/build/bin/pip wheel --wheel-dir wheels . ; \
+    fi \
+ && python3 -m venv --without-pip /opt/vmpooler \
+ && /opt/build/bin/pip --python /opt/vmpooler/bin/python install --no-index \
+      --find-links wheels vmpooler \
+ && /opt/vmpooler/bin/vmpooler --version \
+ && mkdir -p /var/lib/vmpooler
+
+FROM ${BASE_IMAGE}
+LABEL org.opencontainers.image.title="vmpooler" \
+      org.opencontainers.image.description="Pools of ready virtual machines for test infrastructure (vmpooler API v3)" \
+      org.opencontainers.image.licenses="Apache-2.0"
+COPY --from=build /opt/vmpooler /opt/vmpooler
+COPY --from=build --chown=1001:1001 /var/lib/vmpooler /var/lib/vmpooler
+# In a container the API and the manager's probes listen on every address (outside, the
+# default stays 127.0.0.1 and the manager serves nothing). The working directory is the one
+# writable place besides /tmp: the embedded Redis keeps ./var/redis there.
+ENV PATH=/opt/vmpooler/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    HOME=/tmp \
+    PORT=4567 \
+    VMPOOLER_BIND=0.0.0.0 \
+    VMPOOLER_MANAGER_BIND=0.0.0.0:4567
+WORKDIR /var/lib/vmpooler
+VOLUME /var/lib/vmpooler
+USER 1001:1001
+EXPOSE 4567
+STOPSIGNAL SIGTERM
+HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
+  CMD ["python3", "-c", "import os, sys, urllib.request as r; sys.exit(r.urlopen('http://127.0.0.1:%s/healthcheck' % os.environ.get('PORT', '4567'), timeout=4).status != 200)"]
+ENTRYPOINT ["vmpooler"]
+CMD ["run"]
