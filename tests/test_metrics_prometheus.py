@@ -104,6 +104,15 @@ def test_the_clone_gauge_also_feeds_the_clone_histogram(metrics: PrometheusMetri
     assert value(metrics, "vmpooler_clone_sum", poolname="debian") == 12.5
 
 
+def test_every_gauge_a_pool_cycle_sends_has_a_family(
+        metrics: PrometheusMetrics, caplog: pytest.LogCaptureFixture) -> None:
+    for name, count in (("ready", 2), ("running", 1), ("pending", 3), ("size", 5)):
+        metrics.gauge(name, count, tags={"pool": "debian"})
+    assert value(metrics, "vmpooler_pending", poolname="debian") == 3
+    assert value(metrics, "vmpooler_size", poolname="debian") == 5
+    assert not [r for r in caplog.records if "dropped" in r.getMessage()]
+
+
 def test_increments_on_gauge_families_add_up(metrics: PrometheusMetrics) -> None:
     metrics.increment("vmpooler_purge.orphaned.count")
     metrics.increment("vmpooler_purge.orphaned.count")

@@ -130,6 +130,8 @@ FAMILIES: Mapping[str, Family] = {
     # ours, not vmpooler's
     "vmpooler_ondemand": Family("counter", "On-demand requests ready or failed", _METRIC_PATH),
     "vmpooler_actor": Family("counter", "Actor crashes, restarts and give-ups", _METRIC_PATH),
+    "pending": Family("gauge", "vmpooler number of machines being cloned (pending)", _POOL),
+    "size": Family("gauge", "vmpooler pool target size", _POOL),
 }
 """vmpooler 3.9.1's table (the legacy, unused ``errors_*`` family left out) plus ours."""
 
