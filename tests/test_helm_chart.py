@@ -548,3 +548,13 @@ def test_their_values_with_a_pools_list_load(chart: helm_python.Chart, tmp_path:
     config = loaded_config(render(chart, values), "vmpooler-manager", tmp_path)
     assert config.pool_names == ("debian-12-x86_64", "centos-9-x86_64")
     assert config.pool("centos-9-x86_64").provider == "dummy"
+
+
+@pytest.mark.parametrize("values", [
+    {"config": {"require_token_for_vm_changes": True}},
+    {"baseconfig_extras": {":providers": {":vc": {"password": "", "token": None}}}},
+], ids=["boolean", "empty"])
+def test_keys_named_like_secrets_without_one_render(chart: helm_python.Chart,
+                                                    values: dict[str, Any]) -> None:
+    assert names(render(chart, values), "ConfigMap") == {"vmpooler-baseconfig",
+                                                          "vmpooler-pools"}

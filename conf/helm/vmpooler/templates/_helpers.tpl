@@ -367,3 +367,16 @@ spec:
     {{- toYaml . | nindent 4 }}
   {{- end }}
 {{- end -}}
+
+{{/*
+Fails when `text` (a file of a ConfigMap) has a line matching `pattern` (a key named like a
+secret) whose value is not null, empty or a boolean (require_token_for_vm_changes is no secret). Call with (dict "pattern" ... "text" ... "file" ...).
+*/}}
+{{- define "vmpooler.refuseSecrets" -}}
+{{- range regexFindAll .pattern .text -1 }}
+{{- $value := regexReplaceAll `^\s*(?:- )?\S*?:\s+` . "" | trim }}
+{{- if not (has (lower $value) (list "null" "~" "''" "\"\"" "true" "false")) }}
+{{- fail (printf "the %s ConfigMap would hold a secret (%s): ConfigMaps are not for secrets; give provider credentials through providerCredentials, other secret keys through extraConfigSecrets (see the chart's README)" $.file (regexReplaceAll `:\s+.*` (trim .) ": ...")) }}
+{{- end }}
+{{- end }}
+{{- end -}}
