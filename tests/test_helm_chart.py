@@ -11,15 +11,23 @@ from __future__ import annotations
 import base64
 import copy
 import hashlib
-from collections.abc import Mapping
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import helm_python
 import pytest
+import redis
 import yaml
 
+from tests.harness import wait_until
 from vmpooler.actors.config import load_config
+from vmpooler.actors.storage.embedded_redis import find_redis_server, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "conf" / "helm" / "vmpooler"
@@ -480,28 +488,40 @@ def test_extras_merge_over_the_chart_sections(chart: helm_python.Chart) -> None:
 
 # The rendered configuration loads --------------------------------------------------------------
 
-def loaded_config(docs: list[Manifest], deployment: str, tmp_path: Path) -> Any:
-    """vmpooler's config as the Deployment's container would load it: the ConfigMaps written
-    where the pod mounts them (under tmp_path), its env, Secrets decoded or made up."""
-    etc = tmp_path / "etc" / "vmpooler"
-    (etc / "config").mkdir(parents=True)
+def write_configmaps(docs: list[Manifest], etc: Path) -> None:
+    """The ConfigMaps' files where the pods mount them, under ``etc`` for /etc/vmpooler."""
+    (etc / "config").mkdir(parents=True, exist_ok=True)
     for doc in docs:
         if doc["kind"] == "ConfigMap":
             for name, text in doc["data"].items():
                 (etc / ("config" if name == "pools.yaml" else "") / name).write_text(text)
+
+
+def environ_of(docs: list[Manifest], c: Mapping[str, Any], etc: Path,
+               tmp: Path) -> dict[str, str]:
+    """A container's environment, /etc/vmpooler read as ``etc`` and /tmp as ``tmp``; values
+    from Secrets decoded when the chart renders the Secret, else made up."""
     secrets = {d["metadata"]["name"]: d["data"] for d in docs if d["kind"] == "Secret"}
     environ = {}
-    for entry in container(docs, deployment)["env"]:
+    for entry in c["env"]:
         if "value" in entry:
             value = entry["value"]
             if value.startswith("/tmp/"):
-                value = f"{tmp_path}/{value.removeprefix('/tmp/')}"
+                value = f"{tmp}/{value.removeprefix('/tmp/')}"
             environ[entry["name"]] = value.replace("/etc/vmpooler", str(etc))
             continue
         ref = entry["valueFrom"]["secretKeyRef"]
         data = secrets.get(ref["name"], {})
         environ[entry["name"]] = (base64.b64decode(data[ref["key"]]).decode()
                                   if ref["key"] in data else f"from-{ref['name']}")
+    return environ
+
+
+def loaded_config(docs: list[Manifest], deployment: str, tmp_path: Path) -> Any:
+    """vmpooler's config as the Deployment's container would load it."""
+    etc = tmp_path / "etc" / "vmpooler"
+    write_configmaps(docs, etc)
+    environ = environ_of(docs, container(docs, deployment), etc, tmp_path)
     return load_config(environ=environ, cwd=tmp_path)
 
 
@@ -558,3 +578,79 @@ def test_keys_named_like_secrets_without_one_render(chart: helm_python.Chart,
                                                     values: dict[str, Any]) -> None:
     assert names(render(chart, values), "ConfigMap") == {"vmpooler-baseconfig",
                                                           "vmpooler-pools"}
+
+
+# The rendered pods run ------------------------------------------------------------------------
+
+@pytest.fixture
+def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for process in started:
+        process.terminate()
+    for process in started:
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def probe_passes(c: Mapping[str, Any], kind: str, environ: Mapping[str, str]) -> bool:
+    command = c[kind]["exec"]["command"]
+    if command[0] == "python3":
+        command = [sys.executable, *command[1:]]
+    return subprocess.run(command, env=environ, capture_output=True, timeout=10).returncode == 0
+
+
+@pytest.mark.integration
+def test_the_rendered_pods_run(chart: helm_python.Chart, tmp_path: Path,
+                               processes: list[subprocess.Popen[bytes]]) -> None:
+    """The built-in Redis's command line, and the API's and manager's arguments and
+    environment, run here on loopback (Services become 127.0.0.1; each pod its own /tmp), and
+    their exec probes pass."""
+    redis_port, api_port = free_port(), free_port()
+    docs = render(chart, {
+        "probeHandler": "exec", "service": {"port": api_port},
+        "redis": {"port": redis_port, "master": {"extraFlags": ["--bind", "127.0.0.1"]}},
+        "pools": [{"name": "debian-12-x86_64", "size": 1, "provider": "dummy"}],
+    })
+    etc = tmp_path / "etc" / "vmpooler"
+    write_configmaps(docs, etc)
+    binaries = str(Path(find_redis_server(prefer_system=True)).parent)
+
+    store = container(docs, "vmpooler-redis-master")
+    data = tmp_path / "data"
+    data.mkdir()
+    store_env = {**environ_of(docs, store, etc, tmp_path),
+                 "PATH": f"{binaries}{os.pathsep}{os.environ['PATH']}"}
+    args = [str(data) if arg == "/data" else arg for arg in store["args"]]
+    processes.append(subprocess.Popen([*store["command"], *args], env=store_env,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
+    wait_until(lambda: probe_passes(store, "readinessProbe", store_env), 20,
+               "the Redis pod's readiness probe")
+    assert probe_passes(store, "livenessProbe", store_env)
+    with pytest.raises(redis.AuthenticationError):
+        redis.Redis(port=redis_port).ping()
+    assert redis.Redis(port=redis_port, password=store_env["REDIS_PASSWORD"]).ping()
+
+    pods = {}
+    for deployment in ("vmpooler-manager", "vmpooler-api"):
+        c = container(docs, deployment)
+        pod_tmp = tmp_path / deployment
+        pod_tmp.mkdir()
+        environ = {**os.environ, **environ_of(docs, c, etc, pod_tmp),
+                   "REDIS_SERVER": "127.0.0.1", "HOME": str(pod_tmp)}
+        environ["VMPOOLER_MANAGER_BIND"] = f"127.0.0.1:{free_port()}"
+        args = [arg.replace("0.0.0.0:", "127.0.0.1:") for arg in c["args"]]
+        with open(tmp_path / f"{deployment}.log", "wb") as log:
+            processes.append(subprocess.Popen([sys.executable, "-m", "vmpooler.web.cli", *args],
+                                              env=environ, cwd=pod_tmp, stdout=log,
+                                              stderr=subprocess.STDOUT))
+        pods[deployment] = (c, environ)
+    api, api_env = pods["vmpooler-api"]
+    wait_until(lambda: probe_passes(api, "readinessProbe", api_env), 40,
+               "the API's readiness probe (a manager's heartbeat)")
+    assert probe_passes(api, "livenessProbe", api_env)
+    with urllib.request.urlopen(f"http://127.0.0.1:{api_port}/api/v3/vm", timeout=10) as answer:
+        assert json.load(answer) == ["debian-12-x86_64"]
