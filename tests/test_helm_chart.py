@@ -580,6 +580,15 @@ def test_keys_named_like_secrets_without_one_render(chart: helm_python.Chart,
                                                           "vmpooler-pools"}
 
 
+def test_without_pools_the_pools_file_names_none(chart: helm_python.Chart,
+                                                  tmp_path: Path) -> None:
+    """No `pools`: pools.yaml has no :pools: key, so vmpooler.yaml's count (else Redis's)."""
+    docs = render(chart, {"pools": [], "baseconfig_extras": {":pools": copy.deepcopy(
+        DUMMY_POOLS)}})
+    assert yaml.safe_load(one(docs, "ConfigMap", "vmpooler-pools")["data"]["pools.yaml"]) == {}
+    config = loaded_config(docs, "vmpooler-api", tmp_path)
+    assert config.pool_names == ("debian-12-x86_64", "centos-9-x86_64")
+
 # The rendered pods run ------------------------------------------------------------------------
 
 @pytest.fixture
