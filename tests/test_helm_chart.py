@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -98,6 +99,12 @@ def test_the_chart_lints_clean(values: str | None) -> None:
     # Severity 1 is INFO: only "icon is recommended" (the project has no logo to point at).
     assert [m for m in report["messages"] if m["severity"] >= 2] == []
 
+
+def test_the_app_version_is_the_package_version(chart: helm_python.Chart) -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert chart.metadata["appVersion"] == project["version"]
+    assert chart.metadata["apiVersion"] == "v2"
+    assert not chart.metadata.get("dependencies")
 
 def test_default_values_render_a_whole_vmpooler(chart: helm_python.Chart) -> None:
     docs = render(chart)
