@@ -83,6 +83,7 @@ class PoolerSystem:
         self.directory = ActorDirectory()
         self._res = res
         self._supervisor: pykka.ActorRef[Any] | None = None
+        self._children: tuple[str, ...] = ()  # the supervisor's, once booted
         self._stopped = False
         self.restart_policy = RestartPolicy()  # the Supervisor's and the on-demand manager's
         self.membership = Membership(
@@ -220,6 +221,7 @@ class PoolerSystem:
             sup.start_child("commands", consumer_factory(
                 res.client, notify=self.notify, notify_tasks=self.notify_tasks,
                 notify_request=self.notify_request, clock=self.clock)).get()
+        self._children = tuple(n for n in self.directory.names() if not n.startswith("request:"))
         log.info("[*] [manager] started: %d pools, %d providers", len(cfg.pools),
                  len(res.providers))
 
@@ -264,7 +266,23 @@ class PoolerSystem:
             res.embedded.stop()
         log.info("[*] [manager] stopped")
 
+    def liveness(self) -> str | None:
+        """None while the system runs: not stopped, its supervisor alive, and each actor it
+        started alive or awaiting its restart; else why not (a child the supervisor gave up
+        on has left the directory). Looks at actor refs only: never blocks, never reads Redis."""
+        if self._stopped:
+            return "the manager has stopped"
+        if self._supervisor is None or not self._supervisor.is_alive():
+            return "the supervisor is not running"
+        gone = sorted(set(self._children) - set(self.directory.names()))
+        return f"actors given up by the supervisor: {', '.join(gone)}" if gone else None
+
     # -- reads and commands ----------------------------------------------------------------------
+    @property
+    def metrics(self) -> Metrics:
+        """The metrics backend the actors report to (shared; do not close it)."""
+        return self._res.metrics
+
     @property
     def redis(self) -> redis.Redis:
         """The Redis client the system uses (shared; do not close it)."""

@@ -8,6 +8,7 @@ half-written); SIGUSR1 logs every thread's traceback (for diagnosing a stuck act
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
@@ -28,7 +29,7 @@ from vmpooler.actors.service.ruby_guard import ForeignManagerError, refuse_besid
 from vmpooler.actors.storage.connection import connect_configured
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedisError
 from vmpooler.actors.system import PoolerSystem
-from vmpooler.web import dlq_command
+from vmpooler.web import dlq_command, probe_server
 from vmpooler.web.logsetup import configure_logging, refuse_to_start
 
 __all__ = ["main"]
@@ -67,7 +68,8 @@ def _parser() -> argparse.ArgumentParser:
     api = sub.add_parser("api", parents=[common, serving],
                          help="serve the REST API only (commands reach managers through Redis)")
     api.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
-    sub.add_parser("manager", parents=[common], help="run the pool manager (the actor system)")
+    probe_server.add_bind_argument(sub.add_parser(
+        "manager", parents=[common], help="run the pool manager (the actor system)"))
     sub.add_parser("check-config", parents=[common],
                    help="print the effective configuration (secrets masked) or its errors")
     dlq_command.add_parser(sub, [common])
@@ -108,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         prepare_multiprocess(prometheus.multiprocess_dir)
     if command in ("run", "api"):
         return _serve(config, args, with_manager=command == "run")
-    return _run_manager(config)
+    return _run_manager(config, args.probe_address)
 
 
 def _serve(config: Config, args: argparse.Namespace, *, with_manager: bool) -> int:
@@ -165,7 +167,7 @@ def _beside_foreign_manager(config: Config) -> bool:
     return False
 
 
-def _run_manager(config: Config) -> int:
+def _run_manager(config: Config, bind: tuple[str, int] | None = None) -> int:
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -177,6 +179,20 @@ def _run_manager(config: Config) -> int:
     if hasattr(signal, "SIGUSR1"):
         signal.signal(signal.SIGUSR1, pykka.debug.log_thread_tracebacks)
     log.info("[*] [manager] vmpooler %s starting with %s", _version(), config.source)
+    probes = None
+    if bind is not None:
+        try:
+            probes = probe_server.listen(config, bind)
+        except OSError as exc:  # before anything starts: the port in use, a bad address
+            refuse_to_start(OSError(f"cannot listen on {probe_server.show_address(bind)}: {exc}"))
+            return 1
+    with probes or contextlib.nullcontext():
+        return _manage(config, stop, probes)
+
+
+def _manage(config: Config, stop: threading.Event,
+            probes: probe_server.ProbeServer | None) -> int:
+    """Start the system (retried while Redis is unreachable) and run it until ``stop``."""
     delay = 1.0
     system = None
     while not stop.is_set():
@@ -195,6 +211,8 @@ def _run_manager(config: Config) -> int:
             delay = min(60.0, delay * 2)
     if system is None:
         return 0
+    if probes is not None:
+        probes.probes.attach(system)
     try:
         stop.wait()
     finally:
