@@ -21,7 +21,7 @@ RUN python3 -m venv /opt/build \
  && /opt/build/bin/pip --python /opt/vmpooler/bin/python install --no-index \
       --find-links wheels vmpooler \
  && /opt/vmpooler/bin/vmpooler --version \
- && mkdir -p /var/lib/vmpooler
+ && mkdir -p /var/lib/vmpooler /etc/vmpooler/base /etc/vmpooler/config
 
 FROM ${BASE_IMAGE}
 LABEL org.opencontainers.image.title="vmpooler" \
@@ -29,6 +29,9 @@ LABEL org.opencontainers.image.title="vmpooler" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /opt/vmpooler /opt/vmpooler
 COPY --from=build --chown=1001:1001 /var/lib/vmpooler /var/lib/vmpooler
+# Mount points for a configuration (the Helm chart mounts vmpooler.yaml in /etc/vmpooler/base
+# and pools.yaml in /etc/vmpooler/config), there already for a read-only root filesystem.
+COPY --from=build /etc/vmpooler /etc/vmpooler
 # In a container the API and the manager's probes listen on every address (outside, the
 # default stays 127.0.0.1 and the manager serves nothing). The working directory is the one
 # writable place besides /tmp: the embedded Redis keeps ./var/redis there.

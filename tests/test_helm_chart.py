@@ -193,7 +193,7 @@ def test_pods_write_only_to_tmp_and_data(chart: helm_python.Chart) -> None:
         assert {"name": "tmp", "emptyDir": {}} in spec["volumes"]
         assert all(m.get("readOnly") for path, m in mounts.items() if path != "/tmp")
         assert env_of(c)["PROMETHEUS_MULTIPROC_DIR"].startswith("/tmp/")
-        assert env_of(c)["VMPOOLER_CONFIG_FILE"] == "/etc/vmpooler/vmpooler.yaml"
+        assert env_of(c)["VMPOOLER_CONFIG_FILE"] == "/etc/vmpooler/base/vmpooler.yaml"
         assert env_of(c)["EXTRA_CONFIG"] == "/etc/vmpooler/config/pools.yaml"
     redis = container(docs, "vmpooler-redis-master")
     assert redis["securityContext"]["readOnlyRootFilesystem"] is True
@@ -497,11 +497,12 @@ def test_extras_merge_over_the_chart_sections(chart: helm_python.Chart) -> None:
 
 def write_configmaps(docs: list[Manifest], etc: Path) -> None:
     """The ConfigMaps' files where the pods mount them, under ``etc`` for /etc/vmpooler."""
-    (etc / "config").mkdir(parents=True, exist_ok=True)
+    for folder in ("base", "config"):
+        (etc / folder).mkdir(parents=True, exist_ok=True)
     for doc in docs:
         if doc["kind"] == "ConfigMap":
             for name, text in doc["data"].items():
-                (etc / ("config" if name == "pools.yaml" else "") / name).write_text(text)
+                (etc / ("config" if name == "pools.yaml" else "base") / name).write_text(text)
 
 
 def environ_of(docs: list[Manifest], c: Mapping[str, Any], etc: Path,

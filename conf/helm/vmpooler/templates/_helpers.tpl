@@ -166,7 +166,7 @@ Entries of extraEnv come last, so they win over the chart's.
 {{- $ := .ctx -}}
 {{- $v := $.Values -}}
 - name: VMPOOLER_CONFIG_FILE
-  value: /etc/vmpooler/vmpooler.yaml
+  value: /etc/vmpooler/base/vmpooler.yaml
 {{- with include "vmpooler.extraConfig" $ }}
 - name: EXTRA_CONFIG
   value: {{ . | quote }}
@@ -311,8 +311,10 @@ spec:
         {{- toYaml . | nindent 8 }}
       {{- end }}
       volumeMounts:
+        # Side by side, not nested: a volume mounted inside a read-only ConfigMap volume
+        # needs the runtime to make its mount point there (podman cannot).
         - name: config
-          mountPath: /etc/vmpooler
+          mountPath: /etc/vmpooler/base
           readOnly: true
         - name: pools
           mountPath: /etc/vmpooler/config
