@@ -6,6 +6,7 @@ Every function raises ``ValueError`` whose message is ready to show an operator
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -107,6 +108,28 @@ def _in_range(
     return maximum is None or value <= maximum
 
 
+def _attempts(value: Any) -> int:
+    """Reconnection attempts: a count, or vmpooler 3.x's list of delays (redis-rb's
+    ``reconnect_attempts``, from YAML or JSON text such as ``[0, 0.25, 0.5]``), which counts
+    as its length (the delays between attempts are ours)."""
+    expected = ("expected a number of attempts or a list of delays in seconds such as "
+                f"[0, 0.25, 0.5], got {show(value)}")
+    if isinstance(value, str) and value.strip().startswith("["):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise ValueError(expected) from None
+    if isinstance(value, list | tuple):
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
+                   for v in value):
+            raise ValueError(expected)
+        return len(value)
+    try:
+        return int(coerce(value, "int", minimum=0))
+    except ValueError:
+        raise ValueError(expected) from None
+
+
 def coerce(
     value: Any,
     kind: str,
@@ -144,6 +167,8 @@ def coerce(
         return number
     if kind == "share":
         return _share(value)
+    if kind == "attempts":
+        return _attempts(value)
     if kind == "bool":
         if isinstance(value, bool):
             return value

@@ -67,8 +67,9 @@ def setting(
     """Declare one setting.
 
     ``kind`` is one of ``int``, ``number`` (int or float), ``share`` (``40%`` or ``0.4``,
-    read as a fraction 0..1), ``bool``, ``str``, ``strs`` (list of strings) or ``weights``
-    (mapping of string to int); a trailing ``?`` means ``None`` is
+    read as a fraction 0..1), ``bool``, ``str``, ``strs`` (list of strings), ``weights``
+    (mapping of string to int) or ``attempts`` (a count, or a list of delays counted by its
+    length, as vmpooler 3.x's redis-rb takes them); a trailing ``?`` means ``None`` is
     allowed. ``minimum``/``maximum`` bound numbers inclusively, ``positive`` demands > 0.
     """
     meta = {
@@ -230,7 +231,7 @@ class RedisSettings:
     connection_pool_timeout: float = setting(
         5.0, "number", env="REDIS_CONNECTION_POOL_TIMEOUT", positive=True
     )  # seconds
-    reconnect_attempts: int = setting(10, "int", env="REDIS_RECONNECT_ATTEMPTS")
+    reconnect_attempts: int = setting(10, "attempts", env="REDIS_RECONNECT_ATTEMPTS")
     data_dir: str = setting("./var/redis", "str", env="VMPOOLER_REDIS_DATA_DIR")
     # Redis Sentinel (ours): the master named ``sentinel_master`` is asked of these
     # sentinels ("host:port" each) instead of connecting to ``server``.
