@@ -25,7 +25,7 @@ import yaml
 from tests.deploy.http import eventually, get, pools_full
 from tests.deploy.podman import Podman
 from tests.deploy.test_compose import checkout
-from tests.test_helm_chart import CHART, DUMMY_POOLS, render, their_values
+from tests.helm.chart import CHART, DUMMY_POOLS, render, their_values
 
 PORT = 4567
 RELEASE = "vmpooler"
