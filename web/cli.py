@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -28,7 +29,7 @@ from vmpooler.actors.storage.connection import connect_configured
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedisError
 from vmpooler.actors.system import PoolerSystem
 from vmpooler.web import dlq_command
-from vmpooler.web.logsetup import configure_logging, refuse_to_start
+from vmpooler.web.logsetup import LOG_FORMATS, configure_logging, refuse_to_start
 
 __all__ = ["main"]
 
@@ -50,6 +51,9 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warning", "error"],
                         help="log verbosity (default: info)")
+    common.add_argument("--log-format", choices=LOG_FORMATS,
+                        help="text: vmpooler's log lines; json: one JSON object per line, "
+                             "gunicorn's too (default: $LOG_FORMAT, else text)")
     parser = argparse.ArgumentParser(
         prog="vmpooler", parents=[common],
         description="Keeps pools of ready virtual machines; a drop-in vmpooler 3.x.",
@@ -72,10 +76,24 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _log_format(args: argparse.Namespace) -> str | None:
+    """``--log-format``, else ``$LOG_FORMAT`` (an empty one is unset), else ``text``; None
+    (said on stderr) when the variable names no format."""
+    chosen = args.log_format or os.environ.get("LOG_FORMAT") or "text"
+    if chosen not in LOG_FORMATS:
+        print(f"vmpooler: LOG_FORMAT: expected one of {', '.join(LOG_FORMATS)}, got "
+              f"{chosen!r}", file=sys.stderr)
+        return None
+    return chosen
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``vmpooler`` console script. Returns the exit status."""
     args = _parser().parse_args(argv)
     command = args.command or "run"
+    args.log_format = _log_format(args)
+    if args.log_format is None:
+        return 1
     try:
         config = load_config(args.config, pool_reader=redis_pool_reader)
     except ConfigError as exc:
@@ -91,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     if command == "dlq":
         return dlq_command.run(config, args)
     try:
-        configure_logging(args.log_level, config.settings.logfile)
+        configure_logging(args.log_level, config.settings.logfile, args.log_format)
     except (OSError, ValueError) as exc:
         cause = exc.__cause__ or exc
         print(f"vmpooler: {config.source}: config.logfile: cannot open "
@@ -115,6 +133,7 @@ def _serve(config: Config, args: argparse.Namespace, *, with_manager: bool) -> i
     options = ServeOptions(
         bind=args.bind or f"127.0.0.1:{config.api_port}",
         workers=getattr(args, "workers", 1), threads=args.threads, log_level=args.log_level,
+        log_format=args.log_format,
     )
     if hasattr(signal, "SIGUSR1"):
         signal.signal(signal.SIGUSR1, pykka.debug.log_thread_tracebacks)

@@ -40,6 +40,7 @@ from vmpooler.web.app import create_app
 from vmpooler.web.commands import DirectCommands, StreamCommands
 from vmpooler.web.connections import ConnectionLimits, error_response
 from vmpooler.web.context import ApiContext
+from vmpooler.web.logjson import JsonGunicornLogger
 from vmpooler.web.logsafe import SafeGunicornLogger
 from vmpooler.web.logsetup import refuse_to_start
 
@@ -50,13 +51,15 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ServeOptions:
-    """How gunicorn serves: ``bind`` address, process ``workers``, ``threads`` per worker."""
+    """How gunicorn serves: ``bind`` address, process ``workers``, ``threads`` per worker;
+    gunicorn's own log lines at ``log_level`` in ``log_format`` (``text`` or ``json``)."""
 
     bind: str = "127.0.0.1:4567"
     workers: int = 2
     threads: int = 8
     timeout: int = 60
     log_level: str = "info"
+    log_format: str = "text"
 
 
 def redis_address(config: Config) -> tuple[str, int] | None:
@@ -146,7 +149,9 @@ class ApiServer(BaseApplication):  # type: ignore[misc]
             "graceful_timeout": 10,
             "loglevel": opts.log_level,
             "accesslog": None,
-            "logger_class": SafeGunicornLogger,  # gunicorn's own lines escaped like ours
+            # gunicorn's own lines escaped like ours, or JSON like ours
+            "logger_class": (JsonGunicornLogger if opts.log_format == "json"
+                             else SafeGunicornLogger),
             "proc_name": "vmpooler",
             "control_socket_disable": True,  # one shared ~/.gunicorn socket would clash
             "on_starting": self._on_starting,
