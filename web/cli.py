@@ -30,6 +30,7 @@ from vmpooler.actors.storage.embedded_redis import EmbeddedRedisError
 from vmpooler.actors.system import PoolerSystem
 from vmpooler.web import dlq_command
 from vmpooler.web.logsetup import LOG_FORMATS, configure_logging, refuse_to_start
+from vmpooler.web.startup import Backoff, retry_while_unavailable
 
 __all__ = ["main"]
 
@@ -178,22 +179,15 @@ def _run_manager(config: Config) -> int:
     if hasattr(signal, "SIGUSR1"):
         signal.signal(signal.SIGUSR1, pykka.debug.log_thread_tracebacks)
     log.info("[*] [manager] vmpooler %s starting with %s", _version(), config.source)
-    delay = 1.0
-    system = None
-    while not stop.is_set():
-        try:
-            system = PoolerSystem.start(config)
-            break
-        except EmbeddedRedisError as exc:
-            log.error("[!] [manager] embedded redis-server failed: %s", exc)
-            return 1
-        except ForeignManagerError as exc:
-            refuse_to_start(exc)
-            return 1
-        except redis.RedisError as exc:
-            log.error("[!] [manager] redis is unavailable (%s); retrying in %.0fs", exc, delay)
-            stop.wait(delay)
-            delay = min(60.0, delay * 2)
+    try:  # while Redis does not answer: after 1 s, doubling to 60 s
+        system = retry_while_unavailable(lambda: PoolerSystem.start(config), stop,
+                                         Backoff(cap=60.0))
+    except EmbeddedRedisError as exc:
+        log.error("[!] [manager] embedded redis-server failed: %s", exc)
+        return 1
+    except ForeignManagerError as exc:
+        refuse_to_start(exc)
+        return 1
     if system is None:
         return 0
     try:
