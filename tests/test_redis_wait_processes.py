@@ -18,13 +18,16 @@ import redis
 
 from tests.conftest import TEST_REDIS_SERVER
 from tests.harness import wait_until
-from tests.test_manager_process import full, processes, spawn, write_config
+from tests.test_manager_process import (
+    full,
+    processes,  # noqa: F401 - the fixture, shared
+    spawn,
+    write_config,
+)
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, find_redis_server, free_port
 
 pytestmark = pytest.mark.integration
-
-__all__ = ["processes"]  # the fixture, shared with tests/test_manager_process.py
 
 RETRY = "[!] [manager] redis is unavailable ("
 
