@@ -63,6 +63,7 @@ class SystemResources:
     embedded: EmbeddedRedis | None
     executor: ActorExecutor = field(default_factory=ActorExecutor)  # runs the request actors
     owns_executor: bool = True
+    owns_metrics: bool = True
     providers: dict[str, Provider] = field(default_factory=dict)
     dns: dict[str, DnsPlugin] = field(default_factory=dict)
 

@@ -129,7 +129,9 @@ class PoolerSystem:
         (:mod:`vmpooler.actors.service.command_stream`), for an API in another process.
         ``actor_executor`` runs the pooled actors (the request actors); by default the system
         starts its own (:data:`~vmpooler.actors.runtime.executor.DEFAULT_THREADS` threads)
-        and stops it last; one passed in is started if need be and never stopped.
+        and stops it last; one passed in is started if need be and never stopped. Likewise
+        a ``redis_client`` or ``metrics`` passed in is never closed, a failed start included
+        (``vmpooler run`` retries the start while its API goes on using both).
         """
         clock = clock or RealClock()
         embedded = None
@@ -151,6 +153,7 @@ class PoolerSystem:
             scheduler=scheduler or ThreadScheduler(clock), owns_scheduler=scheduler is None,
             metrics=metrics or create_metrics(m.backend, m.host, m.port, m.prefix, m.tags),
             client=client, owns_client=redis_client is None, embedded=embedded,
+            owns_metrics=metrics is None,
         )
         if actor_executor is not None:
             res.executor, res.owns_executor = actor_executor, False
@@ -227,7 +230,8 @@ class PoolerSystem:
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop every actor (pools first, then tasks, providers, supervisor), then the actor
-        executor, and release Redis, the embedded server and the providers. Idempotent."""
+        executor, and release what the system made: the Redis client, the embedded server,
+        the providers, the metrics backend. Idempotent."""
         if self._stopped:
             return
         self._stopped = True
@@ -259,12 +263,16 @@ class PoolerSystem:
             _quietly(provider.close)
         for plugin in res.dns.values():
             _quietly(plugin.close)
-        _quietly(res.metrics.close)
+        if res.owns_metrics:
+            _quietly(res.metrics.close)
         if res.owns_client:
             _quietly(res.client.close)
         if res.embedded is not None:
             res.embedded.stop()
-        log.info("[*] [manager] stopped")
+        if self._supervisor is None:  # a start that failed early (Redis): its caller says why
+            log.debug("[*] [manager] start abandoned")
+        else:
+            log.info("[*] [manager] stopped")
 
     def liveness(self) -> str | None:
         """None while the system runs: not stopped, its supervisor alive, and each actor it

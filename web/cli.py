@@ -30,7 +30,8 @@ from vmpooler.actors.storage.connection import connect_configured
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedisError
 from vmpooler.actors.system import PoolerSystem
 from vmpooler.web import dlq_command, probe_server
-from vmpooler.web.logsetup import configure_logging, refuse_to_start
+from vmpooler.web.logsetup import LOG_FORMATS, configure_logging, refuse_to_start
+from vmpooler.web.startup import Backoff, retry_while_unavailable
 
 __all__ = ["main"]
 
@@ -52,6 +53,9 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warning", "error"],
                         help="log verbosity (default: info)")
+    common.add_argument("--log-format", choices=LOG_FORMATS,
+                        help="text: vmpooler's log lines; json: one JSON object per line, "
+                             "gunicorn's too (default: $LOG_FORMAT, else text)")
     parser = argparse.ArgumentParser(
         prog="vmpooler", parents=[common],
         description="Keeps pools of ready virtual machines; a drop-in vmpooler 3.x.",
@@ -76,10 +80,24 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _log_format(args: argparse.Namespace) -> str | None:
+    """``--log-format``, else ``$LOG_FORMAT`` (an empty one is unset), else ``text``; None
+    (said on stderr) when the variable names no format."""
+    chosen = args.log_format or os.environ.get("LOG_FORMAT") or "text"
+    if chosen not in LOG_FORMATS:
+        print(f"vmpooler: LOG_FORMAT: expected one of {', '.join(LOG_FORMATS)}, got "
+              f"{chosen!r}", file=sys.stderr)
+        return None
+    return chosen
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``vmpooler`` console script. Returns the exit status."""
     args = _parser().parse_args(argv)
     command = args.command or "run"
+    args.log_format = _log_format(args)
+    if args.log_format is None:
+        return 1
     try:
         config = load_config(args.config, pool_reader=redis_pool_reader)
     except ConfigError as exc:
@@ -95,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     if command == "dlq":
         return dlq_command.run(config, args)
     try:
-        configure_logging(args.log_level, config.settings.logfile)
+        configure_logging(args.log_level, config.settings.logfile, args.log_format)
     except (OSError, ValueError) as exc:
         cause = exc.__cause__ or exc
         print(f"vmpooler: {config.source}: config.logfile: cannot open "
@@ -119,6 +137,7 @@ def _serve(config: Config, args: argparse.Namespace, *, with_manager: bool) -> i
     options = ServeOptions(
         bind=serve_address(args.bind or os.environ.get("VMPOOLER_BIND"), config.api_port),
         workers=getattr(args, "workers", 1), threads=args.threads, log_level=args.log_level,
+        log_format=args.log_format,
     )
     if hasattr(signal, "SIGUSR1"):
         signal.signal(signal.SIGUSR1, pykka.debug.log_thread_tracebacks)
@@ -193,22 +212,15 @@ def _run_manager(config: Config, bind: tuple[str, int] | None = None) -> int:
 def _manage(config: Config, stop: threading.Event,
             probes: probe_server.ProbeServer | None) -> int:
     """Start the system (retried while Redis is unreachable) and run it until ``stop``."""
-    delay = 1.0
-    system = None
-    while not stop.is_set():
-        try:
-            system = PoolerSystem.start(config)
-            break
-        except EmbeddedRedisError as exc:
-            log.error("[!] [manager] embedded redis-server failed: %s", exc)
-            return 1
-        except ForeignManagerError as exc:
-            refuse_to_start(exc)
-            return 1
-        except redis.RedisError as exc:
-            log.error("[!] [manager] redis is unavailable (%s); retrying in %.0fs", exc, delay)
-            stop.wait(delay)
-            delay = min(60.0, delay * 2)
+    try:  # while Redis does not answer: after 1 s, doubling to 60 s
+        system = retry_while_unavailable(lambda: PoolerSystem.start(config), stop,
+                                         Backoff(cap=60.0))
+    except EmbeddedRedisError as exc:
+        log.error("[!] [manager] embedded redis-server failed: %s", exc)
+        return 1
+    except ForeignManagerError as exc:
+        refuse_to_start(exc)
+        return 1
     if system is None:
         return 0
     if probes is not None:

@@ -5,7 +5,10 @@ commands to a separately running manager through the Redis stream.
 
 ``run``: everything for one machine. The gunicorn master starts the embedded redis-server
 (when no Redis server is configured) so it outlives worker restarts; the single worker
-process runs the actor system next to the API, and the API tells the actors directly.
+process runs the actor system next to the API, and the API tells the actors directly. When
+a configured Redis does not answer as the worker boots, the API serves at once (503 where it
+needs Redis) and a thread starts the actor system once Redis answers
+(:class:`~vmpooler.web.startup.ManagerStarter`: after 1 s, doubling to 30 s).
 
 Metrics: each worker builds its own backend from the configuration after the fork (a
 socket is never shared between processes) and closes it when the worker exits; under
@@ -40,8 +43,10 @@ from vmpooler.web.app import create_app
 from vmpooler.web.commands import DirectCommands, StreamCommands
 from vmpooler.web.connections import ConnectionLimits, error_response
 from vmpooler.web.context import ApiContext
+from vmpooler.web.logjson import JsonGunicornLogger
 from vmpooler.web.logsafe import SafeGunicornLogger
 from vmpooler.web.logsetup import refuse_to_start
+from vmpooler.web.startup import ManagerStarter
 
 __all__ = ["ApiServer", "ServeOptions", "redis_address"]
 
@@ -50,13 +55,15 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ServeOptions:
-    """How gunicorn serves: ``bind`` address, process ``workers``, ``threads`` per worker."""
+    """How gunicorn serves: ``bind`` address, process ``workers``, ``threads`` per worker;
+    gunicorn's own log lines at ``log_level`` in ``log_format`` (``text`` or ``json``)."""
 
     bind: str = "127.0.0.1:4567"
     workers: int = 2
     threads: int = 8
     timeout: int = 60
     log_level: str = "info"
+    log_format: str = "text"
 
 
 def redis_address(config: Config) -> tuple[str, int] | None:
@@ -112,6 +119,8 @@ class _State:
     embedded: EmbeddedRedis | None = None
     address: tuple[str, int] | None = None
     system: PoolerSystem | None = None
+    starter: ManagerStarter | None = None
+    boot_failed: bool = False
     metrics: Metrics | None = None
     contexts: list[ApiContext] = field(default_factory=list)
 
@@ -146,7 +155,9 @@ class ApiServer(BaseApplication):  # type: ignore[misc]
             "graceful_timeout": 10,
             "loglevel": opts.log_level,
             "accesslog": None,
-            "logger_class": SafeGunicornLogger,  # gunicorn's own lines escaped like ours
+            # gunicorn's own lines escaped like ours, or JSON like ours
+            "logger_class": (JsonGunicornLogger if opts.log_format == "json"
+                             else SafeGunicornLogger),
             "proc_name": "vmpooler",
             "control_socket_disable": True,  # one shared ~/.gunicorn socket would clash
             "on_starting": self._on_starting,
@@ -193,27 +204,49 @@ class ApiServer(BaseApplication):  # type: ignore[misc]
         self.state.contexts.append(ctx)
         return create_app(ctx)
 
-    def _post_worker_init(self, _worker: Any) -> None:
+    def _post_worker_init(self, worker: Any) -> None:
         # Requests gunicorn cannot parse are answered by gunicorn itself, in HTML; in this
         # worker process, answer them in JSON like everything else.
         gunicorn.util.write_error = _write_json_error
         if not self.with_manager:
             return
         ctx = self.state.contexts[-1]
-        try:
+
+        def start() -> PoolerSystem:
             # the backend itself: the API's bounds on request values are the API's
-            self.state.system = PoolerSystem.start(self.config, redis_client=ctx.redis,
-                                                   metrics=self.state.metrics,
-                                                   consume_commands=False)
+            return PoolerSystem.start(self.config, redis_client=ctx.redis,
+                                      metrics=self.state.metrics, consume_commands=False)
+
+        def started(system: PoolerSystem) -> None:
+            self.state.system = system
+            ctx.commands = DirectCommands(system)
+
+        def failed(exc: BaseException) -> None:  # a later attempt: the worker stops, exit 3
+            if isinstance(exc, ForeignManagerError):
+                refuse_to_start(exc)
+            else:
+                log.error("[!] [manager] could not start: %s", exc, exc_info=exc)
+            self.state.boot_failed = True
+            worker.alive = False
+
+        # Until Redis answers, the API serves (503 where it needs Redis) and a thread tries
+        # again with back-off; commands go to the stream meanwhile (load()).
+        self.state.starter = ManagerStarter(start, on_started=started, on_failed=failed)
+        try:
+            self.state.starter.begin()
         except ForeignManagerError as exc:  # gunicorn halts: "Worker failed to boot", 3
             refuse_to_start(exc)
             sys.exit(Arbiter.WORKER_BOOT_ERROR)
-        ctx.commands = DirectCommands(self.state.system)
 
     def _worker_exit(self, _arbiter: Any, _worker: Any) -> None:
+        if self.state.starter is not None:
+            self.state.starter.stop()
+            self.state.starter = None
         if self.state.system is not None:
             self.state.system.stop()
             self.state.system = None
         if self.state.metrics is not None:
             self.state.metrics.close()
             self.state.metrics = None
+        if self.state.boot_failed:  # gunicorn halts: "Worker failed to boot", exit 3
+            raise SystemExit(Arbiter.WORKER_BOOT_ERROR)

@@ -28,9 +28,10 @@ class Checker:
         self.issues: list[Issue] = []
         self.notes: list[str] = []
 
-    def fail(self, path: Path, message: str) -> None:
-        """Record a problem at ``path``."""
-        self.issues.append(Issue(tuple(path), message))
+    def fail(self, path: Path, message: str, *, related: Path | None = None) -> None:
+        """Record a problem at ``path`` (``related``: see :class:`Issue`)."""
+        self.issues.append(Issue(tuple(path), message,
+                                 related=None if related is None else tuple(related)))
 
     def note(self, message: str) -> None:
         """Record a non-fatal remark."""

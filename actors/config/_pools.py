@@ -118,9 +118,9 @@ def build_pools(
             if problem:
                 chk.fail((*path, "name"), problem)
             elif name in seen:
-                chk.fail(
-                    (*path, "name"), f"duplicate pool name {name!r} (also pools[{seen[name]}])"
-                )
+                chk.fail((*path, "name"),
+                         f"duplicate pool name {name!r} (also pools[{seen[name]}])",
+                         related=("pools", seen[name], "name"))
             else:
                 seen[name] = index
         size = chk.require(entry, "size", path, "int", minimum=0)

@@ -1,25 +1,45 @@
-"""YAML reading for the loader: parsing with located errors, Ruby-symbol key normalisation,
-vmpooler's ``extra_config`` deep merge, and mapping key paths back to source lines."""
+"""YAML reading for the loader: reading files and parsing with located errors, Ruby-symbol
+key normalisation, vmpooler's ``extra_config`` deep merge, and mapping key paths back to
+source lines."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
 
-from vmpooler.actors.config.errors import ConfigProblem, KeyPath, format_key
+from vmpooler.actors.config.errors import ConfigError, ConfigProblem, KeyPath, format_key
 
-__all__ = ["Locator", "SourceText", "deep_merge", "normalise_keys", "parse_yaml"]
+__all__ = ["Locator", "SourceText", "deep_merge", "normalise_keys", "parse_yaml", "read_source"]
 
 
 @dataclass(frozen=True, slots=True)
 class SourceText:
-    """One YAML document and where it came from (a file path or a variable name)."""
+    """One YAML document and where it came from (a file path or a variable name).
+
+    ``root`` is the key path of the merged configuration at which this document's top node
+    sits: ``()`` for a whole configuration document, ``("pools",)`` for a ``pools_from_dir``
+    file that holds a bare list of pools.
+    """
 
     name: str
     text: str
+    root: tuple[str, ...] = ()
+
+
+def read_source(file: Path) -> SourceText:
+    """The text of ``file`` (UTF-8). Raises :class:`ConfigError` naming the file and the
+    reason (no traceback) when it cannot be read."""
+    try:
+        return SourceText(str(file), file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(
+            [ConfigProblem(str(file), None, "<document>", f"cannot read the file: {reason}")]
+        ) from None
 
 
 def parse_yaml(source: SourceText) -> tuple[Any, ConfigProblem | None]:
@@ -85,24 +105,29 @@ def deep_merge(base: Any, extra: Any) -> Any:
     return extra if base is None else base
 
 
+_Candidate = tuple[int, str, yaml.Node, yaml.Node]
+
+
 class Locator:
     """Maps a key path of the merged document to ``(source, line)``.
 
     Sources are searched in merge order, so a key's location is that of the value that won
-    the merge, and list indexes continue across concatenated lists. Values set from the
-    environment map to ``(variable, None)``. When the full path cannot be found (a missing
-    key), the deepest existing ancestor is reported.
+    the merge, and list indexes continue across concatenated lists. A source whose ``root``
+    is not empty joins the search below that key path (a bare list of pools continues
+    ``pools``). Values set from the environment map to ``(variable, None)``. When the full
+    path cannot be found (a missing key), the deepest existing ancestor is reported.
     """
 
     def __init__(self, sources: Sequence[SourceText], origins: Mapping[KeyPath, str]) -> None:
-        self._roots: list[tuple[str, yaml.Node]] = []
-        for source in sources:
+        # (merge order, name, top node, root key path) of each source that parses
+        self._roots: list[tuple[int, str, yaml.Node, tuple[str, ...]]] = []
+        for order, source in enumerate(sources):
             try:
                 node = yaml.compose(source.text)
             except yaml.YAMLError:
                 node = None
             if node is not None:
-                self._roots.append((source.name, node))
+                self._roots.append((order, source.name, node, source.root))
         self._default = sources[0].name if sources else "<unknown>"
         self._origins = {tuple(path): name for path, name in origins.items()}
 
@@ -112,36 +137,42 @@ class Locator:
         for length in range(len(path), 0, -1):
             if path[:length] in self._origins:
                 return self._origins[path[:length]], None
-        # Each candidate: (source, node holding the value, node whose line to report).
-        current = [(name, node, node) for name, node in self._roots]
+        # Each candidate: (merge order, source, node holding the value, node whose line to
+        # report), kept in merge order.
+        current = self._joining(())
         if not current:
             return self._default, None
-        for part in path:
-            found = self._step(current, part)
+        for depth, part in enumerate(path, start=1):
+            found = sorted([*self._step(current, part), *self._joining(path[:depth])],
+                           key=lambda candidate: candidate[0])
             if not found:
                 break
             current = found
-        name, _, marker = current[0]
+        _, name, _, marker = current[0]
         return name, marker.start_mark.line + 1
 
+    def _joining(self, at: tuple[str | int, ...]) -> list[_Candidate]:
+        """The sources whose top node sits at key path ``at``."""
+        return [(order, name, node, node) for order, name, node, root in self._roots
+                if root == at]
+
     @staticmethod
-    def _step(
-        current: list[tuple[str, yaml.Node, yaml.Node]], part: str | int
-    ) -> list[tuple[str, yaml.Node, yaml.Node]]:
-        found: list[tuple[str, yaml.Node, yaml.Node]] = []
+    def _step(current: list[_Candidate], part: str | int) -> list[_Candidate]:
+        found: list[_Candidate] = []
         if isinstance(part, int):
             offset = part
-            for name, node, _ in current:
+            for order, name, node, _ in current:
                 if isinstance(node, yaml.SequenceNode):
                     if offset < len(node.value):
                         item = node.value[offset]
-                        return [(name, item, item)]
+                        return [(order, name, item, item)]
                     offset -= len(node.value)
             return found
-        for name, node, _ in current:
+        for order, name, node, _ in current:
             if isinstance(node, yaml.MappingNode):
                 for key_node, value_node in node.value:
                     if isinstance(key_node, yaml.ScalarNode) and _plain(key_node.value) == part:
-                        found.append((name, value_node, key_node))
+                        found.append((order, name, value_node, key_node))
                         break
         return found
+

@@ -78,8 +78,11 @@ class Issue:
 
     ``source`` is set when the location is not a YAML file (an environment variable);
     otherwise the loader looks ``path`` up in the YAML sources to find file and line.
+    ``related`` is the key path of another value the problem involves (the first of two
+    pools of one name); the loader adds where that one is written to the message.
     """
 
     path: tuple[str | int, ...]
     message: str
     source: str | None = None
+    related: tuple[str | int, ...] | None = None

@@ -9,12 +9,14 @@ from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
 
+from vmpooler.actors.config import pools_dir
 from vmpooler.actors.config._yaml import (
     Locator,
     SourceText,
     deep_merge,
     normalise_keys,
     parse_yaml,
+    read_source,
 )
 from vmpooler.actors.config.env import apply_environment
 from vmpooler.actors.config.errors import ConfigError, ConfigProblem, Issue, format_key
@@ -65,7 +67,9 @@ def load_config(
     Source, first match wins: ``path`` (the CLI's ``--config``); the YAML document in
     ``VMPOOLER_CONFIG``; the file named by ``VMPOOLER_CONFIG_FILE``; ``vmpooler.yaml`` in
     ``cwd``; the bundled ``conf/vmpooler.yaml``. Relative paths (including ``extra_config``
-    files) are resolved against ``cwd``, which defaults to the process's working directory.
+    files and ``pools_from_dir``) are resolved against ``cwd``, which defaults to the
+    process's working directory. The pools of the ``pools_from_dir`` files (see
+    :mod:`.pools_dir`) are appended after the ``extra_config`` files are merged.
     ``environ`` defaults to ``os.environ``; pass ``{}`` to ignore the environment.
 
     ``known_provider_classes`` / ``known_dns_classes`` are the class names a provider's
@@ -87,6 +91,7 @@ def load_config(
     sources = [main]
     problems: list[ConfigProblem] = []
     document = _merge_extra_configs(document, environ, cwd, sources, problems, notes)
+    document = _append_pools_from_dir(document, environ, cwd, sources, problems, notes)
     document = _copy_legacy_vsphere(document, notes)
     overrides = apply_environment(document, environ)
     if known_provider_classes is None:
@@ -156,28 +161,18 @@ def _main_source(
 ) -> tuple[SourceText, str]:
     """The main document and the human description of where it came from."""
     if path is not None:
-        return _read_file(cwd / path), str(cwd / path)
+        return read_source(cwd / path), str(cwd / path)
     if environ.get(ENV_DOCUMENT):
         description = f"environment variable {ENV_DOCUMENT}"
         return SourceText(ENV_DOCUMENT, environ[ENV_DOCUMENT]), description
     if environ.get(ENV_FILE):
         file = cwd / environ[ENV_FILE]
-        return _read_file(file), str(file)
+        return read_source(file), str(file)
     local = cwd / "vmpooler.yaml"
     if local.is_file():
-        return _read_file(local), str(local)
+        return read_source(local), str(local)
     bundled = resources.files("vmpooler.conf") / "vmpooler.yaml"
     return SourceText(bundled_config_path(), bundled.read_text(encoding="utf-8")), str(bundled)
-
-
-def _read_file(file: Path) -> SourceText:
-    try:
-        return SourceText(str(file), file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ConfigError(
-            [ConfigProblem(str(file), None, "<document>", f"cannot read the file: {reason}")]
-        ) from None
 
 
 def _read_document(source: SourceText, notes: list[str]) -> dict[str, Any]:
@@ -225,7 +220,7 @@ def _merge_extra_configs(
         if not name:
             continue
         try:
-            source = _read_file(cwd / name)
+            source = read_source(cwd / name)
         except ConfigError as exc:
             reason = exc.problems[0].message
             where = (env_source, None) if env_source else _extra_config_location(sources[0])
@@ -242,6 +237,40 @@ def _merge_extra_configs(
         notes.append(f"merged extra_config file {source.name}")
         document = deep_merge(document, extra)
     return document
+
+
+def _append_pools_from_dir(
+    document: dict[str, Any],
+    environ: Mapping[str, str],
+    cwd: Path,
+    sources: list[SourceText],
+    problems: list[ConfigProblem],
+    notes: list[str],
+) -> dict[str, Any]:
+    """Append the pools of the ``pools_from_dir`` files to ``document``'s ``pools`` (left
+    alone when that is neither a list nor null: validation reports it)."""
+    value, env_source = pools_dir.pools_dir_setting(document, environ)
+    if value is None:
+        return document
+    directory = cwd / value
+    try:
+        paths = pools_dir.pool_file_paths(directory)
+    except OSError as exc:
+        where = (env_source, None) if env_source else Locator(sources, {}).locate(
+            pools_dir.SETTING)
+        problems.append(pools_dir.directory_problem(directory, exc, where))
+        return document
+    found = pools_dir.read_pool_files(paths)
+    problems.extend(found.problems)
+    notes.extend(found.notes)
+    sources.extend(found.sources)
+    names = ", ".join(Path(source.name).name for source in found.sources)
+    notes.append(f"pools_from_dir {directory}: {len(found.pools)} pool(s) from {names}" if names
+                 else f"pools_from_dir {directory}: no pools (no *.yaml or *.yml file with any)")
+    existing = document.get("pools")
+    if not found.pools or not (existing is None or isinstance(existing, list)):
+        return document
+    return {**document, "pools": [*(existing or []), *found.pools]}
 
 
 def _extra_config_location(main: SourceText) -> tuple[str, int | None]:
@@ -269,5 +298,9 @@ def _locate(locator: Locator, issues: Iterable[Issue]) -> list[ConfigProblem]:
             source, line = issue.source, None
         else:
             source, line = locator.locate(issue.path)
-        problems.append(ConfigProblem(source, line, format_key(issue.path), issue.message))
+        message = issue.message
+        if issue.related is not None:
+            other, other_line = locator.locate(issue.related)
+            message += f"; first at {other}" + ("" if other_line is None else f":{other_line}")
+        problems.append(ConfigProblem(source, line, format_key(issue.path), message))
     return problems

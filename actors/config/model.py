@@ -118,6 +118,9 @@ class GlobalSettings:
     # Ours: the largest pool size a pool, a size override or POST /config/poolsize may set;
     # a provider's own ``max_pool_size`` wins for its pools.
     max_pool_size: int = setting(10_000, "int", env="MAX_POOL_SIZE", minimum=1)
+    # Ours (vmpooler PR #456): a directory whose *.yaml/*.yml files each hold pools (a
+    # :pools: list or a bare list), appended in file-name order (actors/config/pools_dir.py).
+    pools_from_dir: str | None = setting(None, "str?", env="POOLS_FROM_DIR")
     allowed_tags: tuple[str, ...] | None = setting(None, "strs?")
     # Ours: the most ``tag:`` fields a VM may carry; a PUT /vm that would exceed it is a 400.
     max_tags_per_vm: int = setting(32, "int", env="MAX_TAGS_PER_VM", minimum=1)

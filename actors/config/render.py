@@ -50,6 +50,7 @@ def effective_document(config: Config) -> dict[str, Any]:
     doc: dict[str, Any] = thaw(config.raw)
     doc["config"] = _settings_section(config.settings, config.settings.raw)
     doc["config"].pop("extra_config", None)  # already merged into this document
+    doc["config"].pop("pools_from_dir", None)  # its pools are in :pools: below
     raw_redis = config.raw.get("redis")
     doc["redis"] = _settings_section(
         config.redis, raw_redis if isinstance(raw_redis, Mapping) else {}

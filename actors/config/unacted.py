@@ -7,10 +7,10 @@ reads when no pool uses one, a provider's purge keys when no pool uses that prov
 tuning keys whose feature is switched off, and the token rules of ``/vm`` switched on
 without ``:auth:``. ``vmpooler check-config`` prints them; the manager logs them at start.
 
-Locations are found by reading the main file and its ``extra_config`` files again (the
-loaded :class:`~vmpooler.actors.config.Config` keeps no text); a value set by an
-environment variable, or a document read from ``VMPOOLER_CONFIG``, is reported without a
-line. Reading never raises.
+Locations are found by reading the main file, its ``extra_config`` files and the
+``pools_from_dir`` files again (the loaded :class:`~vmpooler.actors.config.Config` keeps no
+text); a value set by an environment variable, or a document read from
+``VMPOOLER_CONFIG``, is reported without a line. Reading never raises.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 from vmpooler.actors.config._yaml import Locator, SourceText
 from vmpooler.actors.config.errors import ConfigProblem, KeyPath, format_key
 from vmpooler.actors.config.model import Config
+from vmpooler.actors.config.pools_dir import pool_file_paths, read_pool_files
 
 __all__ = ["unacted_keys", "unacted_warnings"]
 
@@ -110,6 +111,12 @@ def _sources(config: Config, cwd: Path, environ: Mapping[str, str]) -> list[Sour
                 sources.append(SourceText(str(file), file.read_text(encoding="utf-8")))
             except (OSError, UnicodeDecodeError):
                 continue
+        if config.settings.pools_from_dir:
+            try:
+                paths = pool_file_paths(cwd / config.settings.pools_from_dir)
+            except OSError:
+                paths = []
+            sources.extend(read_pool_files(paths).sources)
     return sources
 
 
