@@ -237,3 +237,12 @@ def test_the_ingress_keeps_their_host_and_tls_secret(chart: helm_python.Chart) -
     assert spec["tls"] == [{"hosts": ["ci.k8s.example.com"],
                             "secretName": "ci.k8s.example.com-tls"}]
     assert spec["ingressClassName"] == "nginx"
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_both_commands_log_in_the_chosen_format(chart: helm_python.Chart, fmt: str) -> None:
+    docs = render(chart, {"logFormat": fmt, "logLevel": "debug"})
+    for deployment in ("vmpooler-api", "vmpooler-manager"):
+        args = container(docs, deployment)["args"]
+        assert args[args.index("--log-format") + 1] == fmt
+        assert args[args.index("--log-level") + 1] == "debug"
