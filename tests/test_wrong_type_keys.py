@@ -65,7 +65,7 @@ def test_purge_and_health_cycles_complete_beside_keys_of_the_wrong_type(
         assert h.metrics.last_gauge("vmpooler_purge.total.count") == 3
         metrics = json.loads(redis_client.hget(schema.health(), "metrics"))
         assert metrics["errors"]["orphaned_metadata_count"] == 2  # lost-old, lost-new
-        assert "bogus" not in metrics["queues"]["dlq"]
+        assert "bogus" not in metrics["queues"].get("dlq", {})  # "dlq" only when one has entries
         advance(h, 2 * HOUR, step=HOUR)  # two more rounds of each meet the same keys
         wait_until(lambda: len(h.metrics.values("gauge", "vmpooler_purge.total.count")) >= 3,
                    10, "three purge rounds")
