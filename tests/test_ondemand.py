@@ -252,8 +252,12 @@ def test_small_request_is_not_starved_by_a_big_one(redis_client: redis.Redis) ->
     provider = gated(config)
     provider.all_ready = True
     with started(redis_client, config, provider=provider) as h:
-        big = h.system.request_ondemand({"a": 8})
-        small = h.system.request_ondemand({"b": 1})
+        with provider.gate:  # no clone ends before both requests have asked for theirs
+            big = h.system.request_ondemand({"a": 8})
+            small = h.system.request_ondemand({"b": 1})
+            for rid in (big, small):
+                wait_until(lambda r=rid: h.system.actor_ref(f"request:{r}")).ask(
+                    "ping", timeout=10)  # its start-up (claim, clones asked for) is done
         wait_until(lambda: status(redis_client, small) == "ready")
         wait_until(lambda: status(redis_client, big) == "ready")
         owners = [redis_client.hget(schema.vm(vm), "request_id") for vm in provider.created]
