@@ -41,7 +41,8 @@ def kube_values(image: str, redis_host: str, secret_name: str) -> dict[str, Any]
     values["baseconfig_extras"] = {":providers": {":dummy": {
         "provider_class": "dummy", "createvm_max_time": 1, "destroyvm_max_time": 1,
         "skip_dns_check_before_creating_vm": True}}}
-    values["config"] = {"check_loop_delay_min": 1, "check_loop_delay_max": 5}
+    values["config"] = {"check_loop_delay_min": 1, "check_loop_delay_max": 5,
+                        "manager_heartbeat_interval": 2}  # a dead manager lapses in 6 s
     values["redis"] = {**values.get("redis", {}), "enabled": False, "host": redis_host,
                        "existingSecret": secret_name}
     values["api"] = {**values["api"], "replicaCount": 1, "workers": 1}
