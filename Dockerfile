@@ -34,7 +34,8 @@ COPY --from=build --chown=1001:1001 /var/lib/vmpooler /var/lib/vmpooler
 COPY --from=build /etc/vmpooler /etc/vmpooler
 # In a container the API and the manager's probes listen on every address (outside, the
 # default stays 127.0.0.1 and the manager serves nothing). The working directory is the one
-# writable place besides /tmp: the embedded Redis keeps ./var/redis there.
+# writable place besides /tmp: the embedded Redis keeps ./var/redis there. To move the port,
+# set PORT and VMPOOLER_MANAGER_BIND (HOST:PORT) together: the health check follows PORT.
 ENV PATH=/opt/vmpooler/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
