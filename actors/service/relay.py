@@ -32,6 +32,8 @@ from typing import Any
 
 import pykka
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from vmpooler.actors.messages import (
     CloneForRequest,
@@ -98,8 +100,10 @@ class Relay:
         self.leases = LeaseStore(client)
         # the reads block: a client of their own, whose timeout outlasts a blocked read
         timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
+        # and no retries of its own: stop() ends a blocked read by shutting its connection
+        # down, which a retry would only block again (the loop below backs off on errors)
         self._reader = InboxStore(sibling(
-            client, max_connections=2,
+            client, max_connections=2, retry=Retry(NoBackoff(), 0),
             socket_timeout=None if timeout is None else max(float(timeout), BLOCK_MS / 1000 + 5)))
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -159,8 +163,11 @@ class Relay:
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop reading and delete the inbox (nobody reads it any more). Idempotent."""
+        """Stop reading and delete the inbox (nobody reads it any more). Idempotent. Returns
+        without waiting out the reader's blocking read: its connection is shut down."""
         self._stop.set()
+        with contextlib.suppress(Exception):  # wakes the read blocked for up to BLOCK_MS
+            self._reader.client.connection_pool.disconnect()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
         with contextlib.suppress(redis.RedisError):
@@ -177,6 +184,8 @@ class Relay:
                     log.info("[*] [relay] reading this manager's inbox again")
                 failures = 0
             except redis.RedisError as exc:
+                if self._stop.is_set():  # stop() shut the connection down
+                    break
                 failures += 1
                 log.log(logging.WARNING if failures == 1 else logging.DEBUG,
                         "[!] [relay] cannot read this manager's inbox: %s", exc)
