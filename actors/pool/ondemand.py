@@ -127,6 +127,24 @@ class OnDemandVms:
             log.info("[>] [%s] '%s' is ready but its request '%s' is finished, moved to "
                      "'completed'", self.name, vm, request_id)
 
+    def settle_if_orphaned(self, vm: str) -> bool:
+        """A request's VM still booting, with no actor of its request in this manager: to
+        completed when the request is finished (True). Its actor retires only the VMs it
+        knew of when it finished; one whose clone was answered after that would otherwise
+        wait out the pending timeout. A running request (here or in another manager) keeps
+        it."""
+        request_id, _alias = self.owners[vm]
+        if self.directory.get(request_actor_name(request_id)) is not None:
+            return False
+        if not self.requests.settle_orphan(request_id, self.name, vm):
+            return False
+        self.lost("abandoned")
+        self.owners.pop(vm, None)
+        self.forget(vm)
+        log.info("[>] [%s] '%s' is pending but its request '%s' is finished, moved to "
+                 "'completed'", self.name, vm, request_id)
+        return True
+
     def failed(self, vm: str, reason: str, *, permanent: bool = False,
                refused: bool = False) -> None:
         """A request's VM left pending without becoming ready: its request decides (nothing

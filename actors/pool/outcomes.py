@@ -99,6 +99,8 @@ class Outcomes:
                 ctx.metrics.timing("time_to_ready_state", boot, tags={"pool": name})
                 log.info("[>] [%s] '%s' moved from 'pending' to 'ready' queue", name, vm)
             return
+        if vm in self.ondemand and self.ondemand.settle_if_orphaned(vm):
+            return
         if msg.failure is not None:
             store.set_vm_fields(vm, {"open_socket_error": msg.failure.message})
         verdict = pending_verdict(

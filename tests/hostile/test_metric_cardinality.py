@@ -216,8 +216,11 @@ def test_prometheus_series_and_files_stay_flat(service: Service) -> None:
     assert not [s for s in grown if _from_api(s)], sorted(s for s in grown if _from_api(s))[:10]
     assert len(grown) <= 10, sorted(grown)[:20]  # the manager's own, appearing late
     assert set(files_second) == set(files_first)
-    # bounded files: at most one of them doubled for the manager's late series
-    assert sum(files_second.values()) <= sum(files_first.values()) + max(files_first.values())
+    # bounded files: none more than doubled, at most two grew (the manager's late series
+    # land in a gauge and a counter file; the series check above keeps the API's flat)
+    grew = {name for name in files_second if files_second[name] > files_first[name]}
+    assert all(files_second[name] <= 2 * files_first[name] for name in grew), files_second
+    assert len(grew) <= 2, (grew, files_second)
     labels = {dict(s[1]).get("path") for s in after_second if s[0].endswith("requests_total")}
     assert "unmatched" in labels and "/api/v3/vm" in labels
     assert ("vmpooler_checkout_invalid_total",
