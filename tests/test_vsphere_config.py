@@ -68,11 +68,32 @@ def test_credentials_from_the_environment(tmp_path: Path) -> None:
     assert config.masked()["providers"]["vsphere"]["password"] == "********"
 
 
-def test_clone_target_and_datacenter_are_required_somewhere(tmp_path: Path) -> None:
+def test_clone_target_is_required_somewhere(tmp_path: Path) -> None:
     text = GOOD.replace("  clone_target: 'cluster1'\n", "  task_limit: 2\n")
-    text = text.replace("    datacenter: 'DC0'\n", "")
     keys = {p.key for p in problems(tmp_path, text)}
-    assert keys == {"pools[0].clone_target", "pools[0].datacenter"}
+    assert keys == {"pools[0].clone_target"}
+
+
+def test_no_datacenter_loads_with_a_note(tmp_path: Path) -> None:
+    """vmpooler's provider then takes vCenter's first datacenter (``find_datacenter(nil)``);
+    the configuration cannot know which, so it says the first will be used."""
+    config = load(tmp_path, GOOD.replace("    datacenter: 'DC0'\n", ""))
+    (note,) = [n for n in config.notes if "datacenter" in n]
+    assert note.startswith("pool p1: datacenter ")
+    assert "first datacenter" in note
+
+
+def test_no_datacenter_leaves_the_placement_to_the_provider() -> None:
+    settings = {"server": "vc", "username": "u", "password": "pw"}
+    pools = {"p1": {"template": "t", "folder": "f", "datastore": "ds", "clone_target": "c"},
+             "p2": {"template": "t", "folder": "f", "datastore": "ds", "clone_target": "c",
+                    "datacenter": "DC1"}}
+    found = check_settings(settings, pools, {})
+    assert [(p.pool, p.key, p.note) for p in found] == [("p1", "datacenter", True)]
+    parsed = VsphereSettings.from_context("vsphere", settings, pools, {}, {})
+    assert parsed.pools["p1"].datacenter is None
+    assert parsed.pools["p1"].with_datacenter("DC0").folder_path == "DC0/vm/f"
+    assert parsed.pools["p2"].with_datacenter("DC0").datacenter == "DC1"
 
 
 def test_bad_ready_check(tmp_path: Path) -> None:

@@ -547,3 +547,26 @@ def test_a_call_waits_for_a_session_at_most_connection_pool_timeout(
         assert not is_permanent(caught.value)
         assert provider.connection_pool_health().in_use == 1
     assert provider.vms_in_pool("p1") == []
+
+
+def test_a_pool_without_datacenter_clones_into_the_first(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With two datacenters (``-dc 2``: DC0, DC1) and none configured, the pool uses DC0, as
+    the gem's ``find_datacenter(nil)``; the provider logs the choice once, naming both."""
+    with vcsim.running(tmp_path / "vcsim", ("-dc", "2", "-guest-tools", "-guest-auto-ip")
+                       ) as sim2:
+        vcsim.prepare(sim2.connect(), folders=("vmpooler/p1",),
+                      snapshot="vmpooler-linked-clone")
+        caplog.set_level(logging.INFO, logger="vmpooler.providers.vsphere.provider")
+        provider = make(sim2, datacenter=None)
+        assert provider.config.pools["p1"].datacenter is None
+        provider.create_vm("p1", "firstdc1")
+        provider.create_vm("p1", "firstdc2")
+        assert vcsim.vm_names(sim2.connect(), "vmpooler/p1") == {"firstdc1", "firstdc2"}
+        assert sorted(provider.vms_in_pool("p1")) == ["firstdc1", "firstdc2"]
+        messages = [r.getMessage() for r in caplog.records]
+        chosen = [m for m in messages if "without a datacenter" in m]
+        assert len(chosen) == 1
+        assert "'DC0', the first of the 2 datacenters vCenter lists (DC0, DC1)" in chosen[0]
+        provider.close()

@@ -38,7 +38,8 @@ ProviderCheck = Callable[[Mapping[str, Any], Mapping[str, Mapping[str, Any]], Ma
                          list[Any]]
 """A provider class's settings check (entry point group ``vmpooler.provider_settings``):
 called with the provider's section, its pools' raw entries by name and the ``:config:``
-section; returns problems with ``key``, ``message`` and ``pool`` (None for a provider key)."""
+section; returns problems with ``key``, ``message`` and ``pool`` (None for a provider key),
+and optionally ``note`` (true: reported as a note, not an issue)."""
 
 KNOWN_SECTIONS = frozenset({
     "config", "pools", "providers", "redis", "auth", "dns_configs", "tagfilter", "statsd",
@@ -127,7 +128,11 @@ def _check_provider_settings(
             continue
         served = {p.name: p.raw for p in pools if p.provider == name}
         for problem in check(provider.settings, served, settings.raw):
-            if problem.pool is None:
+            if getattr(problem, "note", False):
+                where = (f"pool {problem.pool}: " if problem.pool is not None
+                         else f"providers.{name}.")
+                chk.note(f"{where}{problem.key} {problem.message}")
+            elif problem.pool is None:
                 chk.fail(("providers", name, problem.key), problem.message)
             else:
                 chk.fail(("pools", index.get(problem.pool, 0), problem.key), problem.message)

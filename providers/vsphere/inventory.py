@@ -107,6 +107,16 @@ class Inventory:
             self._data.pop(key, None)
 
     # -- datacenter-level objects ---------------------------------------------------------------
+    def datacenter_names(self, session: Session) -> list[str]:
+        """The names of the datacenters directly in vCenter's root folder, in its order (the
+        first is the one rbvmomi's ``find_datacenter(nil)`` returns): two calls."""
+        root = session.content.rootFolder
+        entities = (retrieve(session, root, ["childEntity"]) or {}).get("childEntity") or ()
+        order = [e._moId for e in entities if isinstance(e, vim.Datacenter)]
+        names = {obj._moId: str(props.get("name"))
+                 for obj, props in children(session, root, vim.Datacenter)}
+        return [names[moid] for moid in order if moid in names]
+
     def datacenter(self, session: Session, name: str) -> Any:
         """The datacenter ``name`` (an inventory path for nested ones)."""
         found = self._object(session, ("datacenter", name), lambda: find_by_path(session, name))

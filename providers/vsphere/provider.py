@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import threading
 import time
 from collections.abc import Callable, Collection
 from typing import Any
@@ -29,6 +30,7 @@ from vmpooler.providers.base import (
     VmInfo,
 )
 from vmpooler.providers.errors import (
+    ClusterNotFoundError,
     FolderNotFoundError,
     PermanentProviderError,
     ProviderError,
@@ -104,6 +106,8 @@ class VsphereProvider(Provider):
         self.vc = Vcenter(self.config, self.sessions, self.inventory, sleep)
         self._hosts = HostRotation(self.config.utilization_limit,
                                    self.config.host_selection_max_age)
+        self._first_datacenter: str | None = None
+        self._datacenter_lock = threading.Lock()
 
     @property
     def probe_timeout(self) -> float:
@@ -117,10 +121,34 @@ class VsphereProvider(Provider):
 
     # -- plumbing -------------------------------------------------------------------------------
     def _placement(self, pool: str) -> PoolPlacement:
+        """The pool's placement, its datacenter resolved (see :meth:`_default_datacenter`)."""
         placement = self.config.pools.get(pool)
         if placement is None:
             raise PermanentProviderError(f"Pool {pool} does not exist for the provider {self.name}")
+        if placement.datacenter is None:
+            placement = placement.with_datacenter(self._default_datacenter())
         return placement
+
+    def _default_datacenter(self) -> str:
+        """The datacenter of pools that name none: vCenter's first, as the gem's
+        ``find_datacenter(nil)``. Looked up once (the first time a pool needs it, which is
+        when the provider starts working) and logged, naming the others when there are
+        several. ClusterNotFoundError when vCenter has no datacenter."""
+        with self._datacenter_lock:
+            if self._first_datacenter is None:
+                names = self.vc.call(self.inventory.datacenter_names)
+                if not names:
+                    raise ClusterNotFoundError("no datacenter found on vCenter (pools without "
+                                               "a datacenter use the first one)")
+                self._first_datacenter = names[0]
+                if len(names) > 1:
+                    log.info("[*] [%s] pools without a datacenter use '%s', the first of the "
+                             "%d datacenters vCenter lists (%s)", self.name, names[0],
+                             len(names), ", ".join(names))
+                else:
+                    log.info("[*] [%s] pools without a datacenter use '%s', vCenter's only "
+                             "datacenter", self.name, names[0])
+            return self._first_datacenter
 
     def _vm(self, session: Any, pool: str, vm: str) -> Any | None:
         return self.inventory.vm(session, self._placement(pool), vm)
@@ -383,8 +411,9 @@ class VsphereProvider(Provider):
         and ``allowlist`` (and ``resources_allowlist``) does not name, as the gem does. A
         folder holding a template is never touched."""
         allowed = set(allowlist) | set(self.config.allowlist)
+        placements = [self._placement(pool) for pool in self.config.pools]
         doomed = self.vc.call(lambda s: unconfigured_folders(
-            s, self.inventory, list(self.config.pools.values()), allowed))
+            s, self.inventory, placements, allowed))
         for path, vms, folder_id in doomed:
             for vm_id in vms:
                 self._destroy_by_id(vm_id, path)

@@ -17,7 +17,8 @@ and ``host_selection_max_age`` (60 s), and, ours: ``vm_ready_check``,
 
 Pool keys: ``template`` (an inventory path below the datacenter's VM folder, or a bare
 name), ``folder``, ``datastore`` (required), ``clone_target`` (else ``:config:
-clone_target``; required), ``datacenter`` (else the provider's; required), ``network``,
+clone_target``; required), ``datacenter`` (else the provider's; else, as the gem's
+``find_datacenter(nil)``, the first datacenter vCenter lists, chosen at run time), ``network``,
 ``create_linked_clone`` (else ``:config: create_linked_clones``, default true),
 ``snapshot_mainMem_ioBlockPages``, ``snapshot_mainMem_iowait`` and, ours,
 ``vm_ready_check`` (else the provider's).
@@ -25,6 +26,7 @@ clone_target``; required), ``datacenter`` (else the provider's; required), ``net
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,7 +49,8 @@ DEFAULT_LINKED_CLONE_SNAPSHOT = "vmpooler-linked-clone"
 
 @dataclass(frozen=True, slots=True)
 class SettingsProblem:
-    """One thing wrong with a vSphere section.
+    """One thing wrong with a vSphere section, or, when ``note`` is true, one thing worth
+    saying about it that does not make it unusable.
 
     ``pool`` is None for a provider key, else the name of the pool whose key is wrong.
     """
@@ -55,6 +58,7 @@ class SettingsProblem:
     key: str
     message: str
     pool: str | None = None
+    note: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +70,9 @@ class PoolPlacement:
     template: str
     folder: str
     datastore: str
-    datacenter: str
+    datacenter: str | None
+    """None: vCenter's first datacenter, which the provider resolves (see
+    :meth:`with_datacenter`) before any inventory path is built."""
     clone_target: str
     network: str | None = None
     linked_clone: bool = True
@@ -79,6 +85,13 @@ class PoolPlacement:
     def folder_path(self) -> str:
         """The folder's inventory path: ``<datacenter>/vm/<folder>``."""
         return f"{self.datacenter}/vm/{self.folder.strip('/')}"
+
+    def with_datacenter(self, datacenter: str) -> PoolPlacement:
+        """This placement with ``datacenter`` filled in when the configuration left it
+        unset; unchanged when it names one."""
+        if self.datacenter is not None:
+            return self
+        return dataclasses.replace(self, datacenter=datacenter)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +132,7 @@ class VsphereSettings:
 
         Raises ``ValueError`` listing every problem (see :func:`check_settings`).
         """
-        problems = check_settings(settings, pools, global_settings)
+        problems = [p for p in check_settings(settings, pools, global_settings) if not p.note]
         if problems:
             raise ValueError("; ".join(_describe(p) for p in problems))
         task_limit = int(global_settings.get("task_limit") or 10)
@@ -168,6 +181,10 @@ def _first(*values: Any) -> Any:
     return next((v for v in values if v is not None), None)
 
 
+def _optional_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
 def _allowlist(settings: Mapping[str, Any]) -> Iterable[Any]:
     value = _first(settings.get("resources_allowlist"), settings.get("folder_whitelist"))
     return value or ()
@@ -198,7 +215,7 @@ def _placement(
         template=str(raw["template"]).strip("/"),
         folder=str(raw["folder"]).strip("/"),
         datastore=str(raw["datastore"]),
-        datacenter=str(_first(raw.get("datacenter"), settings.get("datacenter"))),
+        datacenter=_optional_str(_first(raw.get("datacenter"), settings.get("datacenter"))),
         clone_target=str(_first(raw.get("clone_target"), global_settings.get("clone_target"))),
         network=None if raw.get("network") is None else str(raw["network"]),
         linked_clone=_linked_clone(raw, global_settings),
@@ -273,8 +290,12 @@ def check_settings(
     pools: Mapping[str, Mapping[str, Any]],
     global_settings: Mapping[str, Any],
 ) -> list[SettingsProblem]:
-    """Every problem with a vSphere provider section and the pools it serves (empty when the
-    configuration is usable). Never raises; looks at nothing but its arguments."""
+    """Every problem with a vSphere provider section and the pools it serves (none but notes
+    when the configuration is usable). Never raises; looks at nothing but its arguments.
+
+    A pool without a ``datacenter`` (nor its provider) is no problem: vmpooler's provider
+    then uses the first datacenter vCenter lists; a note says so, since only the running
+    provider can know which one that is."""
     problems = _check_keys(settings, _PROVIDER_KEYS, None)
     for key in ("server", "username", "password"):
         if settings.get(key) is None:
@@ -288,7 +309,8 @@ def check_settings(
                 problems.append(SettingsProblem(key, "is required for a vsphere pool", pool))
         if _first(raw.get("datacenter"), settings.get("datacenter")) is None:
             problems.append(SettingsProblem(
-                "datacenter", "is required: set it on the pool or on its provider", pool))
+                "datacenter", "is not set on the pool nor on its provider: the first "
+                "datacenter vCenter lists will be used (as vmpooler does)", pool, note=True))
         if _first(raw.get("clone_target"), global_settings.get("clone_target")) is None:
             problems.append(SettingsProblem(
                 "clone_target", "is required: set it on the pool or as :config: clone_target "
