@@ -39,6 +39,10 @@ Divergences from vmpooler 3.9.1 (bugs fixed, on purpose):
   per-pool ``average`` is the true mean of the pool's samples (vmpooler averaged the daily
   minimums and maximums together).
 * A pool configured with an empty alias list shows no ``alias`` key (vmpooler showed ``[]``).
+
+Addition: ``/status?view=providers`` (alone or in a list) adds a ``providers`` section (each
+provider's circuit breaker and sessions); without a ``view`` naming it the body has exactly
+vmpooler's sections.
 """
 
 from __future__ import annotations
@@ -59,11 +63,14 @@ from vmpooler.web import stats
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import ApiError, json_body
 
-__all__ = ["MAX_SUMMARY_DAYS", "SECTIONS", "SUMMARY_KEYS", "SUMMARY_ROUTES", "register",
-           "summary_dates"]
+__all__ = ["DEFAULT_SECTIONS", "MAX_SUMMARY_DAYS", "SECTIONS", "SUMMARY_KEYS", "SUMMARY_ROUTES",
+           "register", "status_sections", "summary_dates"]
 
 SECTIONS = ("boot", "capacity", "clone", "pools", "providers", "queue")
 """Optional top-level sections of ``/status``; ``status`` is always present."""
+DEFAULT_SECTIONS = ("boot", "capacity", "clone", "pools", "queue")
+"""The sections without a ``view`` (or a bare ``view``): vmpooler 3.9.1's, exactly. Our
+``providers`` section is only sent when a ``view`` names it."""
 
 MAX_SUMMARY_DAYS = 366
 """Longest ``/summary`` range, in days (both ends included)."""
@@ -105,6 +112,15 @@ def _alias(pool: PoolConfig) -> Any:
     return aka if isinstance(aka, str) else list(aka)
 
 
+def status_sections(view: str | None) -> frozenset[str]:
+    """The optional sections a ``view`` query value asks for, as vmpooler reads it: absent or
+    bare (None) → :data:`DEFAULT_SECTIONS`; else the comma-separated names of
+    :data:`SECTIONS` it lists, unknown names ignored (``view=`` → none, only ``status``)."""
+    if view is None:
+        return frozenset(DEFAULT_SECTIONS)
+    return frozenset(view.split(",")) & frozenset(SECTIONS)
+
+
 class _Resource:
     """A resource reading through ``store``; ``ctx`` gives configuration and clock."""
 
@@ -135,7 +151,7 @@ class Status(_Resource):
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         view = _query(req).get("view")
-        wanted = frozenset(SECTIONS if view is None else set(view.split(",")) & set(SECTIONS))
+        wanted = status_sections(view)
         config = self._ctx.config
         pools = config.pools
         names = [pool.name for pool in pools]
