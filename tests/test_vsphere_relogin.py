@@ -66,3 +66,51 @@ def test_a_real_permission_fault_stays_permanent(tmp_path: Path) -> None:
         assert provider.sessions.logins == 1
     finally:
         sim.stop()
+
+
+@pytest.mark.parametrize("task_delay", ["", "CloneVM_Task:50"])
+def test_expiring_sessions_never_clone_a_name_twice(tmp_path: Path, task_delay: str) -> None:
+    """A third of the collector's reads fail with NotAuthenticated (fixed seed), among them
+    the first look at a just-submitted clone task. Whatever the provider reports as cloned
+    is in vCenter exactly once, and nothing else is."""
+    flags = ["-fault", "RetrievePropertiesEx:0.3:NotAuthenticated", "-fault-seed", "7"]
+    if task_delay:
+        flags += ["-task-delay", task_delay]
+    sim = started(tmp_path, *flags)
+    try:
+        provider = make(sim, connection_pool_size=1)
+        sends: list[str] = []
+        connect = provider.sessions._connect
+
+        def observed_connect(settings: Any) -> Any:  # count the clones sent, at the edge
+            si = connect(settings)
+            invoke = si._stub.InvokeMethod
+
+            def observed(mo: Any, info: Any, args: Any, *rest: Any) -> Any:
+                if info.wsdlName == "CloneVM_Task":
+                    sends.append(args[1])
+                return invoke(mo, info, args, *rest)
+
+            si._stub.InvokeMethod = observed
+            return si
+
+        provider.sessions._connect = observed_connect
+        cloned, failed = [], []
+        for n in range(12):
+            name = f"vm{n:02d}"
+            try:
+                provider.create_vm("p1", name)
+            except ProviderError as exc:
+                assert not is_permanent(exc), exc
+                failed.append(f"{name}: {exc}")
+            else:
+                cloned.append(name)
+        in_vcenter = listed(sim.connect())
+        assert provider.sessions.logins > 1, "no session expired: the seed no longer bites"
+        extra = len(in_vcenter) - len(set(in_vcenter)) + len(set(in_vcenter) - set(cloned))
+        print(f"cloned {len(cloned)}, failed {len(failed)}, sent {len(sends)}, "
+              f"in vCenter {len(in_vcenter)}, extra {extra}")
+        assert in_vcenter == sorted(cloned), (extra, sends, failed)
+        assert len(sends) == len(set(sends)), sends  # no name sent twice
+    finally:
+        sim.stop()
