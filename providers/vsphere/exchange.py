@@ -7,7 +7,8 @@ inventory memory and runs once more; a reused session whose connection broke is 
 (with every idle one: they share its fate) and the exchange runs once more on a fresh
 session. Everything else is translated by :mod:`~vmpooler.providers.vsphere.faults`.
 
-``task(submit)`` submits a task, looks at it once on the same session, and then polls it
+``task(submit)`` submits a task (never twice, even when the exchange is retried: see
+``Vcenter.start``), looks at it once on the same session, and then polls it
 (after 0.5, 1, 2, 4 and every 5 s) *without* holding a session, so long clones never starve
 short calls; it returns the id of the task's result. The module's functions are the reads
 several operations share.
@@ -17,11 +18,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from pyVmomi import vim, vmodl
 
-from vmpooler.providers.errors import ProviderError, TransientProviderError
+from vmpooler.providers.errors import ProviderError, TransientProviderError, is_permanent
 from vmpooler.providers.vsphere import clone
 from vmpooler.providers.vsphere.collector import retrieve
 from vmpooler.providers.vsphere.connection import SessionPool, is_expired
@@ -31,12 +32,13 @@ from vmpooler.providers.vsphere.readiness import GUEST_PROPERTIES
 from vmpooler.providers.vsphere.settings import VsphereSettings
 
 __all__ = [
+    "UNSEEN",
     "USER_FIELD",
+    "Started",
     "Vcenter",
     "guest_of",
     "port_group",
     "snapshot_id",
-    "submitted",
     "user_field",
 ]
 
@@ -46,8 +48,20 @@ _T = TypeVar("_T")
 _POLL_DELAYS = (0.5, 1.0, 2.0, 4.0)
 _POLL_EVERY = 5.0
 _TASK_TIMEOUT = 3600.0
+_POLL_FAILURES = 3
+UNSEEN: Any = object()
+"""``Started.info`` of a task started but not looked at yet (a look failed): poll it."""
 USER_FIELD = "vmpooler_user"
 """The custom attribute ``tag_vm_user`` sets."""
+
+
+class Started(NamedTuple):
+    """What :meth:`Vcenter.start` did: the submitted ``task``'s id and first look at its
+    ``info``; or, with ``task`` None, the ``result`` id ``adopt`` found (None: no task)."""
+
+    task: str | None
+    info: Any
+    result: str | None
 
 
 class _RetryError(Exception):
@@ -99,45 +113,114 @@ class Vcenter:
 
     def task_info(self, moid: str) -> Any:
         """The task's ``info`` now (None when vCenter no longer knows it)."""
-        return self.call(lambda s: (retrieve(s, s.ref(vim.Task, moid), ["info"]) or {})
-                         .get("info"))
+        return self.call(lambda s: _look(s, moid))
 
     def settle(self, moid: str, info: Any, what: str) -> str | None:
-        """Wait for task ``moid`` (``info`` is its first look) and return its result's id;
-        raise its fault, translated."""
+        """Wait for task ``moid`` (``info`` is its first look, :data:`UNSEEN` for none yet)
+        and return its result's id; raise its fault, translated.
+
+        The task runs on in vCenter whatever happens to our sessions, so a look that fails
+        transiently (an expired session even after a re-login, a dropped connection) is
+        tried again at the next poll; :data:`_POLL_FAILURES` failed looks in a row end the
+        wait with the last one's error. Permanent errors end it at once."""
         delays = iter(_POLL_DELAYS)
         waited = 0.0
+        failures = 0
         while True:
             if info is None:
                 raise TransientProviderError(f"{what}: vCenter lost task {moid}")
-            if info.state == "success":
-                return getattr(info.result, "_moId", None)
-            if info.state == "error":
-                raise translate(info.error, server=self.config.server,
-                                username=self.config.username)
+            if info is not UNSEEN:
+                if info.state == "success":
+                    return getattr(info.result, "_moId", None)
+                if info.state == "error":
+                    raise translate(info.error, server=self.config.server,
+                                    username=self.config.username)
             if waited >= _TASK_TIMEOUT:
                 raise TransientProviderError(f"{what}: task {moid} unfinished after {waited:.0f}s")
             delay = next(delays, _POLL_EVERY)
             self._sleep(delay)
             waited += delay
-            info = self.task_info(moid)
+            try:
+                info = self.task_info(moid)
+                failures = 0
+            except ProviderError as exc:
+                failures += 1
+                if is_permanent(exc) or failures >= _POLL_FAILURES:
+                    raise
+                log.info("[%s] %s: task %s not looked at (%s); polling on", self.config.name,
+                         what, moid, exc)
+                info = UNSEEN
 
-    def task(self, submit: Callable[[Any], Any], what: str) -> str | None:
-        """Submit ``submit(session)``'s task and wait for it; None also when ``submit``
-        returned no task."""
-        moid, info = self.call(lambda s: submitted(s, submit(s)))
-        return None if moid is None else self.settle(moid, info, what)
+    def start(self, submit: Callable[[Any], Any], what: str, *,
+              adopt: Callable[[Any], str | None] | None = None) -> Started:
+        """Submit ``submit(session)``'s task and look at it once; never submit it twice.
+
+        When the exchange is retried (an expired session, a stale memory, a broken
+        connection) after ``submit`` returned its task, the retry looks at that task again
+        (its id stays valid in a new session) instead of submitting anew. ``adopt(session)``
+        (if given) is asked for the id of what the task would have made (a clone: the VM of
+        that name in its folder) when that task cannot be found (then None means a
+        TransientProviderError: it is never submitted again here), and when ``submit`` was
+        entered but no task came back (then None lets ``submit`` run again). An id from
+        ``adopt`` is the result, and nothing is submitted. ``Started.task`` is None when
+        ``submit`` returned no task (or ``adopt`` found the result: ``Started.result``).
+        A task started whose every look failed transiently comes back with ``info``
+        :data:`UNSEEN` (settle it: it runs on in vCenter), never as an error that would
+        suggest nothing was started.
+        """
+        moid: str | None = None
+        entered = False
+
+        def exchange(session: Any) -> Started:
+            nonlocal moid, entered
+            if moid is not None:  # a retry: the task was started already
+                info = _look(session, moid)
+                if info is not None:
+                    return Started(moid, info, None)
+                found = None if adopt is None else adopt(session)
+                if found is None:
+                    raise TransientProviderError(f"{what}: vCenter lost task {moid}")
+                return Started(None, None, found)
+            if entered and adopt is not None:  # sent, perhaps, but no task seen back
+                found = adopt(session)
+                if found is not None:
+                    return Started(None, None, found)
+            entered = True
+            task = submit(session)
+            if task is None:
+                return Started(None, None, None)
+            moid = task._moId
+            return Started(moid, _look(session, moid), None)
+
+        try:
+            return self.call(exchange)
+        except ProviderError as exc:
+            if moid is None or is_permanent(exc):
+                raise
+            # The task was started and runs on: only the look at it failed. settle() polls.
+            log.info("[%s] %s: task %s not looked at (%s)", self.config.name, what, moid, exc)
+            return Started(moid, UNSEEN, None)
+
+    def task(self, submit: Callable[[Any], Any], what: str, *,
+             adopt: Callable[[Any], str | None] | None = None) -> str | None:
+        """Submit ``submit(session)``'s task (at most once, see :meth:`start`) and wait for
+        it; the id of its result. None also when ``submit`` returned no task."""
+        started = self.start(submit, what, adopt=adopt)
+        if started.task is None:
+            return started.result
+        return self.settle(started.task, started.info, what)
+
+
+def _look(session: Any, moid: str) -> Any:
+    """Task ``moid``'s ``info`` (None when vCenter no longer knows it): one call."""
+    try:
+        return (retrieve(session, session.ref(vim.Task, moid), ["info"]) or {}).get("info")
+    except StaleReferenceError:
+        return None
 
 
 def _from_vcenter(exc: BaseException) -> bool:
     return isinstance(exc, ProviderError | vmodl.MethodFault) or is_connection_error(exc)
-
-
-def submitted(session: Any, task: Any) -> tuple[str | None, Any]:
-    """A just-submitted task's id and first look at its ``info`` (one call)."""
-    if task is None:
-        return None, None
-    return task._moId, (retrieve(session, task, ["info"]) or {}).get("info")
 
 
 def guest_of(session: Any, ref: Any | None) -> dict[str, Any] | None:

@@ -21,6 +21,7 @@ from vmpooler.providers.errors import (
 )
 
 __all__ = [
+    "SessionExpiredError",
     "StaleReferenceError",
     "VcenterFaultError",
     "describe",
@@ -53,6 +54,11 @@ class StaleReferenceError(TransientProviderError):
     vCenter was replaced). The caller drops its cache and looks the object up again."""
 
 
+class SessionExpiredError(TransientProviderError):
+    """vCenter said ``NotAuthenticated`` (the session timed out or was logged out) even
+    after a fresh login. Transient: a later call logs in again."""
+
+
 def is_connection_error(exc: BaseException) -> bool:
     """True when ``exc`` says the session's connection is unusable: refused, reset, timed
     out, TLS failure, a broken HTTP exchange, or pyvmomi's "is down or is not a VIM server"."""
@@ -77,9 +83,18 @@ def describe(fault: BaseException) -> str:
 
 def translate(exc: BaseException, *, server: str, username: str) -> ProviderError:
     """The ProviderError for ``exc`` (returned, not raised). ``server``/``username`` only
-    name who was refused; the password never appears."""
+    name who was refused; the password never appears.
+
+    ``NotAuthenticated`` (an expired session) becomes the transient
+    :class:`SessionExpiredError`, never a PermissionDeniedError: pyvmomi makes it a subclass
+    of ``NoPermission``, so it is tested first. Only a real ``NoPermission`` is permanent.
+    """
     if isinstance(exc, ProviderError):
         return exc
+    if isinstance(exc, vim.fault.NotAuthenticated):  # before NoPermission: its subclass
+        return SessionExpiredError(
+            f"vCenter {server}: session of user {username!r} not authenticated "
+            f"({describe(exc)})")
     if isinstance(exc, vim.fault.InvalidLogin):
         return AuthenticationError(
             f"authentication failed: vCenter {server} refused user {username!r}")

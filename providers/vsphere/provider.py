@@ -37,7 +37,7 @@ from vmpooler.providers.errors import (
     VmNotFoundError,
 )
 from vmpooler.providers.vsphere import clone
-from vmpooler.providers.vsphere.collector import retrieve
+from vmpooler.providers.vsphere.collector import find_by_path, retrieve
 from vmpooler.providers.vsphere.connection import Connector, SessionPool
 from vmpooler.providers.vsphere.exchange import (
     USER_FIELD,
@@ -45,7 +45,6 @@ from vmpooler.providers.vsphere.exchange import (
     guest_of,
     port_group,
     snapshot_id,
-    submitted,
     user_field,
 )
 from vmpooler.providers.vsphere.faults import (
@@ -225,12 +224,23 @@ class VsphereProvider(Provider):
     def create_vm(self, pool: str, vm: str, *, template: str | None = None,
                   clone_target: str | None = None) -> VmInfo:
         """Clone the template into the pool's folder (created when missing unless
-        ``create_folders`` is false) and power it on. A failed clone leaves no VM of ours."""
+        ``create_folders`` is false) and power it on. A failed clone leaves no VM of ours.
+        The clone is sent at most once per call, even when the session expires meanwhile
+        (see ``Vcenter.start``)."""
         placement = self._placement(pool)
         sent: list[bool] = []  # set once the clone request is on its way to vCenter
         submit = self._clone_submitter(placement, vm, template, clone_target, sent)
+
+        def adopt(session: Any) -> str | None:
+            # A retry after the clone may have reached vCenter but its task cannot be
+            # followed: a VM of that name in the folder is that clone's, so clone no more.
+            if not sent:
+                return None
+            found = find_by_path(session, f"{placement.folder_path}/{vm}")
+            return found._moId if isinstance(found, vim.VirtualMachine) else None
+
         try:
-            moid = self.vc.task(submit, f"clone of {vm}")
+            moid = self.vc.task(submit, f"clone of {vm}", adopt=adopt)
         except ProviderError as exc:
             # Nothing to clean up when vCenter never saw the clone (a missing template, say)
             # or refused it for a name another VM holds.
@@ -348,10 +358,10 @@ class VsphereProvider(Provider):
                 return None
             return session.ref(vim.vm.Snapshot, found).RevertToSnapshot_Task()
 
-        moid, info = self.vc.call(lambda s: submitted(s, submit(s)))
-        if moid is None:
+        started = self.vc.start(submit, f"revert of {vm}")
+        if started.task is None:
             return False
-        self.vc.settle(moid, info, f"revert of {vm}")
+        self.vc.settle(started.task, started.info, f"revert of {vm}")
         return True
 
     def migrate_vm(self, pool: str, vm: str, *, may_move: bool = True) -> MigrationResult | None:
