@@ -89,6 +89,9 @@ class ProviderOp(enum.Enum):
     """Args ``(name: str,)``. Result: ``bool``."""
     PREPARE_TEMPLATE = "prepare_template"
     """Create the template's delta disks. Result: ``None``."""
+    LOG_FAILURE_EVENTS = "log_failure_events"
+    """Log what the provider's platform recorded about a pending VM that failed (the
+    provider's ``log_failure_events``; a no-op unless it is configured to). Result: ``None``."""
     PURGE_UNCONFIGURED = "purge_unconfigured"
     """Remove the provider's resources no configured pool uses, except args
     ``(allowlist: tuple[str, ...],)``; ``pool`` is "" and ``vm`` the provider's name.

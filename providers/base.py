@@ -288,6 +288,12 @@ class Provider(ABC):
         Raise a ProviderError on failure (the core logs it; not fatal). Worker thread.
         """
 
+    def log_failure_events(self, pool: str, vm: str) -> None:  # noqa: B027 (optional hook)
+        """Log what the provider's platform recorded about a pending VM that failed (not
+        ready before the pool's ``timeout``), when the provider is configured to. Default:
+        no-op. Never raises. Worker thread.
+        """
+
     def purge_unconfigured_resources(self, allowlist: Collection[str]) -> None:
         """Delete VMs/folders the configuration does not mention, except ``allowlist``.
 

@@ -570,3 +570,113 @@ def test_a_pool_without_datacenter_clones_into_the_first(
         assert len(chosen) == 1
         assert "'DC0', the first of the 2 datacenters vCenter lists (DC0, DC1)" in chosen[0]
         provider.close()
+
+
+# -- vCenter's events for a failed VM (log_vm_events_on_failure) --------------------------------
+
+def _event_lines(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if "vCenter event" in r.getMessage()
+            or "vCenter recorded no event" in r.getMessage()]
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_clone_refused_by_vcenter_logs_its_events_when_asked(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, enabled: bool) -> None:
+    """The simulator refuses every clone (``-fault CloneVM_Task:1:InsufficientResourcesFault``)
+    and records ``VmBeingClonedEvent`` on the source (it records no ``VmCloneFailedEvent``,
+    which a real vCenter adds with the reason): with the setting, that event is logged at
+    warning level under the pool's name; without it, nothing more than before."""
+    flags = ("-guest-tools", "-fault", "CloneVM_Task:1:InsufficientResourcesFault")
+    with vcsim.running(tmp_path / "vcsim", flags) as simulator:
+        vcsim.make_folder(simulator.connect(), "vmpooler/p1")
+        pools = {"p1": {**POOL, "template": "DC0_C0_RP0_VM0"}}
+        provider = make(simulator, pools, log_vm_events_on_failure=enabled, max_vm_events=5)
+        caplog.set_level(logging.DEBUG, logger="vmpooler.providers.vsphere")
+        with pytest.raises(ProviderError, match="InsufficientResourcesFault"):
+            provider.create_vm("p1", "refused")
+        records = _event_lines(caplog)
+        if not enabled:
+            assert records == []
+            return
+        assert records and all(r.levelno == logging.WARNING for r in records)
+        lines = [r.getMessage() for r in records]
+        assert all(line.startswith("[!] [p1] 'refused' clone failed") for line in lines)
+        assert any("VmBeingClonedEvent: Cloning DC0_C0_RP0_VM0" in line and "to refused" in line
+                   for line in lines), lines
+
+
+def test_a_half_made_clone_logs_its_own_events_bounded(
+        sim: vcsim.Simulator, caplog: pytest.LogCaptureFixture) -> None:
+    """A clone task that fails after vCenter made the VM: the VM's own events are logged
+    (before it is destroyed), newest ``max_vm_events`` only, oldest first."""
+    provider = make(sim, log_vm_events_on_failure=True, max_vm_events=3)
+
+    def connect(settings: Any) -> Any:
+        si = smart_connect(settings)
+        invoke = si._stub.InvokeMethod
+
+        def clone_then_fail(mo: Any, info: Any, args: Any, *rest: Any) -> Any:
+            result = invoke(mo, info, args, *rest)
+            if info.wsdlName == "CloneVM_Task":
+                raise vim.fault.InsufficientResourcesFault(msg="no room to power on")
+            return result
+
+        si._stub.InvokeMethod = clone_then_fail
+        return si
+
+    provider.sessions._connect = connect
+    caplog.set_level(logging.WARNING, logger="vmpooler.providers.vsphere")
+    with pytest.raises(ProviderError):
+        provider.create_vm("p1", "halfmade")
+    lines = [r.getMessage() for r in _event_lines(caplog)]
+    assert len(lines) == 3, lines
+    stamps = [line.split("vCenter event: ", 1)[1].split(" ", 1)[0] for line in lines]
+    assert stamps == sorted(stamps)
+    assert vcsim.vm_names(sim.connect(), "vmpooler/p1") == set()
+
+
+def test_a_pending_vm_that_fails_logs_its_events(
+        sim: vcsim.Simulator, caplog: pytest.LogCaptureFixture) -> None:
+    """``log_failure_events`` (the pool's pending timeout): the VM's events, e.g. its
+    power-on; a VM that is gone logs one line saying vCenter recorded nothing."""
+    provider = make(sim, log_vm_events_on_failure=True)
+    provider.create_vm("p1", "slow")
+    caplog.set_level(logging.WARNING, logger="vmpooler.providers.vsphere")
+    provider.log_failure_events("p1", "slow")
+    lines = [r.getMessage() for r in _event_lines(caplog)]
+    assert any("VmPoweredOnEvent" in line for line in lines), lines
+    assert all(line.startswith("[!] [p1] 'slow' failed while pending") for line in lines)
+    caplog.clear()
+    provider.log_failure_events("p1", "never-made")
+    assert [r.getMessage() for r in _event_lines(caplog)] == [
+        "[!] [p1] 'never-made' failed while pending; vCenter recorded no event for it"]
+
+
+def test_unreadable_events_are_one_debug_line_and_no_error(
+        sim: vcsim.Simulator, caplog: pytest.LogCaptureFixture) -> None:
+    provider = make(sim, log_vm_events_on_failure=True)
+
+    def connect(settings: Any) -> Any:
+        si = smart_connect(settings)
+        invoke = si._stub.InvokeMethod
+
+        def refuse(mo: Any, info: Any, args: Any, *rest: Any) -> Any:
+            if info.wsdlName == "QueryEvents":
+                raise vim.fault.NoPermission(msg="no", privilegeId="System.View")
+            return invoke(mo, info, args, *rest)
+
+        si._stub.InvokeMethod = refuse
+        return si
+
+    provider.sessions._connect = connect
+    provider.create_vm("p1", "vm1")
+    caplog.set_level(logging.DEBUG, logger="vmpooler.providers.vsphere")
+    provider.log_failure_events("p1", "vm1")
+    mine = [r for r in caplog.records if "events" in r.getMessage()]
+    assert [r.levelno for r in mine] == [logging.DEBUG]
+    assert "could not read vCenter's events for 'vm1'" in mine[0].getMessage()
+
+
+def test_events_are_off_by_default_and_bounded(sim: vcsim.Simulator) -> None:
+    assert make(sim).config.log_vm_events is False
+    assert make(sim).config.max_vm_events == 20

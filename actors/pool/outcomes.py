@@ -122,6 +122,7 @@ class Outcomes:
                 reason = msg.failure.message if msg.failure is not None else "not ready"
                 log.error("[>] [%s] '%s' marked as 'failed' after %s minutes (%s)", name,
                           vm, ctx.timeout_min, reason)
+                ctx.calls.send(ProviderOp.LOG_FAILURE_EVENTS, vm)  # why, when configured
             self.ondemand.failed(vm, f"not ready after {ctx.timeout_min} minutes")
             vms.forget(vm)
 

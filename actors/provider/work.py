@@ -83,6 +83,8 @@ class ProviderWork:
         if op is ProviderOp.PREPARE_TEMPLATE:  # vm is "template:<the template in effect>"
             template = vm.removeprefix("template:") or None
             return lambda: p.create_template_delta_disks(pool, template=template)
+        if op is ProviderOp.LOG_FAILURE_EVENTS:
+            return lambda: p.log_failure_events(pool, vm)
         if op is ProviderOp.PURGE_UNCONFIGURED:
             allowlist = tuple(args[0]) if args else ()
             return lambda: p.purge_unconfigured_resources(allowlist)

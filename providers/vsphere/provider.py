@@ -36,7 +36,7 @@ from vmpooler.providers.errors import (
     ProviderError,
     VmNotFoundError,
 )
-from vmpooler.providers.vsphere import clone
+from vmpooler.providers.vsphere import clone, events
 from vmpooler.providers.vsphere.collector import find_by_path, retrieve
 from vmpooler.providers.vsphere.connection import Connector, SessionPool
 from vmpooler.providers.vsphere.exchange import (
@@ -242,6 +242,8 @@ class VsphereProvider(Provider):
         try:
             moid = self.vc.task(submit, f"clone of {vm}", adopt=adopt)
         except ProviderError as exc:
+            if sent:
+                self._log_events(pool, vm, f"clone failed ({exc})", template=template)
             # Nothing to clean up when vCenter never saw the clone (a missing template, say)
             # or refused it for a name another VM holds.
             if sent and fault_name(exc) != "DuplicateName":
@@ -295,6 +297,31 @@ class VsphereProvider(Provider):
             distributed = self.inventory.memo(("portgroup", network._moId),
                                               lambda: port_group(session, network))
         return clone.nic_edit_spec(nic, network, str(placement.network), distributed)
+
+    def log_failure_events(self, pool: str, vm: str) -> None:
+        """With ``log_vm_events_on_failure``, log the VM's newest vCenter events (at most
+        ``max_vm_events``) at warning level. Never raises."""
+        self._log_events(pool, vm, "failed while pending", template=None, source=False)
+
+    def _log_events(self, pool: str, vm: str, why: str, *, template: str | None,
+                    source: bool = True) -> None:
+        """Log the events of ``vm`` and, with ``source``, those its template recorded about
+        cloning it; one debug line when they cannot be read."""
+        if not self.config.log_vm_events:
+            return
+        try:
+            placement = self._placement(pool)
+
+            def read(session: Any) -> list[Any]:
+                ref = self.inventory.vm(session, placement, vm)
+                src = self.inventory.template(session, placement, template) if source else None
+                return events.failure_events(session, ref, src, vm, self.config.max_vm_events)
+
+            found = self.vc.call(read)
+        except Exception as exc:  # the events only explain a failure: never add one
+            log.debug("[%s] could not read vCenter's events for '%s': %s", pool, vm, exc)
+            return
+        events.log_events(pool, vm, why, found)
 
     def _cleanup_failed_clone(self, pool: str, vm: str) -> None:
         try:

@@ -13,7 +13,9 @@ Provider keys (``:providers: :<name>:``): ``server`` (required), ``port`` (443),
 ``utilization_limit`` (90; also ``:config:``), from ``:config:`` ``manage_host_selection``
 and ``host_selection_max_age`` (60 s), and, ours: ``vm_ready_check``,
 ``vm_ready_port`` (22), ``vm_ready_timeout`` (5 s), ``ip_wait_timeout`` (240 s),
-``linked_clone_snapshot`` (``vmpooler-linked-clone``).
+``linked_clone_snapshot`` (``vmpooler-linked-clone``), ``log_vm_events_on_failure``
+(false) and ``max_vm_events`` (20, at most 1000): log vCenter's events for a pending VM
+that fails (vmpooler PR #629).
 
 Pool keys: ``template`` (an inventory path below the datacenter's VM folder, or a bare
 name), ``folder``, ``datastore`` (required), ``clone_target`` (else ``:config:
@@ -116,6 +118,8 @@ class VsphereSettings:
     ready_port: int = 22
     ready_timeout: float = 5.0
     ip_wait_timeout: float = 240.0
+    log_vm_events: bool = False
+    max_vm_events: int = 20
     allowlist: tuple[str, ...] = ()
     pools: Mapping[str, PoolPlacement] = field(default_factory=dict)
 
@@ -167,6 +171,8 @@ class VsphereSettings:
             ready_port=int(settings.get("vm_ready_port") or 22),
             ready_timeout=float(settings.get("vm_ready_timeout") or 5),
             ip_wait_timeout=float(_first(settings.get("ip_wait_timeout"), 240)),
+            log_vm_events=bool(settings.get("log_vm_events_on_failure", False)),
+            max_vm_events=int(settings.get("max_vm_events") or 20),
             allowlist=tuple(str(v) for v in _allowlist(settings)),
             pools=placements,
         )
@@ -252,7 +258,8 @@ _PROVIDER_KEYS: tuple[tuple[str, str], ...] = (
     ("create_folders", _BOOL), ("utilization_limit", _NUMBER), ("vm_ready_check", _STRING),
     ("vm_ready_port", _INT), ("vm_ready_timeout", _NUMBER), ("ip_wait_timeout", _NUMBER),
     ("linked_clone_snapshot", _STRING), ("resources_allowlist", _STRINGS),
-    ("folder_whitelist", _STRINGS),
+    ("folder_whitelist", _STRINGS), ("log_vm_events_on_failure", _BOOL),
+    ("max_vm_events", _INT),
 )
 _POOL_KEYS: tuple[tuple[str, str], ...] = (
     ("template", _STRING), ("folder", _STRING), ("datastore", _STRING),
@@ -261,7 +268,9 @@ _POOL_KEYS: tuple[tuple[str, str], ...] = (
 )
 _SECRETS = frozenset({"password"})
 _POSITIVE = frozenset({"port", "connection_pool_size", "connection_pool_timeout",
-                       "vsphere_timeout", "vm_ready_port", "vm_ready_timeout"})
+                       "vsphere_timeout", "vm_ready_port", "vm_ready_timeout",
+                       "max_vm_events"})
+MAX_VM_EVENTS = 1000
 
 
 def _check_keys(
@@ -277,6 +286,9 @@ def _check_keys(
             problems.append(SettingsProblem(key, f"expected {kind}, got {shown}", pool))
         elif key in _POSITIVE and value <= 0:
             problems.append(SettingsProblem(key, f"must be greater than 0, got {value}", pool))
+        elif key == "max_vm_events" and value > MAX_VM_EVENTS:
+            problems.append(SettingsProblem(key, f"must be at most {MAX_VM_EVENTS}, got {value}",
+                                            pool))
         elif key == "port" and value > 65535:
             problems.append(SettingsProblem(key, f"is not a TCP port: {value}", pool))
         elif key == "vm_ready_check" and value not in READY_CHECKS:
