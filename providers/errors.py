@@ -20,6 +20,7 @@ __all__ = [
     "PermanentProviderError",
     "PermissionDeniedError",
     "ProviderError",
+    "TaskLostError",
     "TemplateNotFoundError",
     "TransientProviderError",
     "VmNotFoundError",
@@ -50,6 +51,13 @@ class PermanentProviderError(ProviderError):
 
 class ConnectionLostError(TransientProviderError):
     """The hypervisor could not be reached or dropped the connection (it may be restarting)."""
+
+
+class TaskLostError(TransientProviderError):
+    """The hypervisor no longer knows the task of a call in flight: it restarted (or was
+    replaced) meanwhile, and the task vanished with it. The hypervisor answered, so this
+    says nothing about its health: the core does not count it against the circuit breaker.
+    The call's work is lost (a clone: its slot is released and the clone made again)."""
 
 
 class TemplateNotFoundError(PermanentProviderError):

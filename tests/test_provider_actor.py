@@ -35,6 +35,7 @@ from vmpooler.providers.dns import DnsPlugin, DynamicDns
 from vmpooler.providers.errors import (
     PermanentProviderError,
     ProviderError,
+    TaskLostError,
     TransientProviderError,
 )
 
@@ -413,6 +414,23 @@ def test_permanent_errors_do_not_open_the_breaker(make_rig: Callable[..., Rig]) 
         msg = rig.reply()
         assert msg.failure is not None and msg.failure.permanent
         assert not msg.failure.circuit_open
+    assert rig.provider.count("create_vm") == BREAKER_THRESHOLD * 2
+    assert rig.breaker.state is BreakerState.CLOSED
+    assert rig.metrics.counts("circuit_breaker.opened") == 0
+
+
+def test_tasks_lost_with_a_restarted_provider_do_not_open_the_breaker(
+    make_rig: Callable[..., Rig],
+) -> None:
+    # The (new) provider answered that it no longer knows the clones' tasks: each clone is
+    # a transient failure (retried) but says nothing about the provider's health.
+    rig = make_rig()
+    rig.provider.fail("create_vm", TaskLostError("clone of vm: vCenter lost task task-7"))
+    for n in range(BREAKER_THRESHOLD * 2):
+        rig.call(ProviderOp.CLONE, f"vm-{n}")
+        msg = rig.reply()
+        assert msg.failure is not None and not msg.failure.permanent
+        assert msg.failure.error_class == "TaskLostError" and not msg.failure.circuit_open
     assert rig.provider.count("create_vm") == BREAKER_THRESHOLD * 2
     assert rig.breaker.state is BreakerState.CLOSED
     assert rig.metrics.counts("circuit_breaker.opened") == 0

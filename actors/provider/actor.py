@@ -45,7 +45,7 @@ from vmpooler.actors.runtime.workers import WorkerPool
 from vmpooler.actors.storage.provider_store import ProviderHealth
 from vmpooler.providers.base import Provider
 from vmpooler.providers.dns import DnsPlugin
-from vmpooler.providers.errors import is_permanent
+from vmpooler.providers.errors import TaskLostError, is_permanent
 
 __all__ = ["ProviderActor", "StaleDnsError", "resolves"]
 
@@ -284,10 +284,14 @@ class ProviderActor(SupervisedActor):
             )
             return
         failure = None if done.error is None else self._failure(done.error)
-        if failure is not None and not failure.permanent:
+        # A task lost with a restarted provider: the (new) provider answered that it no
+        # longer knows the task. Neither slow nor down: counted by no timeout nor breaker.
+        lost = isinstance(done.error, TaskLostError)
+        if failure is not None and not failure.permanent and not lost:
             self.timeouts.record(entry.call.op, None)
         if guarded:
-            if failure is None or failure.permanent or isinstance(done.error, StaleDnsError):
+            if (failure is None or failure.permanent or lost
+                    or isinstance(done.error, StaleDnsError)):
                 self.breaker.record_success()  # the provider answered; it is not down
             else:
                 self.health.failure(failure.message)

@@ -22,7 +22,12 @@ from typing import Any, NamedTuple, TypeVar
 
 from pyVmomi import vim, vmodl
 
-from vmpooler.providers.errors import ProviderError, TransientProviderError, is_permanent
+from vmpooler.providers.errors import (
+    ProviderError,
+    TaskLostError,
+    TransientProviderError,
+    is_permanent,
+)
 from vmpooler.providers.vsphere import clone
 from vmpooler.providers.vsphere.collector import retrieve
 from vmpooler.providers.vsphere.connection import SessionPool, is_expired
@@ -115,20 +120,37 @@ class Vcenter:
         """The task's ``info`` now (None when vCenter no longer knows it)."""
         return self.call(lambda s: _look(s, moid))
 
-    def settle(self, moid: str, info: Any, what: str) -> str | None:
+    def settle(self, moid: str, info: Any, what: str, *,
+               adopt: Callable[[Any], str | None] | None = None) -> str | None:
         """Wait for task ``moid`` (``info`` is its first look, :data:`UNSEEN` for none yet)
         and return its result's id; raise its fault, translated.
 
         The task runs on in vCenter whatever happens to our sessions, so a look that fails
         transiently (an expired session even after a re-login, a dropped connection) is
         tried again at the next poll; :data:`_POLL_FAILURES` failed looks in a row end the
-        wait with the last one's error. Permanent errors end it at once."""
+        wait with the last one's error. Permanent errors end it at once.
+
+        A task vCenter no longer knows (or whose id now names another task, queued at
+        another time: vCenter restarted and counts its tasks afresh) vanished with the
+        vCenter that ran it: ``adopt(session)`` (if given) is asked for what it would have
+        made, else :class:`TaskLostError` (not a sign of vCenter's ill health)."""
         delays = iter(_POLL_DELAYS)
         waited = 0.0
         failures = 0
+        first = None
         while True:
+            if info is not None and info is not UNSEEN:
+                if first is None:
+                    first = info
+                elif not _same_task(first, info):
+                    info = None
             if info is None:
-                raise TransientProviderError(f"{what}: vCenter lost task {moid}")
+                found = None if adopt is None else self.call(adopt)
+                if found is not None:
+                    log.info("[%s] %s: task %s lost; adopting %s", self.config.name, what,
+                             moid, found)
+                    return found
+                raise TaskLostError(f"{what}: vCenter lost task {moid}")
             if info is not UNSEEN:
                 if info.state == "success":
                     return getattr(info.result, "_moId", None)
@@ -179,7 +201,7 @@ class Vcenter:
                     return Started(moid, info, None)
                 found = None if adopt is None else adopt(session)
                 if found is None:
-                    raise TransientProviderError(f"{what}: vCenter lost task {moid}")
+                    raise TaskLostError(f"{what}: vCenter lost task {moid}")
                 return Started(None, None, found)
             if entered and adopt is not None:  # sent, perhaps, but no task seen back
                 found = adopt(session)
@@ -208,7 +230,14 @@ class Vcenter:
         started = self.start(submit, what, adopt=adopt)
         if started.task is None:
             return started.result
-        return self.settle(started.task, started.info, what)
+        return self.settle(started.task, started.info, what, adopt=adopt)
+
+
+def _same_task(first: Any, now: Any) -> bool:
+    """Whether two looks at one task id saw the same task (not one a restarted vCenter
+    numbered alike): same operation, queued at the same time."""
+    return (getattr(first, "descriptionId", None) == getattr(now, "descriptionId", None)
+            and getattr(first, "queueTime", None) == getattr(now, "queueTime", None))
 
 
 def _look(session: Any, moid: str) -> Any:

@@ -13,6 +13,7 @@ task state); disks, snapshots and reverts 3; ``tag_vm_user`` 1.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import socket
 import threading
@@ -232,12 +233,16 @@ class VsphereProvider(Provider):
         submit = self._clone_submitter(placement, vm, template, clone_target, sent)
 
         def adopt(session: Any) -> str | None:
-            # A retry after the clone may have reached vCenter but its task cannot be
-            # followed: a VM of that name in the folder is that clone's, so clone no more.
+            # The clone may have reached vCenter but its task cannot be followed (a retry;
+            # a task lost with a restarted vCenter): a complete VM of that name in the
+            # folder (its configuration carries our annotation naming it) is that clone's,
+            # so clone no more. Anything less is cleaned up and the clone made again.
             if not sent:
                 return None
             found = find_by_path(session, f"{placement.folder_path}/{vm}")
-            return found._moId if isinstance(found, vim.VirtualMachine) else None
+            if not isinstance(found, vim.VirtualMachine):
+                return None
+            return found._moId if _is_clone_of(session, found, vm) else None
 
         try:
             moid = self.vc.task(submit, f"clone of {vm}", adopt=adopt)
@@ -473,3 +478,14 @@ class VsphereProvider(Provider):
 
     def close(self) -> None:
         self.sessions.close()
+
+
+def _is_clone_of(session: Any, ref: Any, vm: str) -> bool:
+    """Whether ``ref`` is a complete clone named ``vm``: its configuration is there and
+    holds the annotation :func:`~vmpooler.providers.vsphere.clone.clone_spec` writes."""
+    note = (retrieve(session, ref, ["config.annotation"]) or {}).get("config.annotation")
+    try:
+        data = json.loads(note or "")
+    except ValueError:
+        return False
+    return isinstance(data, dict) and data.get("name") == vm

@@ -1,0 +1,174 @@
+"""A vCenter restarted under clones in flight (issue 20, item 2c), as a real process.
+
+``vmpooler run`` fills two vSphere pools on the simulator, whose clone tasks take 3 s
+(``-task-delay``). While clones run, the simulator is killed and a fresh one (empty
+inventory, same port) comes back; the test rebuilds the template. The clones' tasks have
+vanished with the old vCenter: that is a lost clone, not a sign of vCenter's ill health, so
+the circuit breaker (3 failures, 30 s cool-down) must not open and the pools must refill
+from the new vCenter well within the cool-down. At the end no VM in Redis' pending or ready
+sets lacks its VM in vCenter.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import redis
+import yaml
+
+from tests import vcsim
+from tests.harness import wait_until
+from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, free_port
+from vmpooler.providers.errors import TaskLostError
+from vmpooler.providers.vsphere.exchange import Vcenter
+
+POOLS = ("alpha", "beta")
+SIZE = 3
+FLAGS = ("-guest-tools", "-guest-auto-ip", "-task-delay", "CloneVM_Task:3000")
+COOL_DOWN = 30.0
+REFILL_BOUND = 20.0  # far below the breaker's cool-down
+
+
+def write_config(path: Path, sim: vcsim.Simulator, redis_port: int) -> Path:
+    document = {
+        ":config": {
+            "check_loop_delay_min": 1, "check_loop_delay_max": 2, "task_limit": 6,
+            "max_tries": 1, "retry_factor": 0,
+            "circuit_breaker_failure_threshold": 3, "circuit_breaker_timeout": COOL_DOWN,
+            "circuit_breaker_half_open_attempts": 1, "connection_pool_monitor_interval": 1,
+            "logfile": str(path.parent / "vmpooler.log"),
+        },
+        ":redis": {"server": "127.0.0.1", "port": redis_port},
+        ":providers": {":vsphere": {
+            "server": "127.0.0.1", "port": sim.port, "username": sim.username,
+            "insecure": True, "datacenter": "DC0", "vm_ready_check": "guest_tools",
+            "skip_dns_check_before_creating_vm": True,
+        }},
+        ":dns_configs": {":lab": {"dns_class": "dynamic-dns", "domain": "vmpooler.test"}},
+        ":pools": [
+            {"name": name, "size": SIZE, "provider": "vsphere", "dns_plugin": "lab",
+             "template": vcsim.TEMPLATE, "folder": f"vmpooler/{name}",
+             "datastore": vcsim.DATASTORE, "clone_target": vcsim.CLUSTER,
+             "create_linked_clone": False}
+            for name in POOLS
+        ],
+    }
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def pending(client: redis.Redis) -> int:
+    return sum(int(client.scard(schema.pending(p))) for p in POOLS)
+
+
+def in_sync(client: redis.Redis, si: object) -> bool:
+    """Every pool full, nothing pending, each folder holding exactly the ready VMs."""
+    return all(
+        client.scard(schema.ready(p)) == SIZE and not client.scard(schema.pending(p))
+        and vcsim.vm_names(si, f"vmpooler/{p}") == client.smembers(schema.ready(p))
+        for p in POOLS)
+
+
+def orphans(client: redis.Redis, si: object) -> set[str]:
+    """VMs Redis holds as pending or ready that the vCenter lacks."""
+    missing: set[str] = set()
+    for pool in POOLS:
+        held = client.smembers(schema.pending(pool)) | client.smembers(schema.ready(pool))
+        missing |= held - vcsim.vm_names(si, f"vmpooler/{pool}")
+    return missing
+
+
+def log_lines(path: Path, text: str) -> list[str]:
+    return [line for line in path.read_text().splitlines() if text in line]
+
+
+@pytest.fixture
+def manager(tmp_path: Path, redis_server: EmbeddedRedis,
+            ) -> Iterator[tuple[subprocess.Popen[str], vcsim.Simulator, Path]]:
+    with vcsim.running(tmp_path / "vcsim", FLAGS) as sim:
+        vcsim.prepare(sim.connect())
+        config = write_config(tmp_path / "vmpooler.yaml", sim, redis_server.port)
+        out = open(tmp_path / "run.out", "w")  # noqa: SIM115 - closed below
+        env = {**os.environ, "PYTHONUNBUFFERED": "1",
+               "VMPOOLER_PROVIDER_VSPHERE_PASSWORD": sim.password}
+        process = subprocess.Popen(
+            [sys.executable, "-m", "vmpooler.web.cli", "run", "--config", str(config),
+             "--bind", f"127.0.0.1:{free_port()}"], stdout=out, stderr=subprocess.STDOUT,
+            text=True, env=env)
+        try:
+            yield process, sim, tmp_path / "vmpooler.log"
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+            out.close()
+
+
+# -- the provider's wait for a task (no simulator) -----------------------------------------------
+
+def _info(state: str, queued: float, op: str = "VirtualMachine.clone") -> Any:
+    return SimpleNamespace(state=state, queueTime=queued, descriptionId=op, result=None)
+
+
+def _vcenter(looks: list[Any]) -> Vcenter:
+    config = SimpleNamespace(name="vsphere", server="vc", username="u")
+    vc = Vcenter(config, None, None, lambda _s: None)  # type: ignore[arg-type]
+    vc.task_info = lambda _moid: looks.pop(0)  # type: ignore[method-assign]
+    vc.call = lambda exchange: exchange(None)  # type: ignore[method-assign]
+    return vc
+
+
+def test_a_task_vcenter_no_longer_knows_is_lost_not_failed() -> None:
+    vc = _vcenter([_info("running", 1.0), None])
+    with pytest.raises(TaskLostError, match="lost task task-7"):
+        vc.settle("task-7", _info("running", 1.0), "clone of vm")
+
+
+def test_a_task_id_a_restarted_vcenter_reused_is_lost() -> None:
+    # The new vCenter numbers its tasks afresh: task-7 is now another clone, queued later.
+    vc = _vcenter([_info("success", 50.0)])
+    with pytest.raises(TaskLostError):
+        vc.settle("task-7", _info("running", 1.0), "clone of vm")
+
+
+def test_a_lost_clone_whose_vm_is_there_is_adopted() -> None:
+    vc = _vcenter([None])
+    assert vc.settle("task-7", _info("running", 1.0), "clone of vm",
+                     adopt=lambda _session: "vm-42") == "vm-42"
+
+
+@pytest.mark.integration
+def test_a_vcenter_restart_under_clones_in_flight_does_not_open_the_breaker(
+    manager: tuple[subprocess.Popen[str], vcsim.Simulator, Path],
+    redis_client: redis.Redis,
+) -> None:
+    process, sim, log = manager
+    # Clones in flight: the first fill's clones are submitted and their 3 s tasks run.
+    wait_until(lambda: pending(redis_client) >= 4, 60, "clones in flight")
+    time.sleep(1.0)
+
+    killed = time.monotonic()
+    sim.restart()  # the same port, a fresh and empty inventory
+    si = sim.connect()
+    vcsim.prepare(si)  # the pools' template again (its own clone takes 3 s too)
+    wait_until(lambda: in_sync(redis_client, si), 90, "the pools refilled on the new vCenter")
+    refilled = time.monotonic() - killed
+    print(f"pools full and in sync {refilled:.1f}s after the vCenter restart")
+
+    assert process.poll() is None, "the manager kept running"
+    assert not log_lines(log, "circuit breaker opened"), "\n".join(
+        log_lines(log, "circuit breaker"))
+    assert refilled < REFILL_BOUND, f"refill took {refilled:.1f}s"
+    assert not orphans(redis_client, si)
