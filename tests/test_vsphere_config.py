@@ -122,6 +122,17 @@ def test_settings_defaults_follow_the_gem() -> None:
     assert check_settings({"server": "vc", "username": "u", "password": "p"}, {}, {}) == []
 
 
+def test_vm_events_settings_are_checked() -> None:
+    base = {"server": "vc", "username": "u", "password": "p"}
+    assert check_settings({**base, "log_vm_events_on_failure": True, "max_vm_events": 50},
+                          {}, {}) == []
+    found = {(p.key, p.message) for p in check_settings(
+        {**base, "log_vm_events_on_failure": "yes", "max_vm_events": 5000}, {}, {})}
+    assert found == {("log_vm_events_on_failure", "expected true or false, got 'yes'"),
+                     ("max_vm_events", "must be at most 1000, got 5000")}
+    assert check_settings({**base, "max_vm_events": 0}, {}, {})[0].key == "max_vm_events"
+
+
 def test_placement_keeps_a_vm_on_a_least_used_host_and_moves_it_otherwise() -> None:
     hosts = [HostLoad("h1", 10.0, 40.0, "E5"), HostLoad("h2", 50.0, 40.0, "E5"),
              HostLoad("h3", 20.0, 40.0, "E5"), HostLoad("h4", 5.0, 40.0, "Gold")]
