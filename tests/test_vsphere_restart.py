@@ -149,6 +149,13 @@ def test_a_lost_clone_whose_vm_is_there_is_adopted() -> None:
                      adopt=lambda _session: "vm-42") == "vm-42"
 
 
+def running_clones(si: Any) -> int:
+    """Clone tasks vCenter is running now (its recent tasks)."""
+    return sum(1 for task in si.content.taskManager.recentTask
+               if task.info.descriptionId == "VirtualMachine.cloneVm"
+               and task.info.state in ("running", "queued"))
+
+
 @pytest.mark.integration
 def test_a_vcenter_restart_under_clones_in_flight_does_not_open_the_breaker(
     manager: tuple[subprocess.Popen[str], vcsim.Simulator, Path],
@@ -156,8 +163,9 @@ def test_a_vcenter_restart_under_clones_in_flight_does_not_open_the_breaker(
 ) -> None:
     process, sim, log = manager
     # Clones in flight: the first fill's clones are submitted and their 3 s tasks run.
-    wait_until(lambda: pending(redis_client) >= 4, 60, "clones in flight")
-    time.sleep(1.0)
+    wait_until(lambda: pending(redis_client) >= 4, 60, "clones reserved")
+    old = sim.connect()
+    wait_until(lambda: running_clones(old) >= 4, 30, "clone tasks running in vCenter")
 
     killed = time.monotonic()
     sim.restart()  # the same port, a fresh and empty inventory
