@@ -12,9 +12,7 @@ rebuilds the inventory): the pools refill by themselves.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -23,45 +21,18 @@ from typing import Any
 
 import pytest
 import redis
-import yaml
 from pyVmomi import vim
 
 from tests import vcsim
 from tests.harness import wait_until
+from tests.vsphere_run import log_lines, running, write_config
 from vmpooler.actors.storage import schema
-from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, free_port
+from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 
 pytestmark = pytest.mark.integration
 
 POOLS = {"lc": {"create_linked_clone": True}, "full": {"create_linked_clone": False}}
 SIZE = 2
-
-
-def write_config(path: Path, sim: vcsim.Simulator, redis_port: int) -> Path:
-    document = {
-        ":config": {
-            "check_loop_delay_min": 1, "check_loop_delay_max": 2, "task_limit": 4,
-            "create_template_delta_disks": True, "max_tries": 1, "retry_factor": 0,
-            "circuit_breaker_failure_threshold": 3, "circuit_breaker_timeout": 2,
-            "circuit_breaker_half_open_attempts": 1, "connection_pool_monitor_interval": 1,
-            "logfile": str(path.parent / "vmpooler.log"),
-        },
-        ":redis": {"server": "127.0.0.1", "port": redis_port},
-        ":providers": {":vsphere": {
-            "server": "127.0.0.1", "port": sim.port, "username": sim.username,
-            "insecure": True, "datacenter": "DC0", "vm_ready_check": "guest_tools",
-            "skip_dns_check_before_creating_vm": True,
-        }},
-        ":dns_configs": {":lab": {"dns_class": "dynamic-dns", "domain": "vmpooler.test"}},
-        ":pools": [
-            {"name": name, "size": SIZE, "provider": "vsphere", "dns_plugin": "lab",
-             "template": vcsim.TEMPLATE, "folder": f"vmpooler/{name}",
-             "datastore": vcsim.DATASTORE, "clone_target": vcsim.CLUSTER, **extra}
-            for name, extra in POOLS.items()
-        ],
-    }
-    path.write_text(yaml.safe_dump(document))
-    return path
 
 
 def http(port: int, method: str, path: str) -> tuple[int, Any]:
@@ -100,29 +71,11 @@ def manager(tmp_path: Path, redis_server: EmbeddedRedis, redis_client: redis.Red
         si = sim.connect()
         vcsim.prepare(si)  # the template; the pools' folders are created by the pooler
         vcsim.clone_plain_vm(si, "vmpooler/full", "leftover1")  # an earlier run's VM
-        config = write_config(tmp_path / "vmpooler.yaml", sim, redis_server.port)
-        port = free_port()
-        log = open(tmp_path / "run.out", "w")  # noqa: SIM115 - closed below
-        env = {**os.environ, "PYTHONUNBUFFERED": "1",
-               "VMPOOLER_PROVIDER_VSPHERE_PASSWORD": sim.password}
-        process = subprocess.Popen(
-            [sys.executable, "-m", "vmpooler.web.cli", "run", "--config", str(config),
-             "--bind", f"127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT, text=True,
-            env=env)
-        try:
+        config = write_config(tmp_path / "vmpooler.yaml", sim, redis_server.port, pools=POOLS,
+                              size=SIZE, config={"task_limit": 4, "circuit_breaker_timeout": 2,
+                                                 "create_template_delta_disks": True})
+        with running(config, sim) as (process, port):
             yield process, sim, port, tmp_path / "vmpooler.log"
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
-            log.close()
-
-
-def log_lines(path: Path, text: str) -> list[str]:
-    return [line for line in path.read_text().splitlines() if text in line]
 
 
 def test_vsphere_pools_serve_a_checkout_and_survive_a_vcenter_outage(

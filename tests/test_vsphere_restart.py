@@ -11,9 +11,7 @@ sets lacks its VM in vCenter.
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,12 +20,12 @@ from typing import Any
 
 import pytest
 import redis
-import yaml
 
 from tests import vcsim
 from tests.harness import wait_until
+from tests.vsphere_run import log_lines, running, write_config
 from vmpooler.actors.storage import schema
-from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, free_port
+from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 from vmpooler.providers.errors import TaskLostError
 from vmpooler.providers.vsphere.exchange import Vcenter
 
@@ -36,34 +34,6 @@ SIZE = 3
 FLAGS = ("-guest-tools", "-guest-auto-ip", "-task-delay", "CloneVM_Task:3000")
 COOL_DOWN = 30.0
 REFILL_BOUND = 20.0  # far below the breaker's cool-down
-
-
-def write_config(path: Path, sim: vcsim.Simulator, redis_port: int) -> Path:
-    document = {
-        ":config": {
-            "check_loop_delay_min": 1, "check_loop_delay_max": 2, "task_limit": 6,
-            "max_tries": 1, "retry_factor": 0,
-            "circuit_breaker_failure_threshold": 3, "circuit_breaker_timeout": COOL_DOWN,
-            "circuit_breaker_half_open_attempts": 1, "connection_pool_monitor_interval": 1,
-            "logfile": str(path.parent / "vmpooler.log"),
-        },
-        ":redis": {"server": "127.0.0.1", "port": redis_port},
-        ":providers": {":vsphere": {
-            "server": "127.0.0.1", "port": sim.port, "username": sim.username,
-            "insecure": True, "datacenter": "DC0", "vm_ready_check": "guest_tools",
-            "skip_dns_check_before_creating_vm": True,
-        }},
-        ":dns_configs": {":lab": {"dns_class": "dynamic-dns", "domain": "vmpooler.test"}},
-        ":pools": [
-            {"name": name, "size": SIZE, "provider": "vsphere", "dns_plugin": "lab",
-             "template": vcsim.TEMPLATE, "folder": f"vmpooler/{name}",
-             "datastore": vcsim.DATASTORE, "clone_target": vcsim.CLUSTER,
-             "create_linked_clone": False}
-            for name in POOLS
-        ],
-    }
-    path.write_text(yaml.safe_dump(document))
-    return path
 
 
 def pending(client: redis.Redis) -> int:
@@ -87,33 +57,17 @@ def orphans(client: redis.Redis, si: object) -> set[str]:
     return missing
 
 
-def log_lines(path: Path, text: str) -> list[str]:
-    return [line for line in path.read_text().splitlines() if text in line]
-
-
 @pytest.fixture
 def manager(tmp_path: Path, redis_server: EmbeddedRedis,
             ) -> Iterator[tuple[subprocess.Popen[str], vcsim.Simulator, Path]]:
     with vcsim.running(tmp_path / "vcsim", FLAGS) as sim:
         vcsim.prepare(sim.connect())
-        config = write_config(tmp_path / "vmpooler.yaml", sim, redis_server.port)
-        out = open(tmp_path / "run.out", "w")  # noqa: SIM115 - closed below
-        env = {**os.environ, "PYTHONUNBUFFERED": "1",
-               "VMPOOLER_PROVIDER_VSPHERE_PASSWORD": sim.password}
-        process = subprocess.Popen(
-            [sys.executable, "-m", "vmpooler.web.cli", "run", "--config", str(config),
-             "--bind", f"127.0.0.1:{free_port()}"], stdout=out, stderr=subprocess.STDOUT,
-            text=True, env=env)
-        try:
+        config = write_config(
+            tmp_path / "vmpooler.yaml", sim, redis_server.port,
+            pools={name: {"create_linked_clone": False} for name in POOLS}, size=SIZE,
+            config={"task_limit": 6, "circuit_breaker_timeout": COOL_DOWN})
+        with running(config, sim) as (process, _port):
             yield process, sim, tmp_path / "vmpooler.log"
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
-            out.close()
 
 
 # -- the provider's wait for a task (no simulator) -----------------------------------------------
