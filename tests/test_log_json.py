@@ -25,6 +25,7 @@ import redis
 import yaml
 
 from tests.harness import wait_until
+from tests.log_capture import captured_logger, root_logging_restored
 from tests.test_manager_process import VMPOOLER, full
 from vmpooler.actors.storage.embedded_redis import free_port
 from vmpooler.web import cli
@@ -40,30 +41,15 @@ CONTROLS = "\n" + FORGED + "\r\n\t\x1b[2J\x00\x0b\x0c\x1c\x7f\x85\x9b\u2028\u202
 @pytest.fixture
 def captured() -> Iterator[tuple[logging.Logger, io.StringIO]]:
     """A logger writing through :class:`JsonFormatter` to a buffer."""
-    buffer = io.StringIO()
-    handler = logging.StreamHandler(buffer)
-    handler.setFormatter(JsonFormatter())
-    logger = logging.getLogger("tests.log_json")
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)
-    logger.propagate = False
-    yield logger, buffer
-    logger.removeHandler(handler)
-    logger.propagate = True
+    with captured_logger("tests.log_json", JsonFormatter()) as found:
+        yield found
 
 
 @pytest.fixture
 def restore_logging() -> Iterator[None]:
     """Put the root logger (and warnings capture) back after ``configure_logging``."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    for handler in root.handlers:
-        if handler not in handlers:
-            handler.close()
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    logging.captureWarnings(False)
+    with root_logging_restored():
+        yield
 
 
 def only_record(buffer: io.StringIO) -> dict[str, Any]:

@@ -17,6 +17,7 @@ import pytest
 import redis
 
 from tests.api_harness import TOKEN, api, api_config, api_pool
+from tests.log_capture import captured_logger, root_logging_restored
 from vmpooler.web.logsafe import (
     MASK,
     SafeFormatter,
@@ -42,29 +43,15 @@ def forged_lines(text: str) -> list[str]:
 @pytest.fixture
 def captured() -> Iterator[tuple[logging.Logger, io.StringIO]]:
     """A logger writing through :class:`SafeFormatter` in vmpooler's format to a buffer."""
-    buffer = io.StringIO()
-    handler = logging.StreamHandler(buffer)
-    handler.setFormatter(SafeFormatter(FORMAT, DATE_FORMAT))
-    logger = logging.getLogger("tests.log_safety")
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)
-    logger.propagate = False
-    yield logger, buffer
-    logger.removeHandler(handler)
-    logger.propagate = True
+    with captured_logger("tests.log_safety", SafeFormatter(FORMAT, DATE_FORMAT)) as found:
+        yield found
 
 
 @pytest.fixture
 def restore_logging() -> Iterator[None]:
     """Put the root logger back as it was after a test that calls ``configure_logging``."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    for handler in root.handlers:
-        if handler not in handlers:
-            handler.close()
-    root.handlers[:] = handlers
-    root.setLevel(level)
+    with root_logging_restored():
+        yield
 
 
 # -- the formatter -----------------------------------------------------------------------------
