@@ -21,7 +21,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.deploy.http import eventually, get, pools_full
 from tests.deploy.podman import (
     BASE_IMAGE,
     build_vmpooler_image,
@@ -29,6 +28,7 @@ from tests.deploy.podman import (
     podman_or_skip,
 )
 from tests.deploy.test_image import free_port
+from tests.http_client import eventually, get, pools_full
 
 
 def one_start(podman: object, image: str) -> tuple[float, float, float]:

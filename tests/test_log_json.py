@@ -12,8 +12,6 @@ import os
 import re
 import signal
 import subprocess
-import urllib.error
-import urllib.request
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +22,7 @@ import pytest
 import redis
 import yaml
 
+from tests import http_client
 from tests.harness import wait_until
 from tests.log_capture import captured_logger, root_logging_restored
 from tests.test_manager_process import VMPOOLER, full
@@ -207,13 +206,8 @@ def test_every_command_takes_the_option(command: str) -> None:
 
 # -- a real `vmpooler run` ---------------------------------------------------------------------
 def get(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as answer:
-            return int(answer.status)
-    except urllib.error.HTTPError as error:
-        return int(error.code)
-    except OSError:
-        return 0
+    """The status of ``GET url`` (0 when nothing answers)."""
+    return int(http_client.get(url, timeout=10)[0])
 
 
 @pytest.mark.integration

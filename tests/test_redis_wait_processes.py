@@ -8,14 +8,13 @@ import os
 import signal
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
 
+from tests import http_client
 from tests.conftest import TEST_REDIS_SERVER
 from tests.harness import wait_until
 from tests.test_manager_process import (
@@ -34,13 +33,7 @@ RETRY = "[!] [manager] redis is unavailable ("
 
 def get(url: str) -> int:
     """The status of ``GET url`` (0 when nothing answers)."""
-    try:
-        with urllib.request.urlopen(url, timeout=10) as answer:
-            return int(answer.status)
-    except urllib.error.HTTPError as error:
-        return int(error.code)
-    except OSError:
-        return 0
+    return int(http_client.get(url, timeout=10)[0])
 
 
 @pytest.fixture

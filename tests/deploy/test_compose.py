@@ -17,9 +17,9 @@ from collections.abc import Iterator
 import pytest
 import yaml
 
-from tests.deploy.http import eventually, get, pools_full, request
 from tests.deploy.podman import REPO, Podman, quiet
 from tests.deploy.test_image import free_port
+from tests.http_client import eventually, get, pools_full, request
 
 COMPOSE = REPO / "compose.yaml"
 SCRAPE = ("import sys, urllib.request as r; "

@@ -6,8 +6,8 @@ from __future__ import annotations
 import socket
 import time
 
-from tests.deploy.http import eventually, get, pools_full, request
 from tests.deploy.podman import BASE_IMAGE, Podman, image_size
+from tests.http_client import eventually, get, pools_full, request
 
 
 def free_port() -> int:

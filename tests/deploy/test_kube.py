@@ -22,10 +22,10 @@ import helm_python
 import pytest
 import yaml
 
-from tests.deploy.http import eventually, get, pools_full
 from tests.deploy.podman import Podman
 from tests.deploy.test_compose import checkout
 from tests.helm.chart import CHART, DUMMY_POOLS, render, their_values
+from tests.http_client import eventually, get, pools_full
 
 PORT = 4567
 RELEASE = "vmpooler"

@@ -1,4 +1,5 @@
-"""Small HTTP helpers of the deployment tests (services in containers, reached on loopback)."""
+"""Small HTTP helpers of the process tests: a request's status and parsed body (0 when
+nothing answers), and waiting on a condition with a deadline, saying what was awaited."""
 
 from __future__ import annotations
 
