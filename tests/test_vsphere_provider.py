@@ -67,6 +67,26 @@ def make(sim: vcsim.Simulator, pools: dict[str, dict[str, Any]] | None = None,
     return VsphereProvider(context, sleep=settings.pop("sleep", Sleeps()))
 
 
+def fail_after_clone(provider: VsphereProvider) -> None:
+    """Make every CloneVM_Task the provider sends reach vCenter (which makes the VM) and
+    then fail with InsufficientResourcesFault, as a power-on refused would (at the pyvmomi
+    edge)."""
+    def connect(settings: Any) -> Any:
+        si = smart_connect(settings)
+        invoke = si._stub.InvokeMethod
+
+        def clone_then_fail(mo: Any, info: Any, args: Any, *rest: Any) -> Any:
+            result = invoke(mo, info, args, *rest)
+            if info.wsdlName == "CloneVM_Task":
+                raise vim.fault.InsufficientResourcesFault(msg="no room to power on")
+            return result
+
+        si._stub.InvokeMethod = clone_then_fail
+        return si
+
+    provider.sessions._connect = connect
+
+
 def clone_specs(provider: VsphereProvider) -> list[Any]:
     """Record the CloneSpec of every CloneVM_Task the provider sends (an observer at the
     pyvmomi edge: the call still goes to the simulator)."""
@@ -286,21 +306,7 @@ def test_a_failed_clone_leaves_no_vm_behind(sim: vcsim.Simulator) -> None:
     """A clone task that fails after vCenter made the VM (power-on refused, say): the
     provider destroys what is left. The fault is injected at the pyvmomi edge."""
     provider = make(sim)
-
-    def connect(settings: Any) -> Any:
-        si = smart_connect(settings)
-        invoke = si._stub.InvokeMethod
-
-        def clone_then_fail(mo: Any, info: Any, args: Any, *rest: Any) -> Any:
-            result = invoke(mo, info, args, *rest)
-            if info.wsdlName == "CloneVM_Task":
-                raise vim.fault.InsufficientResourcesFault(msg="no room to power on")
-            return result
-
-        si._stub.InvokeMethod = clone_then_fail
-        return si
-
-    provider.sessions._connect = connect
+    fail_after_clone(provider)
     with pytest.raises(ProviderError, match="InsufficientResourcesFault"):
         provider.create_vm("p1", "halfmade")
     assert vcsim.vm_names(sim.connect(), "vmpooler/p1") == set()
@@ -610,21 +616,7 @@ def test_a_half_made_clone_logs_its_own_events_bounded(
     """A clone task that fails after vCenter made the VM: the VM's own events are logged
     (before it is destroyed), newest ``max_vm_events`` only, oldest first."""
     provider = make(sim, log_vm_events_on_failure=True, max_vm_events=3)
-
-    def connect(settings: Any) -> Any:
-        si = smart_connect(settings)
-        invoke = si._stub.InvokeMethod
-
-        def clone_then_fail(mo: Any, info: Any, args: Any, *rest: Any) -> Any:
-            result = invoke(mo, info, args, *rest)
-            if info.wsdlName == "CloneVM_Task":
-                raise vim.fault.InsufficientResourcesFault(msg="no room to power on")
-            return result
-
-        si._stub.InvokeMethod = clone_then_fail
-        return si
-
-    provider.sessions._connect = connect
+    fail_after_clone(provider)
     caplog.set_level(logging.WARNING, logger="vmpooler.providers.vsphere")
     with pytest.raises(ProviderError):
         provider.create_vm("p1", "halfmade")
