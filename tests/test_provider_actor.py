@@ -215,6 +215,7 @@ def make_rig() -> Iterator[Callable[..., Rig]]:
         clone_workers: int = 2,
         resolver: Callable[[str], bool] | None = None,
         dns_plugins: dict[str, DnsPlugin] | None = None,
+        provider_class: type[GatedProvider] | None = None,
         **actor_options: Any,
     ) -> Rig:
         clock = FakeClock()
@@ -223,7 +224,7 @@ def make_rig() -> Iterator[Callable[..., Rig]]:
             "gated", clock=clock.monotonic, metrics=metrics, failure_threshold=BREAKER_THRESHOLD,
             timeout=BREAKER_TIMEOUT, half_open_attempts=1,
         )
-        provider = GatedProvider(settings)
+        provider = (provider_class or GatedProvider)(settings)
         replies: queue.Queue[ProviderCallFinished] = queue.Queue()
         reply_to = Collector.start(replies)
         reroute: dict[str, pykka.ActorRef[Any]] = {}

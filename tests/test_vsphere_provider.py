@@ -396,7 +396,9 @@ def test_disk_snapshot_revert_and_destroy_show_in_vcenter(sim: vcsim.Simulator) 
     provider.sessions.calls.clear()
     assert provider.destroy_vm("p1", "task1") is True
     assert vcsim.vm_names(si, "vmpooler/p1") == set()
-    assert sum(provider.sessions.calls.values()) == 4  # power-off, destroy, two task looks
+    # Power-off and destroy, each task added to the task watch's view and awaited once.
+    assert provider.sessions.calls == {"PowerOffVM_Task": 1, "Destroy_Task": 1,
+                                       "ModifyListView": 2, "WaitForUpdatesEx": 2}
     assert provider.destroy_vm("p1", "task1") is True
 
 

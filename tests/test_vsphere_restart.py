@@ -76,10 +76,33 @@ def _info(state: str, queued: float, op: str = "VirtualMachine.clone") -> Any:
     return SimpleNamespace(state=state, queueTime=queued, descriptionId=op, result=None)
 
 
+class _Looks:
+    """A task watch that reports ``looks`` in turn (what vCenter would say of the task)."""
+
+    def __init__(self, looks: list[Any]) -> None:
+        self.looks = looks
+
+    def follow(self, moid: str) -> Any:
+        looks = self.looks
+
+        class Following:
+            def __enter__(self) -> Any:
+                return self
+
+            def __exit__(self, *_exc: object) -> None:
+                pass
+
+            def next(self, _timeout: float | None = None) -> Any:
+                return looks.pop(0)
+
+        following = Following()
+        following.moid = moid  # type: ignore[attr-defined]
+        return following
+
+
 def _vcenter(looks: list[Any]) -> Vcenter:
     config = SimpleNamespace(name="vsphere", server="vc", username="u")
-    vc = Vcenter(config, None, None, lambda _s: None)  # type: ignore[arg-type]
-    vc.task_info = lambda _moid: looks.pop(0)  # type: ignore[method-assign]
+    vc = Vcenter(config, None, None, watch=_Looks(looks))  # type: ignore[arg-type]
     vc.call = lambda exchange: exchange(None)  # type: ignore[method-assign]
     return vc
 

@@ -149,6 +149,10 @@ KEYED: Mapping[str, Family] = {
     "clone.queue_wait": Family(
         "histogram", "Time a clone waited for a clone slot (seconds), by kind pool|ondemand",
         ("poolname", "kind"), buckets=QUEUE_WAIT_BUCKETS, keys={**_POOL_KEY, "kind": "kind"}),
+    "task.queue_wait": Family(
+        "histogram", "Time a provider task waited in the provider's own queue (seconds)",
+        ("provider", "op"), buckets=QUEUE_WAIT_BUCKETS,
+        keys={"provider": "provider", "op": "op"}),
     "clone.outcome": Family(
         "counter", "Clone outcomes by pool, provider and result",
         ("poolname", "provider", "result"),

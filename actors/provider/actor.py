@@ -19,11 +19,8 @@ provider's state are reported by :mod:`~vmpooler.actors.provider.health`.
 
 from __future__ import annotations
 
-import itertools
 import logging
-import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import pykka
@@ -36,18 +33,28 @@ from vmpooler.actors.messages import (
 )
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.provider.health import ProviderHealthReporter
+from vmpooler.actors.provider.runtime import (
+    CallDone,
+    CallQueued,
+    CallRunning,
+    CallTimedOut,
+    InFlight,
+    MonitorTick,
+    ProviderRuntime,
+    WorkerProgress,
+)
 from vmpooler.actors.provider.work import ProviderWork, StaleDnsError, resolves
 from vmpooler.actors.runtime.adaptive_timeout import CallTimeouts
 from vmpooler.actors.runtime.breaker import CircuitBreaker
 from vmpooler.actors.runtime.clock import Clock, Scheduler, Timer
 from vmpooler.actors.runtime.supervisor import SupervisedActor
-from vmpooler.actors.runtime.workers import WorkerPool
 from vmpooler.actors.storage.provider_store import ProviderHealth
+from vmpooler.providers import progress
 from vmpooler.providers.base import Provider
 from vmpooler.providers.dns import DnsPlugin
 from vmpooler.providers.errors import TaskLostError, is_permanent
 
-__all__ = ["ProviderActor", "StaleDnsError", "resolves"]
+__all__ = ["ProviderActor", "ProviderRuntime", "StaleDnsError", "resolves"]
 
 log = logging.getLogger(__name__)
 
@@ -58,76 +65,6 @@ _BREAKER_OPS = frozenset({
     ProviderOp.LIST_VMS, ProviderOp.CLONE, ProviderOp.DESTROY, ProviderOp.CHECK_READY,
     ProviderOp.CHECK_RUNNING,
 })
-
-
-@dataclass(frozen=True, slots=True)
-class _CallDone:
-    token: int
-    result: Any
-    error: BaseException | None
-    seconds: float
-
-
-@dataclass(frozen=True, slots=True)
-class _CallTimedOut:
-    token: int
-
-
-@dataclass(frozen=True, slots=True)
-class _MonitorTick:
-    """Scheduler → itself, every ``monitor_interval`` seconds."""
-
-
-@dataclass(slots=True)
-class _InFlight:
-    call: CallProvider
-    timer: Timer | None
-    submitted: float = 0.0
-    answered: bool = False
-
-
-class ProviderRuntime:
-    """What outlives one :class:`ProviderActor` instance: its worker pools and the calls
-    they are running.
-
-    The supervisor restarts a crashed provider actor with the same runtime, so the new
-    instance still refuses a second call for a VM whose first call is running, and answers
-    the calls its predecessor submitted: a worker finishing after the crash hands its result
-    to whichever instance is current (or parks it until one starts).
-    """
-
-    def __init__(self, name: str, *, clone_workers: int, call_workers: int) -> None:
-        self.tokens = itertools.count(1)
-        self.calls: dict[int, _InFlight] = {}
-        self.busy: dict[tuple[str, str | None], int] = {}
-        self.clone_pool = WorkerPool(f"{name}-clone", clone_workers)
-        self.list_pool = WorkerPool(f"{name}-list", 2)
-        self.call_pool = WorkerPool(f"{name}-call", max(2, call_workers))
-        self._lock = threading.Lock()
-        self._current: pykka.ActorRef[Any] | None = None
-        self._parked: list[_CallDone] = []
-
-    def attach(self, ref: pykka.ActorRef[Any]) -> list[_CallDone]:
-        """Make ``ref`` the instance results go to; return results parked meanwhile."""
-        with self._lock:
-            self._current = ref
-            parked, self._parked = self._parked, []
-        return parked
-
-    def deliver(self, done: _CallDone) -> None:
-        """From a worker thread: tell the current instance, or park the result."""
-        with self._lock:
-            ref = self._current
-            try:
-                if ref is None:
-                    raise pykka.ActorDeadError("no provider actor")
-                ref.tell(done)
-            except pykka.ActorDeadError:
-                self._parked.append(done)
-
-    def shutdown(self) -> None:
-        for pool in (self.clone_pool, self.list_pool, self.call_pool):
-            pool.shutdown()
 
 
 class ProviderActor(SupervisedActor):
@@ -184,11 +121,15 @@ class ProviderActor(SupervisedActor):
     def handle(self, message: Any) -> Any:
         if isinstance(message, CallProvider):
             self._submit(message)
-        elif isinstance(message, _CallDone):
+        elif isinstance(message, CallDone):
             self._done(message)
-        elif isinstance(message, _CallTimedOut):
+        elif isinstance(message, CallTimedOut):
             self._timed_out(message.token)
-        elif isinstance(message, _MonitorTick):
+        elif isinstance(message, CallQueued):
+            self._queued(message.token)
+        elif isinstance(message, CallRunning):
+            self._running(message)
+        elif isinstance(message, MonitorTick):
             self._tick()
         return None
 
@@ -197,8 +138,8 @@ class ProviderActor(SupervisedActor):
         for token, entry in self._calls.items():  # a predecessor's calls: re-arm timeouts
             if not entry.answered:
                 entry.timer = self.scheduler.tell_later(
-                    max(0.0, entry.submitted + self._timeout_for(entry.call.op) - now),
-                    self.actor_ref, _CallTimedOut(token))
+                    max(0.0, entry.armed + entry.timeout - now),
+                    self.actor_ref, CallTimedOut(token))
         for done in self.runtime.attach(self.actor_ref):
             self.actor_ref.tell(done)
         self._tick()
@@ -214,7 +155,7 @@ class ProviderActor(SupervisedActor):
             return
         self.health.tick(gauges=self.monitor_gauges)
         self._monitor = self.scheduler.tell_later(self.monitor_interval, self.actor_ref,
-                                                  _MonitorTick())
+                                                  MonitorTick())
 
     def _timeout_for(self, op: ProviderOp) -> float:
         if op is ProviderOp.PURGE_UNCONFIGURED:  # once per start, may walk a whole vCenter
@@ -238,9 +179,9 @@ class ProviderActor(SupervisedActor):
                 f"{self.breaker.retry_after():.0f}s", "CircuitOpenError", circuit_open=True))
             return
         token = next(self.runtime.tokens)
-        timer = self.scheduler.tell_later(self._timeout_for(call.op), self.actor_ref,
-                                          _CallTimedOut(token))
-        self._calls[token] = _InFlight(call, timer, submitted=self.clock.monotonic())
+        now = self.clock.monotonic()
+        entry = self._calls[token] = InFlight(call, None, submitted=now)
+        self._arm(token, entry, self._timeout_for(call.op))
         self._busy[key] = token
         executor = {
             ProviderOp.CLONE: self.runtime.clone_pool, ProviderOp.LIST_VMS: self.runtime.list_pool,
@@ -248,22 +189,56 @@ class ProviderActor(SupervisedActor):
         deliver = self.runtime.deliver
         work = self.work.for_call(call)
         monotonic = self.clock.monotonic
+        listener = WorkerProgress(self.runtime, token)
 
         def run() -> None:
             started = monotonic()
             result: Any = None
             error: BaseException | None = None
             try:
-                result = work()
+                with progress.reporting(listener):
+                    result = work()
             except BaseException as exc:  # reported as a failure, never lost
                 error = exc
             seconds = monotonic() - started
-            deliver(_CallDone(token, result, error, seconds))
+            deliver(CallDone(token, result, error, seconds))
 
         executor.submit(run)
 
+    def _arm(self, token: int, entry: InFlight, timeout: float) -> None:
+        """(Re)start the call's timer: ``timeout`` seconds from now."""
+        if entry.timer is not None:
+            entry.timer.cancel()
+        entry.armed, entry.timeout = self.clock.monotonic(), timeout
+        entry.timer = self.scheduler.tell_later(timeout, self.actor_ref, CallTimedOut(token))
+
+    # -- progress ---------------------------------------------------------------------------
+    def _queued(self, token: int) -> None:
+        """The provider queued the call's work (vCenter's task queue): not a slow call. Its
+        timer restarts with ``provider_call_timeout``, the longest wait in that queue."""
+        entry = self._calls.get(token)
+        if entry is None or entry.answered:
+            return
+        entry.queued = True
+        self._arm(token, entry, self.timeouts.cap)
+
+    def _running(self, message: CallRunning) -> None:
+        """The call's work runs: its timeout counts from now, and the time it was queued
+        is measured (``task.queue_wait``) and left out of the call's duration."""
+        entry = self._calls.get(message.token)
+        if entry is None or entry.answered:
+            return
+        entry.queued_seconds = message.queued_seconds
+        self.metrics.timing("task.queue_wait", message.queued_seconds, tags={
+            "provider": self.provider.name, "op": entry.call.op.value})
+        if entry.queued or message.queued_seconds > 0:
+            log.info("[%s] %s of '%s' runs after %.1fs in %s's queue", entry.call.pool,
+                     entry.call.op.value, entry.call.vm, message.queued_seconds,
+                     self.provider.name)
+        self._arm(message.token, entry, self._timeout_for(entry.call.op))
+
     # -- completion -------------------------------------------------------------------------
-    def _done(self, done: _CallDone) -> None:
+    def _done(self, done: CallDone) -> None:
         entry = self._calls.pop(done.token, None)
         if entry is None:
             return
@@ -274,9 +249,10 @@ class ProviderActor(SupervisedActor):
             entry.timer.cancel()
         guarded = entry.call.op in _BREAKER_OPS
         if done.error is None:
-            # Late ones too, and from submission: the timer counts time spent queued.
+            # Late ones too, and from submission (the time spent queued for a worker counts,
+            # the time the provider queued the work does not).
             waited = max(done.seconds, self.clock.monotonic() - entry.submitted)
-            self.timeouts.record(entry.call.op, waited)
+            self.timeouts.record(entry.call.op, max(0.0, waited - entry.queued_seconds))
         if entry.answered:  # timed out: already answered and counted as a failure
             log.info(
                 "[%s] late %s result for '%s' dropped after %.1fs",
@@ -302,6 +278,8 @@ class ProviderActor(SupervisedActor):
         entry = self._calls.get(token)
         if entry is None or entry.answered:
             return
+        if self.clock.monotonic() < entry.armed + entry.timeout:
+            return  # a timer the call's progress replaced, fired before it was cancelled
         entry.answered = True
         waited = self.clock.monotonic() - entry.submitted
         message = f"{entry.call.op.value} timed out after {waited:.0f}s"

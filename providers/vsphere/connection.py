@@ -108,7 +108,8 @@ class SessionPool:
         self.settings = settings
         self.metrics = metrics
         self.calls: Counter[str] = Counter()
-        self.logins = 0  # successful logins so far
+        self.logins = 0  # successful logins of pooled sessions so far
+        self.other_logins = 0  # and of sessions kept outside the pool (the task watch)
         self.generation = 0  # broken connections seen so far (see Session.generation)
         self._connect = connect
         self._sleep = sleep
@@ -186,9 +187,10 @@ class SessionPool:
             session.close()
 
     # -- logging in ---------------------------------------------------------------------------
-    def _login(self) -> Session:
+    def _login(self, *, pooled: bool = True) -> Session:
         """Open one session, retrying connection failures ``max_tries`` times with vmpooler's
-        ``try x retry_factor`` seconds between tries; a refused login is not retried."""
+        ``try x retry_factor`` seconds between tries; a refused login is not retried.
+        ``logins`` counts the pool's sessions; ``other_logins`` those it did not lend."""
         s = self.settings
         for attempt in range(1, s.login_tries + 1):
             try:
@@ -206,10 +208,18 @@ class SessionPool:
                 continue
             self.metrics.increment("connect.open", tags=self._tags)
             with self._cond:
-                self.logins += 1
+                if pooled:
+                    self.logins += 1
+                else:
+                    self.other_logins += 1
             log.info("[*] [%s] logged in to %s as %r", s.name, s.url, s.username)
             return session
         raise AssertionError("unreachable")
+
+    def open_session(self) -> Session:
+        """A logged-in session outside the pool, for a caller that keeps it (the task
+        watch): not counted against ``connection_pool_size``; the caller closes it."""
+        return self._login(pooled=False)
 
     def relogin(self, session: Session) -> Session:
         """Replace an expired session's login in place (same slot in the pool)."""

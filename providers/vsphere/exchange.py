@@ -8,20 +8,22 @@ inventory memory and runs once more; a reused session whose connection broke is 
 session. Everything else is translated by :mod:`~vmpooler.providers.vsphere.faults`.
 
 ``task(submit)`` submits a task (never twice, even when the exchange is retried: see
-``Vcenter.start``), looks at it once on the same session, and then polls it
-(after 0.5, 1, 2, 4 and every 5 s) *without* holding a session, so long clones never starve
-short calls; it returns the id of the task's result. The module's functions are the reads
-several operations share.
+``Vcenter.start``) and waits for it through the provider's
+:class:`~vmpooler.providers.vsphere.tasks.TaskWatch`, *without* holding a session, so long
+clones never starve short calls and nothing polls; it returns the id of the task's result.
+The module's functions are the reads several operations share.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, NamedTuple, TypeVar
 
 from pyVmomi import vim, vmodl
 
+from vmpooler.providers import progress
 from vmpooler.providers.errors import (
     ProviderError,
     TaskLostError,
@@ -35,6 +37,7 @@ from vmpooler.providers.vsphere.faults import StaleReferenceError, is_connection
 from vmpooler.providers.vsphere.inventory import Inventory
 from vmpooler.providers.vsphere.readiness import GUEST_PROPERTIES
 from vmpooler.providers.vsphere.settings import VsphereSettings
+from vmpooler.providers.vsphere.tasks import NOTHING, Following, TaskWatch
 
 __all__ = [
     "UNSEEN",
@@ -50,12 +53,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
-_POLL_DELAYS = (0.5, 1.0, 2.0, 4.0)
-_POLL_EVERY = 5.0
-_TASK_TIMEOUT = 3600.0
-_POLL_FAILURES = 3
+TASK_TIMEOUT = 3600.0
+"""Seconds a task may run (from its start, not from when vCenter queued it)."""
 UNSEEN: Any = object()
-"""``Started.info`` of a task started but not looked at yet (a look failed): poll it."""
+"""``Started.info`` of a task started but not looked at yet: the watch will tell."""
 USER_FIELD = "vmpooler_user"
 """The custom attribute ``tag_vm_user`` sets."""
 
@@ -77,11 +78,17 @@ class Vcenter:
     """Runs exchanges for one provider (thread-safe: each borrows its own session)."""
 
     def __init__(self, config: VsphereSettings, sessions: SessionPool, inventory: Inventory,
-                 sleep: Callable[[float], None]) -> None:
+                 *, watch: TaskWatch | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """``watch`` follows the tasks (by default one on a session of its own from
+        ``sessions``); ``clock`` times the tasks' runs."""
         self.config = config
         self.sessions = sessions
         self.inventory = inventory
-        self._sleep = sleep
+        self.watch = watch if watch is not None else TaskWatch(
+            config.name, sessions.open_session, server=config.server,
+            username=config.username)
+        self._clock = clock
 
     def _run(self, exchange: Callable[[Any], _T], *, may_retry: bool = True) -> _T:
         s = self.config
@@ -116,30 +123,32 @@ class Vcenter:
             self.sessions.discard_idle()
             return self._run(exchange, may_retry=False)
 
-    def task_info(self, moid: str) -> Any:
-        """The task's ``info`` now (None when vCenter no longer knows it)."""
-        return self.call(lambda s: _look(s, moid))
-
     def settle(self, moid: str, info: Any, what: str, *,
                adopt: Callable[[Any], str | None] | None = None) -> str | None:
-        """Wait for task ``moid`` (``info`` is its first look, :data:`UNSEEN` for none yet)
+        """Wait for task ``moid`` (``info`` is a first look at it, :data:`UNSEEN` for none)
         and return its result's id; raise its fault, translated.
 
-        The task runs on in vCenter whatever happens to our sessions, so a look that fails
-        transiently (an expired session even after a re-login, a dropped connection) is
-        tried again at the next poll; :data:`_POLL_FAILURES` failed looks in a row end the
-        wait with the last one's error. Permanent errors end it at once.
+        The wait follows the task through the provider's :class:`TaskWatch` (no session
+        held, no polling) and tells the core when the task is queued by vCenter and when it
+        runs (:mod:`vmpooler.providers.progress`): a queued task is not a slow one. The
+        task may run for :data:`TASK_TIMEOUT` seconds from its start. When the watch cannot
+        reach vCenter several times in a row, the wait ends with its error.
 
         A task vCenter no longer knows (or whose id now names another task, queued at
         another time: vCenter restarted and counts its tasks afresh) vanished with the
         vCenter that ran it: ``adopt(session)`` (if given) is asked for what it would have
         made, else :class:`TaskLostError` (not a sign of vCenter's ill health)."""
-        delays = iter(_POLL_DELAYS)
-        waited = 0.0
-        failures = 0
+        with self.watch.follow(moid) as following:
+            return self._follow(following, info, what, adopt)
+
+    def _follow(self, following: Following, info: Any, what: str,
+                adopt: Callable[[Any], str | None] | None) -> str | None:
+        moid = following.moid
         first = None
+        told_queued = False
+        running_since: float | None = None
         while True:
-            if info is not None and info is not UNSEEN:
+            if info is not None and info is not UNSEEN and info is not NOTHING:
                 if first is None:
                     first = info
                 elif not _same_task(first, info):
@@ -151,27 +160,24 @@ class Vcenter:
                              moid, found)
                     return found
                 raise TaskLostError(f"{what}: vCenter lost task {moid}")
-            if info is not UNSEEN:
+            if info is not UNSEEN and info is not NOTHING:
+                if info.state == "queued" and not told_queued:
+                    told_queued = True
+                    progress.queued()
+                elif info.state != "queued" and running_since is None:
+                    running_since = self._clock()
+                    progress.running(_queued_seconds(info))
                 if info.state == "success":
                     return getattr(info.result, "_moId", None)
                 if info.state == "error":
                     raise translate(info.error, server=self.config.server,
                                     username=self.config.username)
-            if waited >= _TASK_TIMEOUT:
-                raise TransientProviderError(f"{what}: task {moid} unfinished after {waited:.0f}s")
-            delay = next(delays, _POLL_EVERY)
-            self._sleep(delay)
-            waited += delay
-            try:
-                info = self.task_info(moid)
-                failures = 0
-            except ProviderError as exc:
-                failures += 1
-                if is_permanent(exc) or failures >= _POLL_FAILURES:
-                    raise
-                log.info("[%s] %s: task %s not looked at (%s); polling on", self.config.name,
-                         what, moid, exc)
-                info = UNSEEN
+            left = None if running_since is None else (
+                TASK_TIMEOUT - (self._clock() - running_since))
+            if left is not None and left <= 0:
+                raise TransientProviderError(
+                    f"{what}: task {moid} unfinished {TASK_TIMEOUT:.0f}s after it started")
+            info = following.next(left)
 
     def start(self, submit: Callable[[Any], Any], what: str, *,
               adopt: Callable[[Any], str | None] | None = None) -> Started:
@@ -212,7 +218,7 @@ class Vcenter:
             if task is None:
                 return Started(None, None, None)
             moid = task._moId
-            return Started(moid, _look(session, moid), None)
+            return Started(moid, UNSEEN, None)  # the watch looks (no call of our own)
 
         try:
             return self.call(exchange)
@@ -246,6 +252,17 @@ def _look(session: Any, moid: str) -> Any:
         return (retrieve(session, session.ref(vim.Task, moid), ["info"]) or {}).get("info")
     except StaleReferenceError:
         return None
+
+
+def _queued_seconds(info: Any) -> float:
+    """Seconds vCenter queued the task before running it (0 when it does not say)."""
+    queued, started = getattr(info, "queueTime", None), getattr(info, "startTime", None)
+    if queued is None or started is None:
+        return 0.0
+    try:
+        return max(0.0, (started - queued).total_seconds())
+    except (TypeError, AttributeError):
+        return 0.0
 
 
 def _from_vcenter(exc: BaseException) -> bool:

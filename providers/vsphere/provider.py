@@ -5,9 +5,11 @@ through :class:`~vmpooler.providers.vsphere.exchange.Vcenter` (a session borrowe
 exchange, retries, task waits without a session).
 
 SOAP calls, once a pool's objects are known: ``vms_in_pool`` 1; ``get_vm`` 1 (+1 the
-first time a host is seen); ``create_vm`` 2 (clone, task state); ``get_vm_ip_address`` 1 per
-look; ``vm_ready`` 0 (``ssh``) or 1; ``destroy_vm`` 4 (power off and destroy, each with its
-task state); disks, snapshots and reverts 3; ``tag_vm_user`` 1.
+first time a host is seen); ``create_vm`` 2 (the clone, and its task added to the task
+watch's view); ``get_vm_ip_address`` 1 per look; ``vm_ready`` 0 (``ssh``) or 1;
+``destroy_vm`` 4 (power off and destroy, each with its task added to the view); disks,
+snapshots and reverts 3; ``tag_vm_user`` 1. The task watch's waits are shared by every
+task in flight (see :mod:`~vmpooler.providers.vsphere.tasks`).
 """
 
 from __future__ import annotations
@@ -103,7 +105,7 @@ class VsphereProvider(Provider):
         self.inventory = Inventory()
         self._sleep = sleep
         self._tcp_connect = tcp_connect
-        self.vc = Vcenter(self.config, self.sessions, self.inventory, sleep)
+        self.vc = Vcenter(self.config, self.sessions, self.inventory)
         self._hosts = HostRotation(self.config.utilization_limit,
                                    self.config.host_selection_max_age)
         self._first_datacenter: str | None = None
@@ -477,6 +479,7 @@ class VsphereProvider(Provider):
         return self.sessions.health()
 
     def close(self) -> None:
+        self.vc.watch.close()
         self.sessions.close()
 
 
