@@ -77,10 +77,12 @@ class PoolContext:
         ownership: OwnershipSettings | None = None, max_size: int | None = None,
     ) -> PoolContext:
         """The context of the pool actor ``self_ref``: pool settings fall back to the global
-        ones; a provider answer older than ``provider_call_timeout + 60`` s is presumed lost
-        (its provider actor crashed). With ``ownership`` the pool is acted on only while
-        this manager holds its lease, and ``store`` and ``upkeep_store`` write behind the
-        lease's fence; without it (a lone embedded system, tests) as before. ``max_size`` is
+        ones; a provider answer older than ``2 x provider_call_timeout + 60`` s is presumed
+        lost (its provider actor crashed): a call may wait ``provider_call_timeout`` in the
+        provider's own queue (vCenter's) and then run as long again. With ``ownership`` the
+        pool is acted on only while this manager holds its lease, and ``store`` and
+        ``upkeep_store`` write behind the lease's fence; without it (a lone embedded system,
+        tests) as before. ``max_size`` is
         the pool's ``max_pool_size`` (``Config.max_pool_size``; the global setting when
         None)."""
         def either(own: Any, default: Any) -> Any:
@@ -88,7 +90,7 @@ class PoolContext:
 
         calls = ProviderCalls(pool=pool.name, provider=pool.provider, directory=directory,
                               clock=clock, reply_to=self_ref,
-                              lost_after=settings.provider_call_timeout + 60.0)
+                              lost_after=2 * settings.provider_call_timeout + 60.0)
         owner = None if ownership is None else ownership.build(
             pool.name, store.client, clock, busy=lambda: bool(calls.busy))
         upkeep_store = UpkeepStore(store.client)

@@ -16,7 +16,8 @@ Short calls (inventory, readiness and running checks) use ``connection_pool_time
 ``probe_timeout`` plus that minimum (a probe that waits for a silent VM must not look like a
 stalled provider); long calls range from 60 s to ``provider_call_timeout`` and start at it.
 No timeout ever exceeds ``provider_call_timeout``. Durations count from submission, as the
-timer does (time spent queued for a worker included).
+timer does (time spent queued for a worker included), less the time the provider said its
+work waited in its own queue (vCenter's task queue), when the timer was paused.
 With ``adaptive_timeout_enabled: false`` every call uses ``provider_call_timeout``.
 
 Not thread-safe, by design: it lives inside one provider actor.
