@@ -19,6 +19,7 @@ import pytest
 from pyVmomi import vim
 
 from tests import vcsim
+from tests.harness import wait_until
 from vmpooler.actors.metrics.backends import RecordingMetrics
 from vmpooler.providers.base import ProviderContext
 from vmpooler.providers.errors import (
@@ -110,15 +111,57 @@ def clone_specs(provider: VsphereProvider) -> list[Any]:
 
 # -- inventory ------------------------------------------------------------------------------
 
-def test_listing_a_pool_is_one_property_retrieval(sim: vcsim.Simulator) -> None:
+def test_listing_a_watched_pool_costs_no_call(sim: vcsim.Simulator) -> None:
     provider = make(sim)
-    for n in range(3):
-        provider.create_vm("p1", f"inv{n}")
-    vcsim.clone_plain_vm(sim.connect(), "vmpooler/p1", "leftover")
-    provider.vms_in_pool("p1")  # the folder is known from here on
-    provider.sessions.calls.clear()
-    assert sorted(provider.vms_in_pool("p1")) == ["inv0", "inv1", "inv2", "leftover"]
-    assert dict(provider.sessions.calls) == {"RetrievePropertiesEx": 1}
+    try:
+        for n in range(3):
+            provider.create_vm("p1", f"inv{n}")
+        si = sim.connect()
+        leftover = vcsim.clone_plain_vm(si, "vmpooler/p1", "leftover")
+        provider.sessions.calls.clear()
+        # The first listing has the vCenter watch watch the folder: a filter, and its state.
+        assert sorted(provider.vms_in_pool("p1")) == ["inv0", "inv1", "inv2", "leftover"]
+        calls = provider.sessions.calls  # besides the watch's waits and view changes
+        assert (calls["RetrievePropertiesEx"], calls["CreateFilter"]) == (0, 1), calls
+        provider.sessions.calls.clear()
+        assert sorted(provider.vms_in_pool("p1")) == ["inv0", "inv1", "inv2", "leftover"]
+        assert "RetrievePropertiesEx" not in provider.sessions.calls  # the watch's members
+        # What happens behind the provider's back shows, without a listing of its own.
+        vcsim.clone_plain_vm(si, "vmpooler/p1", "another")
+        vcsim.wait_task(leftover.PowerOffVM_Task())
+        vcsim.wait_task(leftover.Destroy_Task())
+        wait_until(lambda: sorted(provider.vms_in_pool("p1")) == [
+            "another", "inv0", "inv1", "inv2"], 10, "the watch to see the changes")
+        # Its own clones and destroys show at once.
+        provider.create_vm("p1", "inv3")
+        assert "inv3" in provider.vms_in_pool("p1")
+        provider.destroy_vm("p1", "inv0")
+        assert "inv0" not in provider.vms_in_pool("p1")
+        assert "RetrievePropertiesEx" not in provider.sessions.calls
+    finally:
+        provider.close()
+
+
+def test_a_watch_that_lost_its_session_watches_the_folder_afresh(sim: vcsim.Simulator) -> None:
+    provider = make(sim)
+    try:
+        provider.create_vm("p1", "one")
+        assert provider.vms_in_pool("p1") == ["one"]
+        watch = provider.vc.watch
+        watch.max_wait = 1  # the simulator lets a logged-out session's wait run its course
+        with watch._view_lock:  # its session logged out behind its back
+            assert watch._session is not None
+            watch._session.content.propertyCollector.CancelWaitForUpdates()  # not 10 s on
+            watch._session.close()
+        wait_until(lambda: watch.members.names("p1") is None, 15, "the watch to notice")
+        provider.sessions.calls.clear()
+        assert provider.vms_in_pool("p1") == ["one"]  # watched afresh
+        assert provider.sessions.calls["CreateFilter"] == 2  # the task view's and the folder's
+        provider.sessions.calls.clear()
+        assert provider.vms_in_pool("p1") == ["one"]  # watched again
+        assert "RetrievePropertiesEx" not in provider.sessions.calls
+    finally:
+        provider.close()
 
 
 def test_missing_folder_lists_nothing(sim: vcsim.Simulator) -> None:
@@ -467,7 +510,8 @@ def test_expired_session_logs_in_again(sim: vcsim.Simulator) -> None:
     provider.create_vm("p1", "kept")
     session = provider.sessions._idle[0]
     session.content.sessionManager.Logout()  # vCenter forgets the session
-    assert provider.vms_in_pool("p1") == ["kept"]
+    found = provider.get_vm("p1", "kept")
+    assert found is not None and found.name == "kept"
     assert provider.sessions.logins == 2
 
 

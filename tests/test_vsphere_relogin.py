@@ -46,9 +46,10 @@ def test_a_session_expiring_twice_is_a_transient_error_not_a_permission_one(
         tmp_path: Path) -> None:
     sim = started(tmp_path, "-fault", "RetrievePropertiesEx:1:NotAuthenticated")
     try:
+        vcsim.clone_plain_vm(sim.connect(), FOLDER, "x")
         provider = make(sim)
         with pytest.raises(ProviderError) as caught:
-            provider.vms_in_pool("p1")
+            provider.get_vm("p1", "x")
         assert not isinstance(caught.value, PermissionDeniedError)
         assert not is_permanent(caught.value)
         assert provider.sessions.logins == 2  # the first login and one re-login, no more
@@ -59,9 +60,10 @@ def test_a_session_expiring_twice_is_a_transient_error_not_a_permission_one(
 def test_a_real_permission_fault_stays_permanent(tmp_path: Path) -> None:
     sim = started(tmp_path, "-fault", "RetrievePropertiesEx:1:NoPermission")
     try:
+        vcsim.clone_plain_vm(sim.connect(), FOLDER, "x")
         provider = make(sim)
         with pytest.raises(PermissionDeniedError) as caught:
-            provider.vms_in_pool("p1")
+            provider.get_vm("p1", "x")
         assert is_permanent(caught.value)
         assert provider.sessions.logins == 1
     finally:

@@ -157,8 +157,10 @@ def test_the_watch_session_lost_is_replaced_and_waits_go_on(sim: vcsim.Simulator
         provider.vms_in_pool("p1")
         provider.create_vm("p1", "before")
         watch = provider.vc.watch
+        watch.max_wait = 1  # the simulator lets a logged-out session's wait run its course
         with watch._view_lock:  # the watch's session logged out behind its back
             assert watch._session is not None
+            watch._session.content.propertyCollector.CancelWaitForUpdates()  # not 10 s on
             watch._session.close()
         provider.create_vm("p1", "after")
         assert {"before", "after"} <= vcsim.vm_names(sim.connect(), "vmpooler/p1")

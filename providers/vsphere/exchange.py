@@ -9,7 +9,7 @@ session. Everything else is translated by :mod:`~vmpooler.providers.vsphere.faul
 
 ``task(submit)`` submits a task (never twice, even when the exchange is retried: see
 ``Vcenter.start``) and waits for it through the provider's
-:class:`~vmpooler.providers.vsphere.tasks.TaskWatch`, *without* holding a session, so long
+:class:`~vmpooler.providers.vsphere.watch.VcenterWatch`, *without* holding a session, so long
 clones never starve short calls and nothing polls; it returns the id of the task's result.
 The module's functions are the reads several operations share.
 """
@@ -37,7 +37,8 @@ from vmpooler.providers.vsphere.faults import StaleReferenceError, is_connection
 from vmpooler.providers.vsphere.inventory import Inventory
 from vmpooler.providers.vsphere.readiness import GUEST_PROPERTIES
 from vmpooler.providers.vsphere.settings import VsphereSettings
-from vmpooler.providers.vsphere.tasks import NOTHING, Following, TaskWatch
+from vmpooler.providers.vsphere.tasks import NOTHING, Following
+from vmpooler.providers.vsphere.watch import VcenterWatch
 
 __all__ = [
     "UNSEEN",
@@ -78,14 +79,14 @@ class Vcenter:
     """Runs exchanges for one provider (thread-safe: each borrows its own session)."""
 
     def __init__(self, config: VsphereSettings, sessions: SessionPool, inventory: Inventory,
-                 *, watch: TaskWatch | None = None,
+                 *, watch: VcenterWatch | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         """``watch`` follows the tasks (by default one on a session of its own from
         ``sessions``); ``clock`` times the tasks' runs."""
         self.config = config
         self.sessions = sessions
         self.inventory = inventory
-        self.watch = watch if watch is not None else TaskWatch(
+        self.watch = watch if watch is not None else VcenterWatch(
             config.name, sessions.open_session, server=config.server,
             username=config.username)
         self._clock = clock
@@ -128,7 +129,7 @@ class Vcenter:
         """Wait for task ``moid`` (``info`` is a first look at it, :data:`UNSEEN` for none)
         and return its result's id; raise its fault, translated.
 
-        The wait follows the task through the provider's :class:`TaskWatch` (no session
+        The wait follows the task through the provider's :class:`VcenterWatch` (no session
         held, no polling) and tells the core when the task is queued by vCenter and when it
         runs (:mod:`vmpooler.providers.progress`): a queued task is not a slow one. The
         task may run for :data:`TASK_TIMEOUT` seconds from its start. When the watch cannot

@@ -53,6 +53,7 @@ class Inventory:
         self._ids: dict[_Key, tuple[type, str]] = {}
         self._data: dict[_Key, Any] = {}
         self._vms: dict[tuple[str, str], str] = {}  # (pool, vm) -> moid, from listings
+        self._looking: dict[_Key, threading.Lock] = {}  # one lookup per key at a time
 
     # -- memory -------------------------------------------------------------------------------
     def sync(self, session: Session) -> None:
@@ -78,27 +79,44 @@ class Inventory:
         with self._lock:
             self._vms.pop((pool, vm), None)
 
+    def _lookup_lock(self, key: _Key) -> threading.Lock:
+        """The lock one lookup of ``key`` holds: threads that need the same object while it
+        is being looked up (the first clones of a fill, all at once) wait for its answer
+        instead of asking vCenter too."""
+        with self._lock:
+            return self._looking.setdefault(key, threading.Lock())
+
     def _object(self, session: Session, key: _Key, find: Callable[[], Any | None]) -> Any | None:
         with self._lock:
             known = self._ids.get(key)
         if known is not None:
             return session.ref(*known)
-        found = find()
-        if found is not None:
+        with self._lookup_lock(key):
             with self._lock:
-                self._ids[key] = (type(found), found._moId)
-        return found
+                known = self._ids.get(key)
+            if known is not None:
+                return session.ref(*known)
+            found = find()
+            if found is not None:
+                with self._lock:
+                    self._ids[key] = (type(found), found._moId)
+            return found
 
     def memo(self, key: _Key, compute: Callable[[], _T]) -> _T:
-        """``compute()``'s value, computed once until the memory is dropped. For plain data
-        only (device specs, keys), never session-bound objects."""
+        """``compute()``'s value, computed once until the memory is dropped (concurrent
+        callers wait for the one computing it). For plain data only (device specs, keys),
+        never session-bound objects."""
         with self._lock:
             if key in self._data:
                 return self._data[key]  # type: ignore[no-any-return]
-        value = compute()
-        with self._lock:
-            self._data[key] = value
-        return value
+        with self._lookup_lock(("memo", *key)):
+            with self._lock:
+                if key in self._data:
+                    return self._data[key]  # type: ignore[no-any-return]
+            value = compute()
+            with self._lock:
+                self._data[key] = value
+            return value
 
     def drop(self, *key: str) -> None:
         """Forget one remembered object or value."""
@@ -136,9 +154,10 @@ class Inventory:
         """The pool's folder; created (with its parents) when missing and ``create``, else
         None when missing. FolderNotFoundError when the path names something else."""
         path = placement.folder_path
-        found = self._object(session, ("folder", path), lambda: find_by_path(session, path))
-        if found is None and create:
-            found = self._create_folder(session, placement)
+        with self._lookup_lock(("making folder", path)):  # made once, not once per clone
+            found = self._object(session, ("folder", path), lambda: find_by_path(session, path))
+            if found is None and create:
+                found = self._create_folder(session, placement)
         if found is not None and not isinstance(found, vim.Folder):
             self.drop("folder", path)
             raise FolderNotFoundError(f"folder '{path}' not found: it is a {type(found).__name__}")
@@ -236,21 +255,30 @@ class Inventory:
         return found
 
     # -- VMs ------------------------------------------------------------------------------------
-    def vm_names(self, session: Session, placement: PoolPlacement) -> list[str]:
-        """Names of the VMs in the pool's folder (none when it does not exist yet): one
+    def vm_ids(self, session: Session, placement: PoolPlacement) -> dict[str, str]:
+        """{name: id} of the VMs in the pool's folder (none when it does not exist yet): one
         property retrieval once the folder is known. Remembers each VM's id."""
         folder = self.folder(session, placement, create=False)
         if folder is None:
-            return []
+            return {}
         found = {str(props["name"]): obj._moId
                  for obj, props in children(session, folder, vim.VirtualMachine)
                  if props.get("name") is not None}
+        self.remember_listing(placement.name, found)
+        return found
+
+    def vm_names(self, session: Session, placement: PoolPlacement) -> list[str]:
+        """Names of the VMs in the pool's folder (see :meth:`vm_ids`)."""
+        return list(self.vm_ids(session, placement))
+
+    def remember_listing(self, pool: str, found: dict[str, str]) -> None:
+        """The pool's VMs are exactly ``found`` ({name: id}): remember their ids, forget
+        the others'."""
         with self._lock:
-            for key in [k for k in self._vms if k[0] == placement.name and k[1] not in found]:
+            for key in [k for k in self._vms if k[0] == pool and k[1] not in found]:
                 del self._vms[key]
             for name, moid in found.items():
-                self._vms[(placement.name, name)] = moid
-        return list(found)
+                self._vms[(pool, name)] = moid
 
     def vm(self, session: Session, placement: PoolPlacement, name: str) -> Any | None:
         """The pool's VM ``name``, or None when its folder holds no such VM."""

@@ -77,6 +77,7 @@ _VM_PROPERTIES = ("name", "guest.hostName", "runtime.bootTime", "runtime.powerSt
                   "snapshot.rootSnapshotList")
 _USER_FIELD = "vmpooler_user"
 _ALREADY_OFF = frozenset({"InvalidPowerState", "InvalidState"})
+_FOLDER_SYNC_WAIT = 5.0  # seconds a first listing waits for the watch's complete state
 
 
 class VsphereProvider(Provider):
@@ -164,9 +165,26 @@ class VsphereProvider(Provider):
 
     # -- inventory and state ----------------------------------------------------------------------
     def vms_in_pool(self, pool: str) -> list[str]:
-        """Names of every VM in the pool's folder: one property retrieval."""
+        """Names of every VM in the pool's folder: none once the folder is watched (the
+        vCenter watch keeps its members); the first time, the folder is watched (one filter
+        and a cancelled wait) and its complete state awaited, else (the watch cannot) one
+        property retrieval."""
         placement = self._placement(pool)
-        return self.vc.call(lambda s: self.inventory.vm_names(s, placement))
+        members = self.vc.watch.members
+        known = members.names(pool)
+        if known is None and not members.watched(pool):
+            folder = self.vc.call(lambda s: self.inventory.folder(s, placement, create=False))
+            if folder is None:
+                return []
+            try:
+                self.vc.watch.watch_folder(pool, folder._moId)
+                known = members.wait_synced(pool, _FOLDER_SYNC_WAIT)
+            except Exception as exc:  # listed directly meanwhile
+                log.debug("[%s] folder of pool %s not watched: %s", self.name, pool, exc)
+        if known is None:
+            return list(self.vc.call(lambda s: self.inventory.vm_ids(s, placement)))
+        self.inventory.remember_listing(pool, known)
+        return list(known)
 
     def get_vm(self, pool: str, vm: str) -> VmInfo | None:
         """Name, guest hostname, boot time, power state, host, IP and snapshots."""
@@ -258,6 +276,7 @@ class VsphereProvider(Provider):
             raise
         if moid is not None:
             self.inventory.remember_vm(pool, vm, moid)
+            self.vc.watch.members.added(pool, vm, moid)
         return VmInfo(name=vm, hostname=None, template=template or placement.template,
                       poolname=pool, powerstate="poweredOn")
 
@@ -341,6 +360,7 @@ class VsphereProvider(Provider):
         with contextlib.suppress(VmNotFoundError, StaleReferenceError):
             self._power_off_and_destroy(lambda s: self._require_vm(s, pool, vm), vm)
         self.inventory.forget_vm(pool, vm)
+        self.vc.watch.members.removed(pool, vm)
         return True
 
     def _power_off_and_destroy(self, find: Callable[[Any], Any], what: str) -> None:
