@@ -1,8 +1,9 @@
 """Side-by-side fill benchmark of a pool manager with the vSphere provider, on vcsim.
 
-    .venv/bin/python bench/vsphere.py [--managers ruby,python] [--scenarios 1x20,5x10]
-        [--repeat N] [--steady-seconds 60] [--steady-loop-delay 5] [--fill-timeout 300]
-        [--json out.json] [--ruby-dest /tmp/vmpooler-ruby] [--vcsim /tmp/vcsim]
+    .venv/bin/python bench/vsphere.py [--profile ideal|realistic] [--managers ruby,python]
+        [--scenarios 1x20,5x10] [--repeat N] [--task-limit 10] [--steady-seconds 60]
+        [--steady-loop-delay 5] [--fill-timeout S] [--fault-seed 1] [--json out.json]
+        [--ruby-dest /tmp/vmpooler-ruby] [--vcsim $VCSIM_BIN or /tmp/vcsim]
 
 Both managers read the same YAML file: ``ruby`` is vmpooler 3.9.1 with its vsphere provider
 3.4.0 (``shared/tools/vmpooler-ruby/run.sh DEST manager CONFIG``), ``python`` is ours
@@ -25,9 +26,17 @@ without persistence on a free port, then the manager. Measured:
   inventory kind (``INVENTORY_METHODS``), and as a cross-check the observed cycles, i.e.
   ``FindByInventoryPath`` lookups of a pool folder (how the Ruby provider lists a pool).
 
-Otherwise vmpooler's defaults (task_limit 10, vm_checktime 1 min). Managers are interleaved
-within a repeat; the table shows medians. A run whose manager exits or does not fill is
-reported with its log tails. Every process started is stopped in a ``finally`` (SIGTERM,
+Profiles (``vcsim_tasks.PROFILES``): ``ideal`` (the default) has the simulator finish every
+task inside its call; ``realistic`` makes the tasks asynchronous, of a real vCenter's length
+(clone 20 s +-30 %), at most 8 running at once, and adds to the fill the physical bound, the
+fill's ratio to it, and the clone tasks as the simulator ran them (queue wait, run time, peaks;
+from the ``TaskInfo`` the managers read, in the trace). A fill that does not end within
+``--fill-timeout`` (300 s ideal, 1200 s realistic) is reported with the VMs ready by then, and
+no steady window; it is not an error.
+
+Otherwise vmpooler's defaults (task_limit ``--task-limit`` 10, vm_checktime 1 min).
+Managers are interleaved within a repeat; the table shows medians. A run whose manager exits
+is reported with its log tails. Every process started is stopped in a ``finally`` (SIGTERM,
 SIGKILL after 10 s). Needs root (ports 443 and 22), and ``install.sh DEST --manager`` for Ruby.
 """
 
@@ -430,6 +439,10 @@ def task_figures(fill: dict[str, Any], trace: Path, start: int, end: int, profil
     out["fill_over_bound"] = round(seconds / bound["seconds"], 3) if seconds else None
     sched = out["schedule_bound_s"]
     out["fill_over_schedule_bound"] = round(seconds / sched, 3) if seconds and sched else None
+    # The last clone ended at first_clone_s + clone_span_s on our clock (to one fill poll).
+    first, span = fill["first_clone_s"], out["clone_span_s"]
+    out["after_last_clone_s"] = round(seconds - first - span, 2) \
+        if seconds and first is not None and span is not None else None
     return out
 
 
@@ -607,6 +620,7 @@ TASK_ROWS: list[tuple[str, str, str, str]] = [
     ("  peak clones in flight / running", "fill", "peak_clones_in_flight",
      "peak_clones_running"),
     ("  first queued to last clone ended (s)", "fill", "clone_span_s", ""),
+    ("  last clone ended to every pool full (s)", "fill", "after_last_clone_s", ""),
 ]
 
 
