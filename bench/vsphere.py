@@ -1,8 +1,9 @@
 """Side-by-side fill benchmark of a pool manager with the vSphere provider, on vcsim.
 
-    .venv/bin/python bench/vsphere.py [--managers ruby,python] [--scenarios 1x20,5x10]
-        [--repeat N] [--steady-seconds 60] [--steady-loop-delay 5] [--fill-timeout 300]
-        [--json out.json] [--ruby-dest /tmp/vmpooler-ruby] [--vcsim /tmp/vcsim]
+    .venv/bin/python bench/vsphere.py [--profile ideal|realistic] [--managers ruby,python]
+        [--scenarios 1x20,5x10] [--repeat N] [--task-limit 10] [--steady-seconds 60]
+        [--steady-loop-delay 5] [--fill-timeout S] [--fault-seed 1] [--json out.json]
+        [--ruby-dest /tmp/vmpooler-ruby] [--vcsim $VCSIM_BIN or /tmp/vcsim]
 
 Both managers read the same YAML file: ``ruby`` is vmpooler 3.9.1 with its vsphere provider
 3.4.0 (``shared/tools/vmpooler-ruby/run.sh DEST manager CONFIG``), ``python`` is ours
@@ -25,9 +26,17 @@ without persistence on a free port, then the manager. Measured:
   inventory kind (``INVENTORY_METHODS``), and as a cross-check the observed cycles, i.e.
   ``FindByInventoryPath`` lookups of a pool folder (how the Ruby provider lists a pool).
 
-Otherwise vmpooler's defaults (task_limit 10, vm_checktime 1 min). Managers are interleaved
-within a repeat; the table shows medians. A run whose manager exits or does not fill is
-reported with its log tails. Every process started is stopped in a ``finally`` (SIGTERM,
+Profiles (``vcsim_tasks.PROFILES``): ``ideal`` (the default) has the simulator finish every
+task inside its call; ``realistic`` makes the tasks asynchronous, of a real vCenter's length
+(clone 20 s +-30 %), at most 8 running at once, and adds to the fill the physical bound, the
+fill's ratio to it, and the clone tasks as the simulator ran them (queue wait, run time, peaks;
+from the ``TaskInfo`` the managers read, in the trace). A fill that does not end within
+``--fill-timeout`` (300 s ideal, 1200 s realistic) is reported with the VMs ready by then, and
+no steady window; it is not an error.
+
+Otherwise vmpooler's defaults (task_limit ``--task-limit`` 10, vm_checktime 1 min).
+Managers are interleaved within a repeat; the table shows medians. A run whose manager exits
+is reported with its log tails. Every process started is stopped in a ``finally`` (SIGTERM,
 SIGKILL after 10 s). Needs root (ports 443 and 22), and ``install.sh DEST --manager`` for Ruby.
 """
 
@@ -55,11 +64,12 @@ from typing import IO, Any
 import psutil
 import redis
 from fill import fmt  # the same table cells as bench/fill.py
+from vcsim_tasks import PROFILES, Profile, clone_figures, fill_bound, read_tasks
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ROOT.parent / "shared" / "tools" / "vmpooler-ruby"
 POLL = 0.1  # seconds between fill polls and thread samples
-TASK_LIMIT = 10
+FAULT_SEED = 1  # the simulator's seed of its jitter draws: the same clone lengths every run
 VCSIM_PORT = 443  # the Ruby provider passes no port to rbvmomi
 SSH_PORT = 22
 INVENTORY_METHODS = ("FindByInventoryPath", "RetrieveProperties", "RetrievePropertiesEx",
@@ -201,9 +211,9 @@ def redis_server(workdir: Path) -> Iterator[int]:
 
 
 @contextlib.contextmanager
-def vcsim(binary: str, workdir: Path, pools: list[str]) -> Iterator[Path]:
-    """A fresh simulator on 127.0.0.1:443 with the template and pool folders; yields the
-    trace file (its stderr)."""
+def vcsim(binary: str, workdir: Path, pools: list[str], flags: list[str]) -> Iterator[Path]:
+    """A fresh simulator on 127.0.0.1:443 with the template and pool folders, started with
+    the profile's ``flags``; yields the trace file (its stderr)."""
     if port_in_use(VCSIM_PORT):
         raise RunError(f"127.0.0.1:{VCSIM_PORT} is already in use (another vcsim?)")
     tmp = workdir / "vcsim-tmp"
@@ -211,7 +221,8 @@ def vcsim(binary: str, workdir: Path, pools: list[str]) -> Iterator[Path]:
     trace = workdir / "vcsim-trace.txt"
     with open(trace, "ab") as err:
         proc = subprocess.Popen(
-            [binary, "-port", str(VCSIM_PORT), "-guest-tools", "-guest-auto-ip", "-trace"],
+            [binary, "-port", str(VCSIM_PORT), "-guest-tools", "-guest-auto-ip", "-trace",
+             *flags],
             stdout=subprocess.PIPE, stderr=err, text=True, env=child_env(TMPDIR=str(tmp)))
     try:
         assert proc.stdout is not None
@@ -297,10 +308,11 @@ POOL = """  - name: '{name}'
 """
 
 
-def write_config(path: Path, scenario: Scenario, redis_port: int, loop_delay: float) -> None:
+def write_config(path: Path, scenario: Scenario, redis_port: int, loop_delay: float,
+                 task_limit: int) -> None:
     """The YAML both managers read (Ruby symbol keys: written as text, not yaml.dump)."""
     text = CONFIG.format(port=redis_port, logfile=path.parent / "vmpooler.log",
-                         task_limit=TASK_LIMIT)
+                         task_limit=task_limit)
     for name in scenario.pool_names:
         text += POOL.format(name=name, size=scenario.size)
         if loop_delay > 0:
@@ -351,10 +363,21 @@ def manager_failure(what: str, proc: subprocess.Popen[Any], workdir: Path) -> Ru
                      f"{tail(workdir / 'vmpooler.log')}")
 
 
+@dataclass(frozen=True)
+class Fill:
+    """How a fill ended: ``filled`` (every pool full) at ``seconds``, or not within the
+    timeout (``seconds`` is then when the last poll saw ``ready`` VMs)."""
+    filled: bool
+    seconds: float
+    ready: int
+    sizes: list[tuple[float, int]]  # (seconds, trace size) at each poll
+
+
 def wait_fill(proc: subprocess.Popen[Any], sampler: Sampler, client: redis.Redis,
               scenario: Scenario, trace: Path, t0: float, timeout: float,
-              workdir: Path) -> tuple[float, list[tuple[float, int]]]:
-    """Poll until every pool is full; (fill seconds, [(seconds, trace size)] samples)."""
+              workdir: Path) -> Fill:
+    """Poll until every pool is full or ``timeout`` passed; raises RunError if the manager
+    exits meanwhile."""
     keys = [f"vmpooler__ready__{p}" for p in scenario.pool_names]
     sizes: list[tuple[float, int]] = []
     while True:
@@ -366,28 +389,30 @@ def wait_fill(proc: subprocess.Popen[Any], sampler: Sampler, client: redis.Redis
         sizes.append((now, trace.stat().st_size))
         sampler.sample_threads()
         if all(n >= scenario.size for n in counts):
-            return now, sizes
+            return Fill(True, now, sum(counts), sizes)
         if proc.poll() is not None:
             raise manager_failure(f"manager exited during the fill after {now:.1f}s, "
                                   f"ready {sum(counts)}/{scenario.pools * scenario.size}",
                                   proc, workdir)
         if now > timeout:
-            raise manager_failure(f"fill timed out after {timeout:g}s, ready "
-                                  f"{sum(counts)}/{scenario.pools * scenario.size}",
-                                  proc, workdir)
+            return Fill(False, now, sum(min(n, scenario.size) for n in counts), sizes)
         time.sleep(POLL)
 
 
-def fill_figures(calls: list[SoapCall], sizes: list[tuple[float, int]], fill_s: float,
+def fill_figures(calls: list[SoapCall], fill: Fill, scenario: Scenario,
                  cpu: float | None) -> dict[str, Any]:
     clones = [c for c in calls if c.method == "CloneVM_Task"]
     first_clone = None
     if clones:  # the first poll that saw the trace grow past the first clone's request
-        first_clone = next((t for t, size in sizes if size > clones[0].offset), None)
+        first_clone = next((t for t, size in fill.sizes if size > clones[0].offset), None)
     methods = by_method(calls)
     n = len(clones)
     return {
-        "seconds": round(fill_s, 2),
+        "filled": fill.filled,
+        "seconds": round(fill.seconds, 2) if fill.filled else None,
+        "ready": fill.ready,
+        "target": scenario.pools * scenario.size,
+        "gave_up_s": None if fill.filled else round(fill.seconds, 2),
         "first_clone_s": round(first_clone, 2) if first_clone is not None else None,
         "vms_created": n,
         "soap_calls": len(calls),
@@ -396,6 +421,29 @@ def fill_figures(calls: list[SoapCall], sizes: list[tuple[float, int]], fill_s: 
         "soap_by_method_per_vm": {k: round(v / n, 2) for k, v in methods.items()} if n else {},
         "cpu_seconds": round(cpu, 2) if cpu is not None else None,
     }
+
+
+def task_figures(fill: dict[str, Any], trace: Path, start: int, end: int, profile: Profile,
+                 task_limit: int) -> dict[str, Any]:
+    """The realistic profile's figures of a fill: its physical bound and the fill's ratio to
+    it, and the clone tasks as vCenter ran them (``vcsim_tasks``)."""
+    per_vm = fill["soap_by_method_per_vm"].get("PowerOnVM_Task", 0.0)
+    bound = fill_bound(profile, fill["target"], task_limit, per_vm)
+    if bound is None:
+        return {}
+    out: dict[str, Any] = {f"bound_{k}" if k != "seconds" else "bound_s": v
+                           for k, v in bound.items()}
+    out["power_on_tasks_per_vm"] = per_vm
+    out.update(clone_figures(read_tasks(trace, start, end), fill["target"], bound["slots"]))
+    seconds = fill["seconds"]
+    out["fill_over_bound"] = round(seconds / bound["seconds"], 3) if seconds else None
+    sched = out["schedule_bound_s"]
+    out["fill_over_schedule_bound"] = round(seconds / sched, 3) if seconds and sched else None
+    # The last clone ended at first_clone_s + clone_span_s on our clock (to one fill poll).
+    first, span = fill["first_clone_s"], out["clone_span_s"]
+    out["after_last_clone_s"] = round(seconds - first - span, 2) \
+        if seconds and first is not None and span is not None else None
+    return out
 
 
 def steady_figures(calls: list[SoapCall], scenario: Scenario, window: float,
@@ -430,10 +478,12 @@ def run_once(manager: str, scenario: Scenario, args: argparse.Namespace, workdir
              result: dict[str, Any]) -> None:
     """One run, its figures put into ``result`` as they come; raises RunError (the fill
     figures stay in ``result`` if the manager fails only in the steady window)."""
+    profile = PROFILES[args.profile]
     with ssh_stub(workdir), redis_server(workdir) as port, \
-            vcsim(args.vcsim, workdir, scenario.pool_names) as trace:
+            vcsim(args.vcsim, workdir, scenario.pool_names,
+                  profile.flags(args.fault_seed)) as trace:
         config = workdir / "vmpooler.yaml"
-        write_config(config, scenario, port, args.steady_loop_delay)
+        write_config(config, scenario, port, args.steady_loop_delay, args.task_limit)
         client = redis.Redis(host="127.0.0.1", port=port)
         start = trace.stat().st_size
         proc: subprocess.Popen[Any] | None = None
@@ -444,15 +494,22 @@ def run_once(manager: str, scenario: Scenario, args: argparse.Namespace, workdir
                                         cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL, env=child_env())
             sampler = Sampler(proc.pid)
-            fill_s, sizes = wait_fill(proc, sampler, client, scenario, trace, t0,
-                                      args.fill_timeout, workdir)
+            fill = wait_fill(proc, sampler, client, scenario, trace, t0, args.fill_timeout,
+                             workdir)
             cpu_fill = sampler.cpu()
             mark = trace.stat().st_size  # the steady window starts here in the trace
-            result["fill"] = fill_figures(read_calls(trace, start, mark), sizes, fill_s,
+            result["fill"] = fill_figures(read_calls(trace, start, mark), fill, scenario,
                                           cpu_fill)
             result["fill"]["peak_threads"] = sampler.peak_threads
+            result["fill"].update(task_figures(result["fill"], trace, start, mark, profile,
+                                               args.task_limit))
             result["trace_offsets"] = {"manager_start": start, "steady_start": mark}
-            print(f"[bench] {manager} {scenario.name}: filled in {fill_s:.1f}s; "
+            if not fill.filled:
+                print(f"[bench] {manager} {scenario.name}: NOT full after {fill.seconds:.1f}s, "
+                      f"ready {fill.ready}/{result['fill']['target']}; no steady window",
+                      file=sys.stderr, flush=True)
+                return
+            print(f"[bench] {manager} {scenario.name}: filled in {fill.seconds:.1f}s; "
                   f"{args.steady_seconds:g}s steady window", file=sys.stderr, flush=True)
             w0, sampler.peak_threads = time.monotonic(), 0
             while time.monotonic() - w0 < args.steady_seconds and proc.poll() is None:
@@ -501,12 +558,17 @@ def get(run: dict[str, Any], *path: str) -> Any:
 
 def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Medians of one scenario x manager over the runs that filled (steady figures: over
-    those that also finished the window)."""
-    filled = [r for r in runs if "fill" in r]
+    those that also finished the window; fill figures: over the runs that gave up on the
+    fill when none filled); ``not_filled``: what each run that gave up on the fill reached
+    (ready VMs of the target, at what second)."""
+    filled = [r for r in runs if get(r, "fill", "filled")]
     out: dict[str, Any] = {"runs": len(runs), "ok": len(filled),
-                           "fill_seconds_each": [get(r, "fill", "seconds") for r in filled]}
+                           "fill_seconds_each": [get(r, "fill", "seconds") for r in filled],
+                           "not_filled": [f"{get(r, 'fill', 'ready')}/{get(r, 'fill', 'target')}"
+                                          f" at {fmt(get(r, 'fill', 'gave_up_s'))}s"
+                                          for r in runs if get(r, "fill", "filled") is False]}
     for section in ("fill", "steady"):
-        ok = [r for r in filled if section in r]
+        ok = [r for r in filled or runs if section in r]
         keys = {k for r in ok for k, v in r.get(section, {}).items()
                 if not isinstance(v, dict | list)}
         out[section] = {k: median([get(r, section, k) for r in ok]) for k in sorted(keys)}
@@ -519,47 +581,75 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-ROWS: list[tuple[str, str, str]] = [
-    ("FILL", "", ""),
-    ("  time to all pools full (s)", "fill", "seconds"),
-    ("  first CloneVM_Task reached vcsim (s)", "fill", "first_clone_s"),
-    ("  VMs created (CloneVM_Task)", "fill", "vms_created"),
-    ("  SOAP calls", "fill", "soap_calls"),
-    ("  SOAP calls per VM", "fill", "soap_calls_per_vm"),
-    ("  manager CPU (s)", "fill", "cpu_seconds"),
-    ("  peak threads", "fill", "peak_threads"),
-    ("STEADY STATE", "", ""),
-    ("  window (s)", "steady", "window_seconds"),
-    ("  pools still full at end", "steady", "still_full"),
-    ("  SOAP calls in window", "steady", "soap_calls"),
-    ("  nominal cycles per pool (window/delay)", "steady", "nominal_cycles_per_pool"),
-    ("  observed pool-folder lookups per pool", "steady", "observed_folder_lookups_per_pool"),
-    ("  SOAP calls per pool per cycle", "steady", "soap_calls_per_pool_cycle"),
-    ("    of the inventory kind", "steady", "inventory_calls_per_pool_cycle"),
-    ("  SOAP calls per pool-folder lookup", "steady", "soap_calls_per_folder_lookup"),
-    ("  manager CPU (s) / %", "steady", "cpu_seconds"),
-    ("  peak threads", "steady", "peak_threads"),
+# (label, section, key, second key: the cell shows "key / second key"; "" for none)
+ROWS: list[tuple[str, str, str, str]] = [
+    ("FILL", "", "", ""),
+    ("  time to all pools full (s)", "fill", "seconds", ""),
+    ("  first CloneVM_Task reached vcsim (s)", "fill", "first_clone_s", ""),
+    ("  VMs created (CloneVM_Task)", "fill", "vms_created", ""),
+    ("  SOAP calls", "fill", "soap_calls", ""),
+    ("  SOAP calls per VM", "fill", "soap_calls_per_vm", ""),
+    ("  manager CPU (s)", "fill", "cpu_seconds", ""),
+    ("  peak threads", "fill", "peak_threads", ""),
+    ("STEADY STATE", "", "", ""),
+    ("  window (s)", "steady", "window_seconds", ""),
+    ("  pools still full at end", "steady", "still_full", ""),
+    ("  SOAP calls in window", "steady", "soap_calls", ""),
+    ("  nominal cycles per pool (window/delay)", "steady", "nominal_cycles_per_pool", ""),
+    ("  observed pool-folder lookups per pool", "steady", "observed_folder_lookups_per_pool", ""),
+    ("  SOAP calls per pool per cycle", "steady", "soap_calls_per_pool_cycle", ""),
+    ("    of the inventory kind", "steady", "inventory_calls_per_pool_cycle", ""),
+    ("  SOAP calls per pool-folder lookup", "steady", "soap_calls_per_folder_lookup", ""),
+    ("  manager CPU (s) / %", "steady", "cpu_seconds", "cpu_percent"),
+    ("  peak threads", "steady", "peak_threads", ""),
+]
+# The realistic profile's rows, after the fill's (vcsim_tasks: bound, clone tasks in vCenter).
+TASK_ROWS: list[tuple[str, str, str, str]] = [
+    ("FILL AGAINST VCENTER'S OWN LIMITS", "", "", ""),
+    ("  clone slots: min(task_limit, vCenter's)", "fill", "bound_slots", ""),
+    ("  physical bound (s): waves x mean clone", "fill", "bound_s", ""),
+    ("    waves / after the clone (s)", "fill", "bound_waves", "bound_after_clone_s"),
+    ("  fill / physical bound", "fill", "fill_over_bound", ""),
+    ("  bound from the clones' own run times (s)", "fill", "schedule_bound_s", ""),
+    ("  fill / that bound", "fill", "fill_over_schedule_bound", ""),
+    ("  PowerOnVM_Task per VM (separate power-on)", "fill", "power_on_tasks_per_vm", ""),
+    ("  clone tasks seen / ended", "fill", "clone_tasks_seen", "clone_tasks_ended"),
+    ("  clone run time mean of those ended (s)", "fill", "clone_run_mean_s", ""),
+    ("  clones queued in vCenter", "fill", "clones_queued", ""),
+    ("  queue wait mean / max (s)", "fill", "queue_wait_mean_s", "queue_wait_max_s"),
+    ("  peak clones in flight / running", "fill", "peak_clones_in_flight",
+     "peak_clones_running"),
+    ("  first queued to last clone ended (s)", "fill", "clone_span_s", ""),
+    ("  last clone ended to every pool full (s)", "fill", "after_last_clone_s", ""),
 ]
 
 
-def table(columns: list[tuple[str, str, dict[str, Any]]]) -> str:
-    """Rows: figures; columns: scenario x manager (medians)."""
+def table(columns: list[tuple[str, str, dict[str, Any]]], task_rows: bool = False) -> str:
+    """Rows: figures; columns: scenario x manager (medians). ``task_rows``: add
+    ``TASK_ROWS`` after the fill's rows."""
     rows: list[tuple[str, list[Any]]] = [
         ("scenario / manager", [f"{s} {m}" for s, m, _ in columns]),
         ("runs filled / runs", [f"{c['ok']}/{c['runs']}" for _, _, c in columns]),
     ]
-    for label, section, key in ROWS:
+    spec = list(ROWS)
+    if task_rows:
+        at = next(i for i, row in enumerate(spec) if row[0] == "STEADY STATE")
+        spec[at:at] = TASK_ROWS
+    for label, section, key, key2 in spec:
         if not section:
             rows.append((label, []))
             continue
         values = [get(c, section, key) for _, _, c in columns]
-        if key == "cpu_seconds" and section == "steady":
-            values = [f"{fmt(v)} / {fmt(get(c, 'steady', 'cpu_percent'))}"
+        if key2:
+            values = [f"{fmt(v)} / {fmt(get(c, section, key2))}" if v is not None else None
                       for v, (_, _, c) in zip(values, columns, strict=True)]
         rows.append((label, values))
         if key == "seconds":
             rows.append(("    each run", [" ".join(map(fmt, c["fill_seconds_each"])) or "-"
                                           for _, _, c in columns]))
+            if any(c["not_filled"] for _, _, c in columns):
+                rows.append(("    not filled: ready at the timeout",
+                             ["; ".join(c["not_filled"]) or "-" for _, _, c in columns]))
             rows.append(("    python / ruby", [ratio(columns, s, m) for s, m, _ in columns]))
     width = max(len(label) for label, _ in rows) + 2
     cols = [max(16, *(len(fmt(vals[i])) + 2 for _, vals in rows if len(vals) > i))
@@ -579,7 +669,7 @@ def ratio(columns: list[tuple[str, str, dict[str, Any]]], scenario: str, manager
 def breakdown(columns: list[tuple[str, str, dict[str, Any]]]) -> str:
     lines = []
     for scenario, manager, c in columns:
-        if not c["ok"]:
+        if not (c["ok"] or c["not_filled"]):
             continue
         lines.append(f"{scenario} {manager}: fill SOAP calls by method (median count, per VM)")
         fill = get(c, "fill", "soap_by_method") or {}
@@ -627,16 +717,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steady-loop-delay", type=float, default=5.0,
                         help="per-pool check_loop_delay_min/_max (s); 0 leaves vmpooler's "
                              "defaults (5-60 s back-off; no nominal cycle count then)")
-    parser.add_argument("--fill-timeout", type=float, default=300.0)
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="ideal",
+                        help="ideal: every task ends inside its call; realistic: asynchronous "
+                             "tasks of a real vCenter's length, 8 at once (bench/README.md)")
+    parser.add_argument("--task-limit", type=int, default=10,
+                        help="both managers' task_limit (concurrent clones)")
+    parser.add_argument("--fault-seed", type=int, default=FAULT_SEED,
+                        help="the simulator's seed of its task-length jitter (realistic)")
+    parser.add_argument("--fill-timeout", type=float,
+                        help="give up on a fill after S seconds and report the VMs ready "
+                             "(default: 300 ideal, 1200 realistic)")
     parser.add_argument("--json", metavar="FILE", help="write every figure as JSON")
     parser.add_argument("--ruby-dest", default="/tmp/vmpooler-ruby")
-    parser.add_argument("--vcsim", default="/tmp/vcsim")
+    parser.add_argument("--vcsim", default=os.environ.get("VCSIM_BIN", "/tmp/vcsim"),
+                        help="the simulator binary (default $VCSIM_BIN, else /tmp/vcsim)")
     parser.add_argument("--workdir", help="keep run directories here (default: a new /tmp dir)")
     args = parser.parse_args(argv)
     managers = [m for m in args.managers.split(",") if m]
     if unknown := set(managers) - {"ruby", "python"}:
         parser.error(f"unknown managers: {', '.join(sorted(unknown))}")
     scenarios = [parse_scenario(s) for s in args.scenarios.split(",") if s]
+    if args.task_limit < 1:
+        parser.error("--task-limit: at least 1")
+    profile = PROFILES[args.profile]
+    if args.fill_timeout is None:
+        args.fill_timeout = profile.fill_timeout
     preflight(managers, args)
     root = Path(args.workdir or tempfile.mkdtemp(prefix="vsphere-bench-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -661,20 +766,27 @@ def main(argv: list[str] | None = None) -> int:
                                     and r["manager"] == m]))
                for s in scenarios for m in managers]
     print()
-    print(f"vcsim {args.vcsim} on 127.0.0.1:{VCSIM_PORT}; task_limit {TASK_LIMIT}; "
+    print(f"profile {profile.name}: vcsim {args.vcsim} on 127.0.0.1:{VCSIM_PORT} "
+          f"{' '.join(profile.flags(args.fault_seed)) or '(tasks end inside their call)'}")
+    print(f"task_limit {args.task_limit}; fill timeout {args.fill_timeout:g}s; "
           f"per-pool check_loop_delay {args.steady_loop_delay:g}s; steady window "
           f"{args.steady_seconds:g}s; medians over {args.repeat} repeat(s); runs in {root}")
     print()
-    print(table(columns))
+    print(table(columns, task_rows=bool(profile.task_delay_ms)))
     print()
     print(breakdown(columns))
     for r in runs:
+        if get(r, "fill", "filled") is False:
+            print(f"\nNOT FILLED {r['manager']} {r['scenario']} (repeat {r['repeat'] + 1}): "
+                  f"{get(r, 'fill', 'ready')}/{get(r, 'fill', 'target')} VMs ready after "
+                  f"{get(r, 'fill', 'gave_up_s')}s (logs in {r['workdir']})")
         if "error" in r:
             print(f"\nFAILED {r['manager']} {r['scenario']} (repeat {r['repeat'] + 1}): "
                   f"{r['error']}")
     if args.json:
         Path(args.json).write_text(json.dumps(
-            {"argv": sys.argv, "settings": {**vars(args), "task_limit": TASK_LIMIT},
+            {"argv": sys.argv, "settings": {**vars(args),
+                                            "vcsim_flags": profile.flags(args.fault_seed)},
              "summary": [{"scenario": s, "manager": m, **c} for s, m, c in columns],
              "runs": runs}, indent=2))
     return 0 if all("error" not in r for r in runs) else 1
