@@ -40,6 +40,7 @@ __all__ = [
     "commands",
     "completed",
     "config_clone_target",
+    "config_error",
     "config_poolsize",
     "config_template",
     "discovered",
@@ -137,6 +138,14 @@ def brake(pool: str) -> str:
     """Hash ``engaged failures held updated`` of a pool's mass-failure brake (ours), written
     by its pool actor when they change, for ``/status``."""
     return f"{_P}brake__{pool}"
+
+
+def config_error(pool: str) -> str:
+    """Hash ``error_class message since template clone_target`` of a pool in the
+    configuration-error state (ours: a clone failed permanently), written by its pool actor
+    when it enters the state or the error changes and deleted when it leaves, for
+    ``/status``."""
+    return f"{_P}configerror__{pool}"
 
 
 def active(pool: str) -> str:
