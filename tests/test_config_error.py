@@ -24,6 +24,7 @@ from tests.harness import Harness, context_for, make_config, pool, started, wait
 from vmpooler.actors.config import ConfigError as ConfigFileError
 from vmpooler.actors.config import load_config
 from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.config_error_store import ConfigErrorStore
 from vmpooler.providers.dummy import DummyProvider
 from vmpooler.providers.errors import PermissionDeniedError, TransientProviderError
 
@@ -69,7 +70,7 @@ def _errors(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 def _published(client: redis.Redis) -> dict[str, str]:
-    return dict(client.hgetall(schema.config_error("a")))
+    return dict(ConfigErrorStore(client).read("a") or {})
 
 
 def _enter(h: Harness, provider: Refusing) -> None:
@@ -175,9 +176,10 @@ def test_an_ondemand_request_for_the_pool_fails_at_once(redis_client: redis.Redi
         assert provider.count() == SIZE + 1  # its one clone, not retried
 
 
-def test_a_hash_left_by_an_earlier_actor_goes_at_the_first_clone(
+def test_an_error_left_by_an_earlier_actor_goes_at_the_first_clone(
         redis_client: redis.Redis) -> None:
-    redis_client.hset(schema.config_error("a"), mapping={"error_class": "X", "message": "m"})
+    ConfigErrorStore(redis_client).publish("a", error_class="X", message="m", since="",
+                                           template="tpl-a", clone_target="")
     starter, _provider = _start(redis_client)
     with starter as h:
         h.wait_full("a", SIZE)

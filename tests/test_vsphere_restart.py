@@ -23,7 +23,7 @@ import redis
 
 from tests import vcsim
 from tests.harness import wait_until
-from tests.vsphere_run import log_lines, running, write_config
+from tests.vsphere_run import in_sync, log_lines, orphans, running, write_config
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 from vmpooler.providers.errors import TaskLostError
@@ -38,23 +38,6 @@ REFILL_BOUND = 20.0  # far below the breaker's cool-down
 
 def pending(client: redis.Redis) -> int:
     return sum(int(client.scard(schema.pending(p))) for p in POOLS)
-
-
-def in_sync(client: redis.Redis, si: object) -> bool:
-    """Every pool full, nothing pending, each folder holding exactly the ready VMs."""
-    return all(
-        client.scard(schema.ready(p)) == SIZE and not client.scard(schema.pending(p))
-        and vcsim.vm_names(si, f"vmpooler/{p}") == client.smembers(schema.ready(p))
-        for p in POOLS)
-
-
-def orphans(client: redis.Redis, si: object) -> set[str]:
-    """VMs Redis holds as pending or ready that the vCenter lacks."""
-    missing: set[str] = set()
-    for pool in POOLS:
-        held = client.smembers(schema.pending(pool)) | client.smembers(schema.ready(pool))
-        missing |= held - vcsim.vm_names(si, f"vmpooler/{pool}")
-    return missing
 
 
 @pytest.fixture
@@ -125,7 +108,8 @@ def test_a_vcenter_restart_under_clones_in_flight_does_not_open_the_breaker(
     sim.restart()  # the same port, a fresh and empty inventory
     si = sim.connect()
     vcsim.prepare(si)  # the pools' template again (its own clone takes 3 s too)
-    wait_until(lambda: in_sync(redis_client, si), 90, "the pools refilled on the new vCenter")
+    wait_until(lambda: in_sync(redis_client, si, POOLS, SIZE), 90,
+               "the pools refilled on the new vCenter")
     refilled = time.monotonic() - killed
     print(f"pools full and in sync {refilled:.1f}s after the vCenter restart")
 
@@ -133,4 +117,4 @@ def test_a_vcenter_restart_under_clones_in_flight_does_not_open_the_breaker(
     assert not log_lines(log, "circuit breaker opened"), "\n".join(
         log_lines(log, "circuit breaker"))
     assert refilled < REFILL_BOUND, f"refill took {refilled:.1f}s"
-    assert not orphans(redis_client, si)
+    assert not orphans(redis_client, si, POOLS)

@@ -4,7 +4,8 @@ A permanent clone failure (``ProviderFailure.permanent``: the template, folder, 
 cluster or network missing, a privilege lacking, a programming error) will fail again on
 every retry. Rather than retry it with back-off forever and log every failure, as vmpooler
 does, the pool *enters* the state: it logs why once (one error line), publishes the error in
-Redis (``vmpooler__configerror__<pool>``: ``/status`` and the dashboard show it), sets the
+Redis (the pool's field of ``vmpooler__configerror``: ``/status`` and the dashboard show
+it), sets the
 ``pool.config_error`` gauge to 1, and starts no clone of its own but one **trial clone**
 every ``config_error_retry_interval`` seconds, so an operator who grants the permission or
 creates the template sees the pool recover without a restart.
@@ -21,7 +22,7 @@ and one that succeeds ends the state.
 
 The state lives in this object (the pool actor's memory) and in Redis for readers only; a
 restarted actor starts outside it and enters it again at its first permanent failure (its
-first successful clone deletes a hash an earlier actor left behind). Time is the pool's
+first successful clone deletes a field an earlier actor left behind). Time is the pool's
 injected clock. Used only on the pool actor's thread.
 """
 

@@ -78,8 +78,8 @@ class StatusReading:
     hash of durations, summed in Redis. ``providers[name]`` is the hash a provider actor
     publishes (``vmpooler__provider__<name>``), absent when none is fresh; ``brakes[pool]``
     the hash a pool actor publishes for its mass-failure brake (``vmpooler__brake__<pool>``),
-    absent before the first write; ``config_errors[pool]`` the hash of a pool in the
-    configuration-error state (``vmpooler__configerror__<pool>``), absent otherwise.
+    absent before the first write; ``config_errors[pool]`` the raw field of a pool in the
+    configuration-error state (``vmpooler__configerror``, JSON), absent otherwise.
     """
 
     counts: Mapping[str, Mapping[str, int]] = field(default_factory=_empty)
@@ -94,7 +94,7 @@ class StatusReading:
     durations: Mapping[str, DurationTotals] = field(default_factory=_empty)
     providers: Mapping[str, Mapping[str, str]] = field(default_factory=_empty)
     brakes: Mapping[str, Mapping[str, str]] = field(default_factory=_empty)
-    config_errors: Mapping[str, Mapping[str, str]] = field(default_factory=_empty)
+    config_errors: Mapping[str, str] = field(default_factory=_empty)
 
 
 class _Flight(Generic[T]):
@@ -318,7 +318,7 @@ class StatusStore:
         date: str = "",
         providers: Sequence[str] = (),
         brakes: Sequence[str] = (),
-        config_errors: Sequence[str] = (),
+        config_errors: bool = False,
     ) -> StatusReading:
         """Read what ``/status`` needs in one round trip (one EVALSHA).
 
@@ -328,21 +328,21 @@ class StatusStore:
         :data:`DAILY_KINDS` to read whole for ``date`` (``YYYY-MM-DD``), ``durations`` the
         kinds (``clone``, ``boot``) whose totals to read, summed in Redis; ``providers``
         names the providers whose published state to read, ``brakes`` the pools whose brake
-        state to read, ``config_errors`` the pools whose configuration error to read.
+        state to read; ``config_errors`` adds every pool's configuration error.
 
         Concurrent calls with equal arguments may share one reading (see
         :class:`SharedReads`): it is read-only, and was read after each of them was made.
         """
         request = (tuple(pools), tuple(queues), bool(last_boot), bool(queue_totals),
                    tuple(daily), tuple(durations), date, tuple(providers), tuple(brakes),
-                   tuple(config_errors))
+                   bool(config_errors))
         return self._shared.read(request, lambda: self._status(*request))
 
     def _status(self, pools: tuple[str, ...], queues: tuple[str, ...], last_boot: bool,
                 queue_totals: bool, daily: tuple[str, ...], durations: tuple[str, ...],
                 date: str, providers: tuple[str, ...],
                 brakes: tuple[str, ...] = (),
-                config_errors: tuple[str, ...] = ()) -> StatusReading:
+                config_errors: bool = False) -> StatusReading:
         request = (pools, queues, last_boot, queue_totals, daily, durations, date, providers,
                    brakes, config_errors)
         layout = self._layouts.get(request)
@@ -352,13 +352,14 @@ class StatusStore:
                 lookups.append(schema.config_poolsize())
                 if last_boot:
                     lookups.append(schema.lastboot())
+                if config_errors:
+                    lookups.append(schema.config_errors())
             layout = self._layout(
                 sets=[QUEUES[queue](pool) for queue in queues for pool in pools],
                 lookups=lookups, fields=list(pools), totals=queue_totals,
                 wholes=[*(DAILY_KINDS[kind](date) for kind in daily),
                         *(schema.provider_health(name) for name in providers),
-                        *(schema.brake(pool) for pool in brakes),
-                        *(schema.config_error(pool) for pool in config_errors)],
+                        *(schema.brake(pool) for pool in brakes)],
                 sums=[DAILY_KINDS[kind](date) for kind in durations])
             if len(self._layouts) >= self._LAYOUTS_KEPT:
                 self._layouts.clear()
@@ -372,11 +373,11 @@ class StatusStore:
         }
         overrides = raw.lookups[0] if pools else {}
         boots = raw.lookups[1] if pools and last_boot else {}
+        errors = raw.lookups[1 + last_boot] if pools and config_errors else {}
         clones, ondemand_clones, waiting, processing, tasks = raw.totals or ("", "", 0, 0, [])
         published = raw.wholes[len(daily):]
         provider_wholes = published[:len(providers)]
-        brake_wholes = published[len(providers):len(providers) + len(brakes)]
-        error_wholes = published[len(providers) + len(brakes):]
+        brake_wholes = published[len(providers):]
         return StatusReading(
             counts=MappingProxyType(counts),
             size_overrides=MappingProxyType(overrides),
@@ -394,9 +395,7 @@ class StatusStore:
             brakes=MappingProxyType({
                 pool: whole for pool, whole in zip(brakes, brake_wholes, strict=True)
                 if whole}),
-            config_errors=MappingProxyType({
-                pool: whole for pool, whole in zip(config_errors, error_wholes, strict=True)
-                if whole}),
+            config_errors=MappingProxyType(dict(errors)),
         )
 
     def ready_counts(self, pools: Sequence[str]) -> tuple[dict[str, int], Mapping[str, str]]:

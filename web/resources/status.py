@@ -60,6 +60,7 @@ import falcon
 from vmpooler.actors.config import Config, PoolConfig
 from vmpooler.actors.config.overrides import effective_size
 from vmpooler.actors.storage import timefmt
+from vmpooler.actors.storage.config_error_store import parse_config_error
 from vmpooler.actors.storage.status_store import StatusReading, StatusStore
 from vmpooler.web import stats
 from vmpooler.web.context import ApiContext
@@ -168,7 +169,7 @@ class Status(_Resource):
             durations=[kind for kind in ("clone", "boot") if kind in wanted], date=today,
             providers=self._providers_used() if "providers" in wanted else (),
             brakes=self._braked() if "pools" in wanted else (),
-            config_errors=names if "pools" in wanted else ())
+            config_errors="pools" in wanted)
         # Requests that shared one reading get the same sections: build them once.
         built = self._built
         if (built is None or built[0] is not reading or built[1] is not config
@@ -227,8 +228,8 @@ class Status(_Resource):
                 entry["alias"] = aka
             if name in braked:
                 entry["brake"] = brake_section(reading.brakes.get(name))
-            error = reading.config_errors.get(name)
-            if error:
+            error = parse_config_error(reading.config_errors.get(name))
+            if error is not None:
                 entry["config_error"] = config_error_section(error)
             body[name] = entry
         return body
@@ -263,7 +264,7 @@ def brake_section(published: Mapping[str, str] | None) -> dict[str, Any]:
 
 
 def config_error_section(published: Mapping[str, str]) -> dict[str, Any]:
-    """One pool's ``config_error`` entry of ``/status`` (ours), from the hash its pool actor
+    """One pool's ``config_error`` entry of ``/status`` (ours), from what its pool actor
     publishes while the pool is in the configuration-error state: the permanent failure's
     class and message, and since when (vmpooler time string)."""
     return {"error_class": published.get("error_class", ""),

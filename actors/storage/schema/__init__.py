@@ -40,7 +40,7 @@ __all__ = [
     "commands",
     "completed",
     "config_clone_target",
-    "config_error",
+    "config_errors",
     "config_poolsize",
     "config_template",
     "discovered",
@@ -140,12 +140,12 @@ def brake(pool: str) -> str:
     return f"{_P}brake__{pool}"
 
 
-def config_error(pool: str) -> str:
-    """Hash ``error_class message since template clone_target`` of a pool in the
-    configuration-error state (ours: a clone failed permanently), written by its pool actor
-    when it enters the state or the error changes and deleted when it leaves, for
-    ``/status``."""
-    return f"{_P}configerror__{pool}"
+def config_errors() -> str:
+    """Hash pool -> JSON ``{error_class, message, since, template, clone_target}`` of the
+    pools in the configuration-error state (ours: a clone failed permanently); each pool's
+    field is written by its pool actor when it enters the state or the error changes and
+    deleted when it leaves, for ``/status``."""
+    return f"{_P}configerror"
 
 
 def active(pool: str) -> str:
