@@ -23,6 +23,7 @@ from tests.api_harness import api
 from tests.harness import Harness, context_for, make_config, pool, started, wait_until
 from vmpooler.actors.config import ConfigError as ConfigFileError
 from vmpooler.actors.config import load_config
+from vmpooler.actors.metrics.prometheus_families import resolve
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.config_error_store import ConfigErrorStore
 from vmpooler.providers.dummy import DummyProvider
@@ -201,3 +202,9 @@ def test_the_retry_interval_defaults_to_five_minutes(tmp_path: Path) -> None:
     path.write_text(":config:\n  task_limit: 2\n")
     assert load_config(path, environ={}, cwd=tmp_path).settings.config_error_retry_interval \
         == 300.0
+
+
+def test_the_gauge_is_in_the_prometheus_families() -> None:
+    resolved = resolve("pool.config_error", {"pool": "a"})
+    assert resolved is not None and resolved.family.kind == "gauge"
+    assert (resolved.name, resolved.labels) == ("pool_config_error", ("a",))
