@@ -67,7 +67,10 @@ def manager(tmp_path: Path, redis_server: EmbeddedRedis, redis_client: redis.Red
         vcsim.clone_plain_vm(si, "vmpooler/full", "leftover1")  # an earlier run's VM
         config = write_config(tmp_path / "vmpooler.yaml", sim, redis_server.port, pools=POOLS,
                               size=SIZE, config={"task_limit": 4, "circuit_breaker_timeout": 2,
-                                                 "create_template_delta_disks": True})
+                                                 "create_template_delta_disks": True,
+                                                 # the new vCenter has no template until
+                                                 # the test makes it (test_vsphere_restart)
+                                                 "config_error_retry_interval": 1})
         with running(config, sim) as (process, port):
             yield process, sim, port, tmp_path / "vmpooler.log"
 
