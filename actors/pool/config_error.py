@@ -10,7 +10,7 @@ it), sets the
 every ``config_error_retry_interval`` seconds, so an operator who grants the permission or
 creates the template sees the pool recover without a restart.
 
-The pool *leaves* the state (one info line, the hash deleted, the gauge 0) when a clone
+The pool *leaves* the state (one info line, its field deleted, the gauge 0) when a clone
 succeeds (a trial's, or an on-demand request's) or when the pool's template or clone target
 in effect changes (an override written through the API: the configuration the error was
 about is gone). A different permanent error while in the state replaces the published one
@@ -69,7 +69,7 @@ class ConfigError:
         self.trial: str | None = None
         self.trial_at = 0.0
         self.timer: Timer | None = None
-        self.stale_hash = True  # an earlier actor may have left its hash behind
+        self.stale_field = True  # an earlier actor may have left its field behind
 
     @property
     def active(self) -> bool:
@@ -98,9 +98,9 @@ class ConfigError:
         """A clone of the pool (its own or a request's) succeeded: the state ends."""
         if self.state is not None:
             self._leave(f"'{vm}' cloned")
-        elif self.stale_hash:
+        elif self.stale_field:
             self.store.clear(self.ctx.name)
-            self.stale_hash = False
+            self.stale_field = False
 
     def failed(self, vm: str, failure: ProviderFailure, *, template: str,
                clone_target: str | None) -> bool:
@@ -166,7 +166,7 @@ class ConfigError:
         self.trial = None
         self.cancel()
         self.store.clear(self.ctx.name)
-        self.stale_hash = False
+        self.stale_field = False
         self._gauge()
         log.info("[*] [%s] configuration error cleared after %.0fs: %s", self.ctx.name,
                  max(0.0, self.ctx.clock.now() - state.since), why)
@@ -186,7 +186,7 @@ class ConfigError:
         self.store.publish(self.ctx.name, error_class=state.error_class, message=state.message,
                            since=timefmt.format_epoch(state.since), template=state.template,
                            clone_target=state.clone_target)
-        self.stale_hash = False
+        self.stale_field = False
 
     def _gauge(self) -> None:
         self.ctx.metrics.gauge("pool.config_error", 1 if self.state is not None else 0,
