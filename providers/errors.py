@@ -85,7 +85,12 @@ class AuthenticationError(PermanentProviderError):
 
 
 class PermissionDeniedError(PermanentProviderError):
-    """The configured user lacks a privilege the call needs."""
+    """The configured user lacks a privilege the call needs; ``privilege`` names it when the
+    hypervisor said which (None when it did not)."""
+
+    def __init__(self, message: str, privilege: str | None = None) -> None:
+        super().__init__(message)
+        self.privilege = privilege
 
 
 class VmNotFoundError(ProviderError):

@@ -35,7 +35,8 @@ class PipelineStatusStore(StatusStore):
     def status(self, pools: Sequence[str], *, queues: Collection[str] = ("ready",),
                last_boot: bool = False, queue_totals: bool = False,
                daily: Collection[str] = (), durations: Collection[str] = (), date: str = "",
-               providers: Sequence[str] = (), brakes: Sequence[str] = ()) -> StatusReading:
+               providers: Sequence[str] = (), brakes: Sequence[str] = (),
+               config_errors: bool = False) -> StatusReading:
         pipe = self._client.pipeline(transaction=False)
         for queue in queues:
             for pool in pools:
@@ -44,6 +45,8 @@ class PipelineStatusStore(StatusStore):
             pipe.hmget(schema.config_poolsize(), list(pools))
             if last_boot:
                 pipe.hmget(schema.lastboot(), list(pools))
+            if config_errors:
+                pipe.hmget(schema.config_errors(), list(pools))
         if queue_totals:
             pipe.get(schema.tasks_clone())
             pipe.get(schema.tasks_ondemandclone())
@@ -62,10 +65,13 @@ class PipelineStatusStore(StatusStore):
         counts = {queue: {pool: int(next(got)) for pool in pools} for queue in queues}
         overrides: dict[str, str] = {}
         boots: list[str | None] = [None] * len(pools)
+        errors: dict[str, str] = {}
         if pools:
             overrides = {p: v for p, v in zip(pools, next(got), strict=True) if v is not None}
             if last_boot:
                 boots = next(got)
+            if config_errors:
+                errors = {p: v for p, v in zip(pools, next(got), strict=True) if v is not None}
         totals: dict[str, Any] = {}
         if queue_totals:
             clones, od_clones = next(got), next(got)
@@ -85,7 +91,8 @@ class PipelineStatusStore(StatusStore):
                 {pool: value or "" for pool, value in zip(pools, boots, strict=True)}),
             daily=MappingProxyType(days), durations=MappingProxyType(sums),
             providers=MappingProxyType({k: v for k, v in published.items() if v}),
-            brakes=MappingProxyType({k: v for k, v in braked.items() if v}), **totals)
+            brakes=MappingProxyType({k: v for k, v in braked.items() if v}),
+            config_errors=MappingProxyType(errors), **totals)
 
     def total_running(self, pools: Sequence[str]) -> int:
         pipe = self._client.pipeline(transaction=False)
@@ -169,10 +176,11 @@ def test_script_reading_by_hand(redis_client: redis.Redis) -> None:
     redis_client.hset(schema.provider_health("vsphere"),
                       mapping={"circuit_breaker": "open", "failures": "5"})
     redis_client.hset(schema.brake("pool b"), mapping={"engaged": "1", "held": "2"})
+    redis_client.hset(schema.config_errors(), "ünïcode", '{"error_class": "E"}')
     reading = StatusStore(redis_client).status(
         NAMES[:4], queues=ALL_QUEUES, last_boot=True, queue_totals=True,
         daily=("clone", "tag"), date=TODAY, providers=("dummy", "vsphere"),
-        brakes=("pool-a", "pool b"))
+        brakes=("pool-a", "pool b"), config_errors=True)
     assert plain(reading) == {
         # (n + 2q) % 5 members for pool n, queue q (ready 0, running 1, pending 2, completed 3)
         "counts": {"ready": {"pool-a": 0, "pool b": 1, "ünïcode": 2, "colon:pool": 3},
@@ -189,6 +197,7 @@ def test_script_reading_by_hand(redis_client: redis.Redis) -> None:
         "durations": {},
         "providers": {"vsphere": {"circuit_breaker": "open", "failures": "5"}},
         "brakes": {"pool b": {"engaged": "1", "held": "2"}},
+        "config_errors": {"ünïcode": '{"error_class": "E"}'},
     }
     assert StatusStore(redis_client).total_running(NAMES) == 2 + 3 + 4 + 0 + 0 + 2
     assert StatusStore(redis_client).ready_counts(NAMES[:2]) == (

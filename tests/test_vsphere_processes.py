@@ -25,8 +25,8 @@ from pyVmomi import vim
 
 from tests import vcsim
 from tests.harness import wait_until
+from tests.vsphere_run import in_sync as pools_in_sync
 from tests.vsphere_run import log_lines, running, write_config
-from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 
 pytestmark = pytest.mark.integration
@@ -53,15 +53,9 @@ def vm_object(si: Any, name: str) -> Any:
     return None
 
 
-def full(client: redis.Redis) -> bool:
-    return all(client.scard(schema.ready(p)) == SIZE and not client.scard(schema.pending(p))
-               for p in POOLS)
-
-
 def in_sync(client: redis.Redis, si: Any) -> bool:
     """Every pool full, and each folder holds exactly the pool's ready VMs."""
-    return full(client) and all(
-        vcsim.vm_names(si, f"vmpooler/{p}") == client.smembers(schema.ready(p)) for p in POOLS)
+    return pools_in_sync(client, si, POOLS, SIZE)
 
 
 @pytest.fixture
@@ -73,7 +67,10 @@ def manager(tmp_path: Path, redis_server: EmbeddedRedis, redis_client: redis.Red
         vcsim.clone_plain_vm(si, "vmpooler/full", "leftover1")  # an earlier run's VM
         config = write_config(tmp_path / "vmpooler.yaml", sim, redis_server.port, pools=POOLS,
                               size=SIZE, config={"task_limit": 4, "circuit_breaker_timeout": 2,
-                                                 "create_template_delta_disks": True})
+                                                 "create_template_delta_disks": True,
+                                                 # the new vCenter has no template until
+                                                 # the test makes it (test_vsphere_restart)
+                                                 "config_error_retry_interval": 1})
         with running(config, sim) as (process, port):
             yield process, sim, port, tmp_path / "vmpooler.log"
 

@@ -1,6 +1,7 @@
 """``vmpooler run`` on the vCenter simulator as a real process, for the vSphere process
 tests: its configuration (vSphere pools in ``vmpooler/<pool>`` folders of the simulator's
-template) and the process itself, stopped afterwards."""
+template), the process itself, stopped afterwards, and what Redis and vCenter hold of the
+pools (:func:`in_sync`, :func:`orphans`)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,15 @@ import contextlib
 import os
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import redis
 import yaml
 
 from tests import vcsim
+from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.embedded_redis import free_port
 
 
@@ -78,3 +81,21 @@ def running(config: Path, sim: vcsim.Simulator) -> Iterator[tuple[subprocess.Pop
 def log_lines(path: Path, text: str) -> list[str]:
     """The lines of the log at ``path`` containing ``text``."""
     return [line for line in path.read_text().splitlines() if text in line]
+
+
+def in_sync(client: redis.Redis, si: object, pools: Iterable[str], size: int) -> bool:
+    """Every pool full (``size`` ready), nothing pending, and each pool's folder in vCenter
+    holding exactly its ready VMs: no VM leaked either way."""
+    return all(
+        client.scard(schema.ready(p)) == size and not client.scard(schema.pending(p))
+        and vcsim.vm_names(si, f"vmpooler/{p}") == client.smembers(schema.ready(p))
+        for p in pools)
+
+
+def orphans(client: redis.Redis, si: object, pools: Iterable[str]) -> set[str]:
+    """VMs Redis holds as pending or ready that the vCenter lacks."""
+    missing: set[str] = set()
+    for pool in pools:
+        held = client.smembers(schema.pending(pool)) | client.smembers(schema.ready(pool))
+        missing |= held - vcsim.vm_names(si, f"vmpooler/{pool}")
+    return missing

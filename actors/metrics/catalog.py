@@ -174,6 +174,10 @@ def _specs() -> list[MetricSpec]:
                    doc="times the pool's mass-failure brake engaged"),
         MetricSpec("brake.held", "increment", p, reference=False,
                    doc="ready VMs held instead of destroyed by the mass-failure brake"),
+        MetricSpec("pool.config_error", "gauge", p, "state", reference=False,
+                   doc="1 while the pool is in the configuration-error state (a clone "
+                       "failed permanently: it clones nothing but a trial now and then), "
+                       "else 0"),
     ]
     return specs
 

@@ -175,6 +175,9 @@ KEYED: Mapping[str, Family] = {
                                 ("poolname",), keys=_POOL_KEY),
     "brake.held": Family("counter", "Ready VMs held instead of destroyed by the brake",
                          ("poolname",), keys=_POOL_KEY),
+    "pool.config_error": Family(
+        "gauge", "1 while the pool is in the configuration-error state (a permanent clone "
+        "failure)", ("poolname",), keys=_POOL_KEY),
 }
 """Service-level families of ours, named by the whole call name, labelled by tag key."""
 

@@ -16,7 +16,8 @@ collaborators, plain objects it builds, which share one
   pending VMs;
 * :class:`~vmpooler.actors.pool.upkeep.PoolUpkeep` — overrides, drains, template, excess,
   the empty flag; :class:`~vmpooler.actors.pool.clones.Clones` — refill, clone starts and
-  their answers;
+  their answers, with :class:`~vmpooler.actors.pool.config_error.ConfigError` (the pool's
+  configuration-error state after a permanent clone failure);
 * :class:`~vmpooler.actors.pool.outcomes.Outcomes` — the other provider answers;
   :class:`~vmpooler.actors.pool.migrations.Migrations`,
   :class:`~vmpooler.actors.pool.ondemand.OnDemandVms` (requests' VMs),
@@ -142,6 +143,7 @@ class PoolActor(SupervisedActor):
 
     def on_stop(self) -> None:
         self.cycle.cancel()
+        self.clones.config_error.cancel()
         if self.renew_timer is not None:
             self.renew_timer.cancel()
         if self.ctx.ownership is not None:

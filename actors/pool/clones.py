@@ -21,6 +21,7 @@ from vmpooler.actors.messages import (
     WantCloneSlot,
 )
 from vmpooler.actors.pool.calls import log_failure
+from vmpooler.actors.pool.config_error import ConfigError
 from vmpooler.actors.pool.context import PoolContext
 from vmpooler.actors.pool.dead_letters import DeadLetters
 from vmpooler.actors.pool.ondemand import OnDemandVms
@@ -47,6 +48,7 @@ class Clones:
         self.failures = 0  # consecutive failed clones
         self.retry_at = 0.0  # monotonic: no clone starts before this
         self.owed_slots: dict[str, bool] = {}  # vm -> on-demand: releases Redis missed
+        self.config_error = ConfigError(ctx)
 
     # -- refill -------------------------------------------------------------------------------
     def repay_slots(self) -> None:
@@ -59,6 +61,8 @@ class Clones:
 
     def repopulate(self, ready: int, pending: int) -> bool:
         """Start ``size − ready − pending`` clones (the cycle's refill). True if any started."""
+        if self.config_error.review(self.upkeep.template, self.upkeep.clone_target):
+            self.failures, self.retry_at = 0, 0.0  # a new placement: no back-off from the old
         if self.upkeep.preparing:
             return False
         if self.ctx.clock.monotonic() < self.retry_at:
@@ -128,6 +132,8 @@ class Clones:
         """
         ctx, name = self.ctx, self.ctx.name
         settings = ctx.settings
+        if request is None and not self.config_error.allows_pool_clone():
+            return None
         provider = ctx.calls.provider()
         if provider is None:
             return None
@@ -170,6 +176,8 @@ class Clones:
                 return None
             log.info("[*] [%s] '%s' is being cloned from '%s'%s", name, vm, template,
                      f" for request '{request[0]}'" if request else "")
+            if request is None:
+                self.config_error.started(vm)
             return vm
         log.error("[!] [%s] could not find a free hostname in 3 attempts", name)
         return None
@@ -193,6 +201,7 @@ class Clones:
                 self.owed_slots[vm] = ondemand
                 raise
             self.failures = 0
+            self.config_error.succeeded(vm)
             ctx.metrics.increment("clone.outcome", tags={
                 "pool": name, "provider": ctx.pool.provider, "result": "success"})
             ctx.metrics.gauge("vmpooler_clone", result.seconds, tags={"pool": name})
@@ -225,8 +234,11 @@ class Clones:
         if was_pending and not failure.circuit_open:
             ctx.lost("clone_failed")
         ctx.vms.forget(vm)
+        explained = self.config_error.failed(vm, failure, template=self.upkeep.template,
+                                             clone_target=self.upkeep.clone_target)
         log_failure(failure, "[!] [%s] '%s' clone failed: %s: %s", name, vm,
-                    failure.error_class, failure.message)
+                    failure.error_class, failure.message,
+                    level=logging.DEBUG if explained else logging.ERROR)
         if ondemand:
             self.ondemand.failed(vm, f"clone failed: {failure.error_class}: {failure.message}",
                                  permanent=failure.permanent, refused=failure.circuit_open)

@@ -78,7 +78,8 @@ class StatusReading:
     hash of durations, summed in Redis. ``providers[name]`` is the hash a provider actor
     publishes (``vmpooler__provider__<name>``), absent when none is fresh; ``brakes[pool]``
     the hash a pool actor publishes for its mass-failure brake (``vmpooler__brake__<pool>``),
-    absent before the first write.
+    absent before the first write; ``config_errors[pool]`` the raw field of a pool in the
+    configuration-error state (``vmpooler__configerror``, JSON), absent otherwise.
     """
 
     counts: Mapping[str, Mapping[str, int]] = field(default_factory=_empty)
@@ -93,6 +94,7 @@ class StatusReading:
     durations: Mapping[str, DurationTotals] = field(default_factory=_empty)
     providers: Mapping[str, Mapping[str, str]] = field(default_factory=_empty)
     brakes: Mapping[str, Mapping[str, str]] = field(default_factory=_empty)
+    config_errors: Mapping[str, str] = field(default_factory=_empty)
 
 
 class _Flight(Generic[T]):
@@ -316,6 +318,7 @@ class StatusStore:
         date: str = "",
         providers: Sequence[str] = (),
         brakes: Sequence[str] = (),
+        config_errors: bool = False,
     ) -> StatusReading:
         """Read what ``/status`` needs in one round trip (one EVALSHA).
 
@@ -325,21 +328,23 @@ class StatusStore:
         :data:`DAILY_KINDS` to read whole for ``date`` (``YYYY-MM-DD``), ``durations`` the
         kinds (``clone``, ``boot``) whose totals to read, summed in Redis; ``providers``
         names the providers whose published state to read, ``brakes`` the pools whose brake
-        state to read.
+        state to read; ``config_errors`` adds every pool's configuration error.
 
         Concurrent calls with equal arguments may share one reading (see
         :class:`SharedReads`): it is read-only, and was read after each of them was made.
         """
         request = (tuple(pools), tuple(queues), bool(last_boot), bool(queue_totals),
-                   tuple(daily), tuple(durations), date, tuple(providers), tuple(brakes))
+                   tuple(daily), tuple(durations), date, tuple(providers), tuple(brakes),
+                   bool(config_errors))
         return self._shared.read(request, lambda: self._status(*request))
 
     def _status(self, pools: tuple[str, ...], queues: tuple[str, ...], last_boot: bool,
                 queue_totals: bool, daily: tuple[str, ...], durations: tuple[str, ...],
                 date: str, providers: tuple[str, ...],
-                brakes: tuple[str, ...] = ()) -> StatusReading:
+                brakes: tuple[str, ...] = (),
+                config_errors: bool = False) -> StatusReading:
         request = (pools, queues, last_boot, queue_totals, daily, durations, date, providers,
-                   brakes)
+                   brakes, config_errors)
         layout = self._layouts.get(request)
         if layout is None:
             lookups = []
@@ -347,6 +352,8 @@ class StatusStore:
                 lookups.append(schema.config_poolsize())
                 if last_boot:
                     lookups.append(schema.lastboot())
+                if config_errors:
+                    lookups.append(schema.config_errors())
             layout = self._layout(
                 sets=[QUEUES[queue](pool) for queue in queues for pool in pools],
                 lookups=lookups, fields=list(pools), totals=queue_totals,
@@ -366,7 +373,11 @@ class StatusStore:
         }
         overrides = raw.lookups[0] if pools else {}
         boots = raw.lookups[1] if pools and last_boot else {}
+        errors = raw.lookups[1 + last_boot] if pools and config_errors else {}
         clones, ondemand_clones, waiting, processing, tasks = raw.totals or ("", "", 0, 0, [])
+        published = raw.wholes[len(daily):]
+        provider_wholes = published[:len(providers)]
+        brake_wholes = published[len(providers):]
         return StatusReading(
             counts=MappingProxyType(counts),
             size_overrides=MappingProxyType(overrides),
@@ -379,12 +390,12 @@ class StatusStore:
             daily=MappingProxyType(dict(zip(daily, raw.wholes[:len(daily)], strict=True))),
             durations=MappingProxyType(dict(zip(durations, raw.sums, strict=True))),
             providers=MappingProxyType({
-                name: whole for name, whole in zip(
-                    providers, raw.wholes[len(daily):len(daily) + len(providers)], strict=True)
+                name: whole for name, whole in zip(providers, provider_wholes, strict=True)
                 if whole}),
             brakes=MappingProxyType({
-                pool: whole for pool, whole in zip(
-                    brakes, raw.wholes[len(daily) + len(providers):], strict=True) if whole}),
+                pool: whole for pool, whole in zip(brakes, brake_wholes, strict=True)
+                if whole}),
+            config_errors=MappingProxyType(dict(errors)),
         )
 
     def ready_counts(self, pools: Sequence[str]) -> tuple[dict[str, int], Mapping[str, str]]:

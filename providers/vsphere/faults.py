@@ -21,9 +21,11 @@ from vmpooler.providers.errors import (
 )
 
 __all__ = [
+    "CLONE_PRIVILEGE",
     "SessionExpiredError",
     "StaleReferenceError",
     "VcenterFaultError",
+    "clone_refusal",
     "describe",
     "fault_name",
     "is_connection_error",
@@ -81,6 +83,20 @@ def describe(fault: BaseException) -> str:
     return f"{name}: {text}" if text else name
 
 
+CLONE_PRIVILEGE = "VirtualMachine.Provisioning.Clone"
+"""The privilege a clone needs above all (on the template; docs/vsphere.md lists the rest)."""
+
+
+def clone_refusal(exc: ProviderError) -> ProviderError:
+    """``exc`` as a failed clone raises it: a permission denied without the privilege
+    vCenter did not name says which a clone needs, so the operator's one log line points
+    at it; anything else is ``exc`` itself."""
+    if not isinstance(exc, PermissionDeniedError) or exc.privilege is not None:
+        return exc
+    return PermissionDeniedError(f"{exc}; a clone needs privilege {CLONE_PRIVILEGE} on the "
+                                 f"template, and those of docs/vsphere.md 'Privileges'")
+
+
 def translate(exc: BaseException, *, server: str, username: str) -> ProviderError:
     """The ProviderError for ``exc`` (returned, not raised). ``server``/``username`` only
     name who was refused; the password never appears.
@@ -99,10 +115,11 @@ def translate(exc: BaseException, *, server: str, username: str) -> ProviderErro
         return AuthenticationError(
             f"authentication failed: vCenter {server} refused user {username!r}")
     if isinstance(exc, vim.fault.NoPermission):
-        privilege = getattr(exc, "privilegeId", None) or "?"
+        privilege = getattr(exc, "privilegeId", None) or None
+        what = f"privilege {privilege}" if privilege else "a privilege vCenter did not name"
         return PermissionDeniedError(
-            f"permission denied: user {username!r} lacks privilege {privilege} "
-            f"on {getattr(exc, 'object', None)} ({describe(exc)})")
+            f"permission denied: user {username!r} lacks {what} "
+            f"on {getattr(exc, 'object', None)} ({describe(exc)})", privilege)
     if isinstance(exc, vmodl.fault.ManagedObjectNotFound):
         return StaleReferenceError(f"object {getattr(exc, 'obj', None)} no longer exists")
     if is_connection_error(exc):

@@ -52,6 +52,7 @@ from vmpooler.providers.vsphere.exchange import (
 )
 from vmpooler.providers.vsphere.faults import (
     StaleReferenceError,
+    clone_refusal,
     fault_name,
 )
 from vmpooler.providers.vsphere.hosts import HostRotation, cluster_loads
@@ -273,6 +274,9 @@ class VsphereProvider(Provider):
             # or refused it for a name another VM holds.
             if sent and fault_name(exc) != "DuplicateName":
                 self._cleanup_failed_clone(pool, vm)
+            refusal = clone_refusal(exc)
+            if refusal is not exc:
+                raise refusal from exc
             raise
         if moid is not None:
             self.inventory.remember_vm(pool, vm, moid)

@@ -42,7 +42,9 @@ Divergences from vmpooler 3.9.1 (bugs fixed, on purpose):
 
 Addition: ``/status?view=providers`` (alone or in a list) adds a ``providers`` section (each
 provider's circuit breaker and sessions); without a ``view`` naming it the body has exactly
-vmpooler's sections.
+vmpooler's sections. In the ``pools`` section a pool with a mass-failure brake has a
+``brake`` entry, and a pool in the configuration-error state (a clone failed permanently)
+a ``config_error`` entry (ours both).
 """
 
 from __future__ import annotations
@@ -58,13 +60,14 @@ import falcon
 from vmpooler.actors.config import Config, PoolConfig
 from vmpooler.actors.config.overrides import effective_size
 from vmpooler.actors.storage import timefmt
+from vmpooler.actors.storage.config_error_store import parse_config_error
 from vmpooler.actors.storage.status_store import StatusReading, StatusStore
 from vmpooler.web import stats
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import ApiError, json_body
 
 __all__ = ["DEFAULT_SECTIONS", "MAX_SUMMARY_DAYS", "SECTIONS", "SUMMARY_KEYS", "SUMMARY_ROUTES",
-           "register", "status_sections", "summary_dates"]
+           "config_error_section", "register", "status_sections", "summary_dates"]
 
 SECTIONS = ("boot", "capacity", "clone", "pools", "providers", "queue")
 """Optional top-level sections of ``/status``; ``status`` is always present."""
@@ -165,7 +168,8 @@ class Status(_Resource):
             names, queues=queues, last_boot="pools" in wanted, queue_totals="queue" in wanted,
             durations=[kind for kind in ("clone", "boot") if kind in wanted], date=today,
             providers=self._providers_used() if "providers" in wanted else (),
-            brakes=self._braked() if "pools" in wanted else ())
+            brakes=self._braked() if "pools" in wanted else (),
+            config_errors="pools" in wanted)
         # Requests that shared one reading get the same sections: build them once.
         built = self._built
         if (built is None or built[0] is not reading or built[1] is not config
@@ -224,6 +228,9 @@ class Status(_Resource):
                 entry["alias"] = aka
             if name in braked:
                 entry["brake"] = brake_section(reading.brakes.get(name))
+            error = parse_config_error(reading.config_errors.get(name))
+            if error is not None:
+                entry["config_error"] = config_error_section(error)
             body[name] = entry
         return body
 
@@ -254,6 +261,15 @@ def brake_section(published: Mapping[str, str] | None) -> dict[str, Any]:
     return {"engaged": published.get("engaged") == "1",
             "failures": _number(published.get("failures")),
             "held": _number(published.get("held"))}
+
+
+def config_error_section(published: Mapping[str, str]) -> dict[str, Any]:
+    """One pool's ``config_error`` entry of ``/status`` (ours), from what its pool actor
+    publishes while the pool is in the configuration-error state: the permanent failure's
+    class and message, and since when (vmpooler time string)."""
+    return {"error_class": published.get("error_class", ""),
+            "message": published.get("message", ""),
+            "since": published.get("since", "")}
 
 
 def provider_section(published: Mapping[str, str] | None) -> dict[str, Any]:

@@ -86,8 +86,14 @@
 
   function clock(date) { return date.toLocaleTimeString(); }
 
-  // What a pool needs from the operator: empty > below size > filling > full.
+  // What a pool needs from the operator: a configuration error > empty > below size >
+  // filling > full.
   function poolState(p) {
+    if (p.config_error) {
+      return { key: "config", label: "CONFIG ERROR", rank: 0, tone: "bad",
+               title: p.config_error.error_class + ": " + p.config_error.message +
+                      " (since " + p.config_error.since + ")" };
+    }
     if (p.max <= 0) { return { key: "off", label: "size 0", rank: 3, tone: "idle" }; }
     if (p.ready <= 0) { return { key: "empty", label: "EMPTY", rank: 0, tone: "bad" }; }
     if (p.ready < p.max && p.pending <= 0) {
@@ -99,7 +105,7 @@
 
   function poolRow(name, p, now) {
     var st = poolState(p);
-    var tr = el("tr", st.key === "empty" ? "row-bad" : "");
+    var tr = el("tr", st.key === "empty" || st.key === "config" ? "row-bad" : "");
 
     var nameCell = el("th", "");
     nameCell.scope = "row";
@@ -122,6 +128,7 @@
 
     var stateCell = el("td", "");
     stateCell.appendChild(el("span", "state state-" + st.key, st.label));
+    if (st.title) { stateCell.title = st.title; }
     tr.appendChild(stateCell);
 
     var bootCell = el("td", "");

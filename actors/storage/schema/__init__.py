@@ -40,6 +40,7 @@ __all__ = [
     "commands",
     "completed",
     "config_clone_target",
+    "config_errors",
     "config_poolsize",
     "config_template",
     "discovered",
@@ -137,6 +138,14 @@ def brake(pool: str) -> str:
     """Hash ``engaged failures held updated`` of a pool's mass-failure brake (ours), written
     by its pool actor when they change, for ``/status``."""
     return f"{_P}brake__{pool}"
+
+
+def config_errors() -> str:
+    """Hash pool -> JSON ``{error_class, message, since, template, clone_target}`` of the
+    pools in the configuration-error state (ours: a clone failed permanently); each pool's
+    field is written by its pool actor when it enters the state or the error changes and
+    deleted when it leaves, for ``/status``."""
+    return f"{_P}configerror"
 
 
 def active(pool: str) -> str:
