@@ -171,6 +171,13 @@ def _specs() -> list[MetricSpec]:
                    doc="times the pool's mass-failure brake engaged"),
         MetricSpec("brake.held", "increment", p, reference=False,
                    doc="ready VMs held instead of destroyed by the mass-failure brake"),
+        MetricSpec("failover.size", "gauge", p, "vms", reference=False,
+                   doc="the size a failover pool keeps: its own plus what it takes over of "
+                       "alias siblings that cannot deliver (pools with failover only)"),
+        MetricSpec("failover.takeover", "increment", ("sibling", "pool"), reference=False,
+                   doc="times the pool started covering the share of a sibling"),
+        MetricSpec("failover.giveback", "increment", ("sibling", "pool"), reference=False,
+                   doc="times the pool gave a sibling's share back"),
     ]
     return specs
 

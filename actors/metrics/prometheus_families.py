@@ -171,6 +171,14 @@ KEYED: Mapping[str, Family] = {
                                 ("poolname",), keys=_POOL_KEY),
     "brake.held": Family("counter", "Ready VMs held instead of destroyed by the brake",
                          ("poolname",), keys=_POOL_KEY),
+    "failover.size": Family("gauge", "The size a failover pool keeps, its siblings' share "
+                            "included", ("poolname",), keys=_POOL_KEY),
+    "failover.takeover": Family(
+        "counter", "Times the pool started covering an alias sibling's share",
+        ("poolname", "sibling"), keys={**_POOL_KEY, "sibling": "sibling"}),
+    "failover.giveback": Family(
+        "counter", "Times the pool gave an alias sibling's share back",
+        ("poolname", "sibling"), keys={**_POOL_KEY, "sibling": "sibling"}),
 }
 """Service-level families of ours, named by the whole call name, labelled by tag key."""
 

@@ -7,7 +7,7 @@ __all__ = ["NAMESPACES"]
 
 NAMESPACES: frozenset[str] = frozenset({
     "active", "boot", "brake", "clone", "commands", "completed", "config", "discovered",
-    "dlq", "empty", "health", "held", "history", "lastboot", "lease", "login_failures",
+    "dlq", "empty", "failover", "health", "held", "history", "lastboot", "lease", "login_failures",
     "manager", "migrating", "migration", "odcreate", "odinflight", "odrequest", "pending",
     "pool", "poolreset", "pools", "provider", "provisioning", "ratelimit", "ready", "running",
     "tag", "tasks", "template", "token", "vm",
