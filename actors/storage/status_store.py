@@ -78,7 +78,8 @@ class StatusReading:
     hash of durations, summed in Redis. ``providers[name]`` is the hash a provider actor
     publishes (``vmpooler__provider__<name>``), absent when none is fresh; ``brakes[pool]``
     the hash a pool actor publishes for its mass-failure brake (``vmpooler__brake__<pool>``),
-    absent before the first write.
+    absent before the first write; ``failovers[pool]`` the hash a failover pool's actor
+    publishes (``vmpooler__failover__<pool>``), absent when none is fresh.
     """
 
     counts: Mapping[str, Mapping[str, int]] = field(default_factory=_empty)
@@ -93,6 +94,7 @@ class StatusReading:
     durations: Mapping[str, DurationTotals] = field(default_factory=_empty)
     providers: Mapping[str, Mapping[str, str]] = field(default_factory=_empty)
     brakes: Mapping[str, Mapping[str, str]] = field(default_factory=_empty)
+    failovers: Mapping[str, Mapping[str, str]] = field(default_factory=_empty)
 
 
 class _Flight(Generic[T]):
@@ -316,6 +318,7 @@ class StatusStore:
         date: str = "",
         providers: Sequence[str] = (),
         brakes: Sequence[str] = (),
+        failovers: Sequence[str] = (),
     ) -> StatusReading:
         """Read what ``/status`` needs in one round trip (one EVALSHA).
 
@@ -325,21 +328,23 @@ class StatusStore:
         :data:`DAILY_KINDS` to read whole for ``date`` (``YYYY-MM-DD``), ``durations`` the
         kinds (``clone``, ``boot``) whose totals to read, summed in Redis; ``providers``
         names the providers whose published state to read, ``brakes`` the pools whose brake
-        state to read.
+        state to read, ``failovers`` the pools whose failover state to read.
 
         Concurrent calls with equal arguments may share one reading (see
         :class:`SharedReads`): it is read-only, and was read after each of them was made.
         """
         request = (tuple(pools), tuple(queues), bool(last_boot), bool(queue_totals),
-                   tuple(daily), tuple(durations), date, tuple(providers), tuple(brakes))
+                   tuple(daily), tuple(durations), date, tuple(providers), tuple(brakes),
+                   tuple(failovers))
         return self._shared.read(request, lambda: self._status(*request))
 
     def _status(self, pools: tuple[str, ...], queues: tuple[str, ...], last_boot: bool,
                 queue_totals: bool, daily: tuple[str, ...], durations: tuple[str, ...],
                 date: str, providers: tuple[str, ...],
-                brakes: tuple[str, ...] = ()) -> StatusReading:
+                brakes: tuple[str, ...] = (),
+                failovers: tuple[str, ...] = ()) -> StatusReading:
         request = (pools, queues, last_boot, queue_totals, daily, durations, date, providers,
-                   brakes)
+                   brakes, failovers)
         layout = self._layouts.get(request)
         if layout is None:
             lookups = []
@@ -352,7 +357,8 @@ class StatusStore:
                 lookups=lookups, fields=list(pools), totals=queue_totals,
                 wholes=[*(DAILY_KINDS[kind](date) for kind in daily),
                         *(schema.provider_health(name) for name in providers),
-                        *(schema.brake(pool) for pool in brakes)],
+                        *(schema.brake(pool) for pool in brakes),
+                        *(schema.failover(pool) for pool in failovers)],
                 sums=[DAILY_KINDS[kind](date) for kind in durations])
             if len(self._layouts) >= self._LAYOUTS_KEPT:
                 self._layouts.clear()
@@ -384,7 +390,12 @@ class StatusStore:
                 if whole}),
             brakes=MappingProxyType({
                 pool: whole for pool, whole in zip(
-                    brakes, raw.wholes[len(daily) + len(providers):], strict=True) if whole}),
+                    brakes, raw.wholes[len(daily) + len(providers):][:len(brakes)], strict=True)
+                if whole}),
+            failovers=MappingProxyType({
+                pool: whole for pool, whole in zip(
+                    failovers, raw.wholes[len(daily) + len(providers) + len(brakes):],
+                    strict=True) if whole}),
         )
 
     def ready_counts(self, pools: Sequence[str]) -> tuple[dict[str, int], Mapping[str, str]]:

@@ -42,7 +42,8 @@ Divergences from vmpooler 3.9.1 (bugs fixed, on purpose):
 
 Addition: ``/status?view=providers`` (alone or in a list) adds a ``providers`` section (each
 provider's circuit breaker and sessions); without a ``view`` naming it the body has exactly
-vmpooler's sections.
+vmpooler's sections. In ``pools``, a pool with ``max_unhealthy`` has a ``brake`` entry and
+one with ``failover: true`` a ``failover`` entry (:func:`vmpooler.web.failover.failover_section`).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ from vmpooler.actors.storage.status_store import StatusReading, StatusStore
 from vmpooler.web import stats
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import ApiError, json_body
+from vmpooler.web.failover import failover_pools, failover_section
 
 __all__ = ["DEFAULT_SECTIONS", "MAX_SUMMARY_DAYS", "SECTIONS", "SUMMARY_KEYS", "SUMMARY_ROUTES",
            "register", "status_sections", "summary_dates"]
@@ -165,7 +167,8 @@ class Status(_Resource):
             names, queues=queues, last_boot="pools" in wanted, queue_totals="queue" in wanted,
             durations=[kind for kind in ("clone", "boot") if kind in wanted], date=today,
             providers=self._providers_used() if "providers" in wanted else (),
-            brakes=self._braked() if "pools" in wanted else ())
+            brakes=self._braked() if "pools" in wanted else (),
+            failovers=failover_pools(config) if "pools" in wanted else ())
         # Requests that shared one reading get the same sections: build them once.
         built = self._built
         if (built is None or built[0] is not reading or built[1] is not config
@@ -194,7 +197,8 @@ class Status(_Resource):
             result["clone"] = stats.duration_metrics(reading.durations["clone"])
         if "pools" in wanted:
             result["pools"] = self._pools(pools, sizes, reading, self._alias_list(),
-                                          frozenset(self._braked()))
+                                          frozenset(self._braked()),
+                                          frozenset(failover_pools(self._ctx.config)))
         if "providers" in wanted:
             result["providers"] = {name: provider_section(reading.providers.get(name))
                                    for name in self._providers_used()}
@@ -205,9 +209,11 @@ class Status(_Resource):
     @staticmethod
     def _pools(pools: tuple[PoolConfig, ...], sizes: dict[str, int],
                reading: StatusReading, aliases: list[Any],
-               braked: frozenset[str] = frozenset()) -> dict[str, Any]:
+               braked: frozenset[str] = frozenset(),
+               failovers: frozenset[str] = frozenset()) -> dict[str, Any]:
         """The ``pools`` section; ``aliases[i]`` is :func:`_alias` of ``pools[i]``; a pool of
-        ``braked`` has a mass-failure brake and gets its ``brake`` entry (ours)."""
+        ``braked`` has a mass-failure brake and gets its ``brake`` entry, one of
+        ``failovers`` has ``failover: true`` and gets its ``failover`` entry (both ours)."""
         body: dict[str, Any] = {}
         ready, running = reading.counts["ready"], reading.counts["running"]
         pending, last_boot = reading.counts["pending"], reading.last_boot
@@ -224,6 +230,9 @@ class Status(_Resource):
                 entry["alias"] = aka
             if name in braked:
                 entry["brake"] = brake_section(reading.brakes.get(name))
+            if name in failovers:
+                entry["failover"] = failover_section(name, sizes[name],
+                                                     reading.failovers.get(name))
             body[name] = entry
         return body
 
