@@ -101,17 +101,19 @@ def _brake_windows(config: Config) -> list[tuple[KeyPath, str]]:
 
 def _failover_keys(config: Config) -> list[tuple[KeyPath, str]]:
     """``size_max`` without ``failover``, ``failover`` of a pool with no failover sibling,
-    and ``failover_failures`` when no pool has ``failover``."""
+    and ``failover_failures`` when no such pool has one."""
     out: list[tuple[KeyPath, str]] = []
     opted = [pool for pool in config.pools if pool.failover]
-    if "failover_failures" in config.settings.raw and not opted:
-        out.append((("config", "failover_failures"), "no pool has failover: true"))
+    alone = {pool.name for pool in opted if not any(
+        other is not pool and set(other.alias) & set(pool.alias) for other in opted)}
+    if "failover_failures" in config.settings.raw and len(alone) == len(opted):
+        out.append((("config", "failover_failures"),
+                    "no two pools of one alias have failover: true"))
     for index, pool in enumerate(config.pools):
         if pool.size_max is not None and not pool.failover:
             out.append((("pools", index, "size_max"),
                         f"pool {pool.name!r} has no failover: true"))
-        elif pool.failover and not any(
-                other is not pool and set(other.alias) & set(pool.alias) for other in opted):
+        elif pool.name in alone:
             out.append((("pools", index, "failover"),
                         f"no other pool of alias {', '.join(map(repr, pool.alias))} has "
                         f"failover: true: pool {pool.name!r} has no sibling to stand in for"))
