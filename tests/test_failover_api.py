@@ -8,6 +8,7 @@ from typing import Any
 import redis
 
 from tests.api_harness import Api, api, api_config, api_pool
+from tests.openapi_check import body_errors
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.failover_store import FailoverState, FailoverStore
 from vmpooler.actors.storage.provider_store import ProviderHealth, ProviderStore
@@ -68,6 +69,8 @@ def test_status_shows_each_failover_pools_state(redis_client: redis.Redis) -> No
     assert pools["b"]["failover"]["covering"] == {"a": 4}
     assert pools["b"]["failover"]["effective"] == 8
     assert pools["b"]["max"] == 4, "vmpooler's max stays the configured size"
+    resp = t.client.simulate_get("/api/v3/status")
+    assert not body_errors("get", "/api/v3/status", 200, resp.text), "as openapi.json says"
 
 
 # -- checkout -----------------------------------------------------------------------------------

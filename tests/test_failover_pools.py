@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import redis
 
-from tests.harness import Harness, context_for, wait_until
+from tests.harness import Harness, context_for
 from vmpooler.actors.config import (
     Config,
     DnsConfig,
@@ -26,7 +26,7 @@ from vmpooler.actors.metrics.backends import RecordingMetrics
 from vmpooler.actors.pool.hostnames import HostnameGenerator
 from vmpooler.actors.runtime.clock import FakeClock
 from vmpooler.actors.storage import schema
-from vmpooler.actors.storage.failover_store import FailoverStore
+from vmpooler.actors.storage.failover_store import FailoverState, FailoverStore
 from vmpooler.actors.system import PoolerSystem
 from vmpooler.providers.dummy import DummyProvider
 from vmpooler.providers.errors import TransientProviderError
@@ -173,4 +173,23 @@ def test_without_failover_nothing_takes_over(redis_client: redis.Redis) -> None:
         h.advance(120, step=5)
         assert _ready(redis_client, "b") == 3
         assert not redis_client.keys(schema.failover("*"))
-        wait_until(lambda: True)
+
+
+def test_the_decision_comes_from_redis_when_another_manager_holds_the_sibling(
+        redis_client: redis.Redis) -> None:
+    # Another manager holds pool a's lease: this one never acts on a, and learns of it only
+    # through what that manager publishes in Redis.
+    redis_client.set(schema.lease("pool", "a"), "900 elsewhere:1", px=600_000)
+    with _started(redis_client, _config()) as (h, _dc1):
+        h.wait_full("b", 3)
+        h.advance(30, step=5)
+        assert _ready(redis_client, "a") == 0, "a is not this manager's"
+        assert _ready(redis_client, "b") == 3
+        FailoverStore(redis_client).publish(FailoverState(
+            pool="a", state="down", reason="breaker_open", size=3), ttl=600)
+        _settle(h, lambda: _ready(redis_client, "b") == 6, "b takes over a's share")
+        FailoverStore(redis_client).publish(FailoverState(
+            pool="a", state="recovering", size=3, ready=2), ttl=600)
+        _settle(h, lambda: _ready(redis_client, "b") == 4, "b keeps only what a lacks")
+        redis_client.delete(schema.failover("a"))  # its manager is gone: nothing is known
+        _settle(h, lambda: _ready(redis_client, "b") == 3, "b back to its size")
