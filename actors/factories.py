@@ -22,6 +22,7 @@ from vmpooler.actors.ondemand.leases import RequestFence, RequestLeases
 from vmpooler.actors.ondemand.manager import OnDemandManager
 from vmpooler.actors.ondemand.request import RequestActor
 from vmpooler.actors.pool.actor import PoolActor
+from vmpooler.actors.pool.failover_watch import failover_group
 from vmpooler.actors.pool.hostnames import HostnameGenerator
 from vmpooler.actors.pool.ownership import OwnershipSettings
 from vmpooler.actors.provider.setup import provider_actor_factory
@@ -165,6 +166,7 @@ class ActorFactories:
         cfg, res = self.config, self.res
         own = hostnames.spawn()  # the pool actor's own: a Random is not shared across threads
         ownership = self.ownership()
+        failover = failover_group(cfg, pool.name)
 
         def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
             return PoolActor.start(
@@ -172,7 +174,7 @@ class ActorFactories:
                 store=self.store, directory=self.directory, clock=self.clock,
                 scheduler=res.scheduler, metrics=res.metrics, hostnames=own,
                 requests=self.requests, supervisor=supervisor, ownership=ownership,
-                remote=self.remote, max_size=cfg.max_pool_size(pool),
+                remote=self.remote, max_size=cfg.max_pool_size(pool), failover=failover,
             )
 
         return factory

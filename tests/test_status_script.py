@@ -36,7 +36,8 @@ class PipelineStatusStore(StatusStore):
                last_boot: bool = False, queue_totals: bool = False,
                daily: Collection[str] = (), durations: Collection[str] = (), date: str = "",
                providers: Sequence[str] = (), brakes: Sequence[str] = (),
-               config_errors: bool = False) -> StatusReading:
+               config_errors: bool = False,
+               failovers: Sequence[str] = ()) -> StatusReading:
         pipe = self._client.pipeline(transaction=False)
         for queue in queues:
             for pool in pools:
@@ -61,6 +62,8 @@ class PipelineStatusStore(StatusStore):
             pipe.hgetall(schema.provider_health(name))
         for pool in brakes:
             pipe.hgetall(schema.brake(pool))
+        for pool in failovers:
+            pipe.hgetall(schema.failover(pool))
         got = iter(pipe.execute() if len(pipe) else [])
         counts = {queue: {pool: int(next(got)) for pool in pools} for queue in queues}
         overrides: dict[str, str] = {}
@@ -83,6 +86,7 @@ class PipelineStatusStore(StatusStore):
         sums = {kind: duration_totals(next(got)) for kind in durations}
         published = {name: dict(next(got)) for name in providers}
         braked = {pool: dict(next(got)) for pool in brakes}
+        failing = {pool: dict(next(got)) for pool in failovers}
         assert next(got, None) is None
         return StatusReading(
             counts=MappingProxyType({q: MappingProxyType(c) for q, c in counts.items()}),
@@ -92,7 +96,8 @@ class PipelineStatusStore(StatusStore):
             daily=MappingProxyType(days), durations=MappingProxyType(sums),
             providers=MappingProxyType({k: v for k, v in published.items() if v}),
             brakes=MappingProxyType({k: v for k, v in braked.items() if v}),
-            config_errors=MappingProxyType(errors), **totals)
+            config_errors=MappingProxyType(errors),
+            failovers=MappingProxyType({k: v for k, v in failing.items() if v}), **totals)
 
     def total_running(self, pools: Sequence[str]) -> int:
         pipe = self._client.pipeline(transaction=False)
@@ -177,10 +182,11 @@ def test_script_reading_by_hand(redis_client: redis.Redis) -> None:
                       mapping={"circuit_breaker": "open", "failures": "5"})
     redis_client.hset(schema.brake("pool b"), mapping={"engaged": "1", "held": "2"})
     redis_client.hset(schema.config_errors(), "ünïcode", '{"error_class": "E"}')
+    redis_client.hset(schema.failover("pool-a"), mapping={"state": "down", "size": "3"})
     reading = StatusStore(redis_client).status(
         NAMES[:4], queues=ALL_QUEUES, last_boot=True, queue_totals=True,
         daily=("clone", "tag"), date=TODAY, providers=("dummy", "vsphere"),
-        brakes=("pool-a", "pool b"), config_errors=True)
+        brakes=("pool-a", "pool b"), config_errors=True, failovers=("pool-a", "ünïcode"))
     assert plain(reading) == {
         # (n + 2q) % 5 members for pool n, queue q (ready 0, running 1, pending 2, completed 3)
         "counts": {"ready": {"pool-a": 0, "pool b": 1, "ünïcode": 2, "colon:pool": 3},
@@ -198,6 +204,7 @@ def test_script_reading_by_hand(redis_client: redis.Redis) -> None:
         "providers": {"vsphere": {"circuit_breaker": "open", "failures": "5"}},
         "brakes": {"pool b": {"engaged": "1", "held": "2"}},
         "config_errors": {"ünïcode": '{"error_class": "E"}'},
+        "failovers": {"pool-a": {"state": "down", "size": "3"}},
     }
     assert StatusStore(redis_client).total_running(NAMES) == 2 + 3 + 4 + 0 + 0 + 2
     assert StatusStore(redis_client).ready_counts(NAMES[:2]) == (

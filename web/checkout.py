@@ -10,7 +10,9 @@ or return ``{name: count}`` in request order; :func:`allocate` raises 404/401/50
 does, or returns the 200 body, having sent metrics and ``pool_changed`` commands.
 
 Cost: exactly one Redis round trip per checkout (EVALSHA), the token check included (it is
-folded into the script); one more, a pipelined read, only when ``usage_stats`` is on.
+folded into the script); one more, a pipelined read, only when ``usage_stats`` is on, and
+one more at most once a second per process and set of pools for a name served by a pool
+with ``failover: true`` (which of its pools can deliver).
 
 Divergences from vmpooler 3.9.1 (on purpose):
 
@@ -49,6 +51,7 @@ from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.checkout_store import CheckoutStore
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import ApiError
+from vmpooler.web.failover import failover_names
 from vmpooler.web.tokens import presented_token, unauthorized
 from vmpooler.web.validate import InputError, check_pool_name, check_vm_count
 
@@ -141,7 +144,9 @@ def candidate_pools(ctx: ApiContext, name: str) -> list[str]:
     Candidates are ``name`` and its alias targets. When every candidate is a pool whose
     clone target has a ``backend_weight``, one is drawn by weight (0 never wins); otherwise
     one is drawn uniformly. The drawn one goes first, the others follow as fallbacks. Names
-    that are not pools are dropped.
+    that are not pools are dropped. For a name served by a pool with ``failover: true``
+    (ours), the pools that cannot deliver now (:mod:`vmpooler.web.failover`) go last, so
+    they serve only when no other candidate has a ready VM.
     """
     config = ctx.config
     index = _index(config)
@@ -153,7 +158,12 @@ def candidate_pools(ctx: ApiContext, name: str) -> list[str]:
         backends.remove(first)
         backends.insert(0, first)
     pools = index.pools
-    return [b for b in backends if b in pools]
+    found = [b for b in backends if b in pools]
+    if name in index.failover and len(found) > 1:
+        down = ctx.backends.undeliverable(config, found)
+        if down:
+            found = [b for b in found if b not in down] + [b for b in found if b in down]
+    return found
 
 
 def pool_domain(config: Config, pool: str) -> str | None:
@@ -172,6 +182,7 @@ class _Index:
     requestable: frozenset[str]
     aliases: Mapping[str, tuple[str, ...]]
     domains: Mapping[str, str | None]
+    failover: frozenset[str]  # names served by a pool with failover: true
 
 
 _last_index: list[_Index] = []  # the index of the Config seen last (one entry)
@@ -187,7 +198,7 @@ def _index(config: Config) -> _Index:
         domains.setdefault(pool.name, pool.domain)
     index = _Index(config=config, pools=frozenset(config.pool_names),
                    requestable=frozenset(config.pool_names) | frozenset(aliases),
-                   aliases=aliases, domains=domains)
+                   aliases=aliases, domains=domains, failover=failover_names(config))
     _last_index[:] = [index]
     return index
 

@@ -11,6 +11,7 @@ from vmpooler.actors.config import Config
 from vmpooler.actors.metrics.backends import Metrics, NullMetrics
 from vmpooler.actors.runtime.clock import Clock, RealClock
 from vmpooler.web.commands import Commands, NullCommands
+from vmpooler.web.failover import BackendHealth
 
 __all__ = ["ApiContext"]
 
@@ -30,6 +31,15 @@ class ApiContext:
     metrics: Metrics = field(default_factory=NullMetrics)
     rng: random.Random = field(default_factory=random.SystemRandom)
     started_at: float = 0.0
+    _backends: BackendHealth | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def backends(self) -> BackendHealth:
+        """Which pools of a failover alias cannot deliver now (read through Redis, cached
+        for a second; :mod:`vmpooler.web.failover`)."""
+        if self._backends is None:
+            self._backends = BackendHealth(self.redis, self.clock)
+        return self._backends
 
     @property
     def auth_configured(self) -> bool:

@@ -43,6 +43,7 @@ from vmpooler.web import checkout
 from vmpooler.web.body import MAX_BODY, parse_json, read_raw
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import ApiError
+from vmpooler.web.failover import failover_names
 from vmpooler.web.validate import ruby_to_i
 
 __all__ = [
@@ -144,28 +145,38 @@ def candidates(ctx: ApiContext, name: str) -> list[str]:
     return found
 
 
-def choose_pool(ctx: ApiContext, name: str) -> str | None:
+def choose_pool(ctx: ApiContext, name: str, avoid: frozenset[str] = frozenset()
+                ) -> str | None:
     """The pool one instance of ``name`` is cloned in; None if ``name`` has no pool.
 
     With more than one candidate and a ``backend_weight`` for the clone target of every
     one, the draw is weighted (a weight of 0 never wins; all 0 → uniform); otherwise it is
     uniform. Unlike checkout (:func:`vmpooler.web.checkout.candidate_pools`), an alias that is
     not itself a pool is not a candidate, so weights apply to aliases too, as in vmpooler.
+    The pools of ``avoid`` (those that cannot deliver now) are left out unless no other
+    candidate is left.
     """
     backends = candidates(ctx, name)
     if not backends:
         return None
+    backends = [b for b in backends if b not in avoid] or backends
     drawn = checkout.weighted_draw(ctx.config, ctx.rng, backends) if len(backends) > 1 else None
     return drawn or ctx.rng.choice(backends)
 
 
 def plan(ctx: ApiContext, counts: Mapping[str, int]) -> list[Entry]:
-    """One pool drawn per instance, counted per (name, pool) in order of first draw."""
+    """One pool drawn per instance, counted per (name, pool) in order of first draw. For a
+    name served by a pool with ``failover: true`` (ours) the draw leaves out the pools that
+    cannot deliver now (:mod:`vmpooler.web.failover`), unless none can."""
     entries: list[Entry] = []
+    served_by_failover = failover_names(ctx.config)
     for name, count in counts.items():
         drawn: dict[str, int] = {}
+        avoid: frozenset[str] = frozenset()
+        if count and name in served_by_failover:
+            avoid = ctx.backends.undeliverable(ctx.config, candidates(ctx, name))
         for _ in range(count):
-            pool = choose_pool(ctx, name)
+            pool = choose_pool(ctx, name, avoid)
             if pool is not None:
                 drawn[pool] = drawn.get(pool, 0) + 1
         entries += [Entry(alias=name, pool=pool, count=n) for pool, n in drawn.items()]

@@ -8,6 +8,7 @@ from typing import Any
 
 from vmpooler.actors.config._check import MISSING, Checker
 from vmpooler.actors.config._data import freeze
+from vmpooler.actors.config._failover import check_failover
 from vmpooler.actors.config._values import coerce, show
 from vmpooler.actors.config.model import DnsConfig, GlobalSettings, PoolConfig, ProviderConfig
 from vmpooler.actors.config.overrides import HUGE
@@ -107,6 +108,7 @@ def build_pools(
     }
     seen: dict[str, int] = {}
     pools: list[PoolConfig] = []
+    places: list[int] = []  # each pool's index in ``entries``
     for index, entry in enumerate(entries):
         path = ("pools", index)
         if not isinstance(entry, Mapping):
@@ -163,6 +165,8 @@ def build_pools(
         optional["max_unhealthy_window"] = chk.get(
             entry, "max_unhealthy_window", path, "number?", positive=True
         )
+        optional["failover"] = chk.get(entry, "failover", path, "bool", False)
+        optional["size_max"] = chk.get(entry, "size_max", path, "int?", minimum=0)
         for key in ("check_loop_delay_min", "check_loop_delay_max"):
             optional[key] = chk.get(entry, key, path, "number?", positive=True)
         optional["check_loop_delay_decay"] = chk.get(
@@ -170,6 +174,7 @@ def build_pools(
         )
         if name is MISSING or size is MISSING:
             continue
+        places.append(index)
         pools.append(
             PoolConfig(
                 name=name,
@@ -182,6 +187,7 @@ def build_pools(
                 **optional,
             )
         )
+    check_failover(list(zip(places, pools, strict=True)), chk, settings, providers)
     return tuple(pools)
 
 

@@ -201,6 +201,9 @@ class GlobalSettings:
     # instead of destroyed. None or 1.0 (100%) is off.
     max_unhealthy: float | None = setting(None, "share?")
     max_unhealthy_window: float = setting(600.0, "number", positive=True)
+    # Alias failover (ours): a pool with ``failover: true`` counts as down after this many
+    # failed inventories or clones in a row (at once when its provider's breaker is open).
+    failover_failures: int = setting(3, "int", minimum=1)
     # The API's connections (ours; per gunicorn worker process): seconds a client has to
     # send a whole request (from connecting, or from its first byte), to take a response,
     # and to idle between two requests on a kept-alive connection; connections held at once.
@@ -287,6 +290,11 @@ class PoolConfig:
     check_hostname_for_mismatch: bool | None = None
     max_unhealthy: float | None = None  # share 0..1; None: the global one
     max_unhealthy_window: float | None = None  # seconds; None: the global one
+    # Alias failover (ours, docs/vsphere.md): the pool grows by the share of a sibling of its
+    # aliases that cannot deliver, up to ``size_max`` (None: its size plus the largest
+    # sibling's, see actors/pool/failover.py).
+    failover: bool = False
+    size_max: int | None = None
     raw: Mapping[str, Any] = field(default_factory=empty_mapping)
 
     def loop_delays(self, settings: GlobalSettings) -> tuple[float, float, float]:

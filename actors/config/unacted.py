@@ -69,6 +69,7 @@ def unacted_keys(config: Config) -> list[tuple[KeyPath, str]]:
             out.extend((("config", key), f"has no effect while {switch} is false")
                        for key in keys if key in section)
     out.extend(_brake_windows(config))
+    out.extend(_failover_keys(config))
     if not config.auth:
         out.extend((("config", key), "has no effect without :auth: (no client can get a "
                                      "token)")
@@ -95,6 +96,27 @@ def _brake_windows(config: Config) -> list[tuple[KeyPath, str]]:
         if "max_unhealthy_window" in pool.raw and pool not in braked:
             out.append((("pools", index, "max_unhealthy_window"),
                         f"pool {pool.name!r} has no max_unhealthy below 100%"))
+    return out
+
+
+def _failover_keys(config: Config) -> list[tuple[KeyPath, str]]:
+    """``size_max`` without ``failover``, ``failover`` of a pool with no failover sibling,
+    and ``failover_failures`` when no such pool has one."""
+    out: list[tuple[KeyPath, str]] = []
+    opted = [pool for pool in config.pools if pool.failover]
+    alone = {pool.name for pool in opted if not any(
+        other is not pool and set(other.alias) & set(pool.alias) for other in opted)}
+    if "failover_failures" in config.settings.raw and len(alone) == len(opted):
+        out.append((("config", "failover_failures"),
+                    "no two pools of one alias have failover: true"))
+    for index, pool in enumerate(config.pools):
+        if pool.size_max is not None and not pool.failover:
+            out.append((("pools", index, "size_max"),
+                        f"pool {pool.name!r} has no failover: true"))
+        elif pool.name in alone:
+            out.append((("pools", index, "failover"),
+                        f"no other pool of alias {', '.join(map(repr, pool.alias))} has "
+                        f"failover: true: pool {pool.name!r} has no sibling to stand in for"))
     return out
 
 

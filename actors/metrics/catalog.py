@@ -178,6 +178,13 @@ def _specs() -> list[MetricSpec]:
                    doc="1 while the pool is in the configuration-error state (a clone "
                        "failed permanently: it clones nothing but a trial now and then), "
                        "else 0"),
+        MetricSpec("failover.size", "gauge", p, "vms", reference=False,
+                   doc="the size a failover pool keeps: its own plus what it takes over of "
+                       "alias siblings that cannot deliver (pools with failover only)"),
+        MetricSpec("failover.takeover", "increment", ("sibling", "pool"), reference=False,
+                   doc="times the pool started covering the share of a sibling"),
+        MetricSpec("failover.giveback", "increment", ("sibling", "pool"), reference=False,
+                   doc="times the pool gave a sibling's share back"),
     ]
     return specs
 

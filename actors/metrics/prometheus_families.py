@@ -178,6 +178,14 @@ KEYED: Mapping[str, Family] = {
     "pool.config_error": Family(
         "gauge", "1 while the pool is in the configuration-error state (a permanent clone "
         "failure)", ("poolname",), keys=_POOL_KEY),
+    "failover.size": Family("gauge", "The size a failover pool keeps, its siblings' share "
+                            "included", ("poolname",), keys=_POOL_KEY),
+    "failover.takeover": Family(
+        "counter", "Times the pool started covering an alias sibling's share",
+        ("poolname", "sibling"), keys={**_POOL_KEY, "sibling": "sibling"}),
+    "failover.giveback": Family(
+        "counter", "Times the pool gave an alias sibling's share back",
+        ("poolname", "sibling"), keys={**_POOL_KEY, "sibling": "sibling"}),
 }
 """Service-level families of ours, named by the whole call name, labelled by tag key."""
 

@@ -61,6 +61,7 @@ from vmpooler.actors.pool.clones import Clones
 from vmpooler.actors.pool.context import LOST_REASONS, PoolContext
 from vmpooler.actors.pool.cycle import PoolCycle
 from vmpooler.actors.pool.dead_letters import DeadLetters
+from vmpooler.actors.pool.failover_watch import Failover, FailoverGroup
 from vmpooler.actors.pool.hostnames import HostnameGenerator
 from vmpooler.actors.pool.migrations import Migrations
 from vmpooler.actors.pool.ondemand import OnDemandVms
@@ -100,6 +101,7 @@ class PoolActor(SupervisedActor):
         ownership: OwnershipSettings | None = None,
         remote: Remote | None = None,
         max_size: int | None = None,
+        failover: FailoverGroup | None = None,
     ) -> None:
         super().__init__(name=f"pool:{pool.name}", supervisor=supervisor)
         self.remote: Remote = remote or LocalOnly()
@@ -127,7 +129,8 @@ class PoolActor(SupervisedActor):
         self.purge = StalePurge(ctx, self.ondemand, dead_letters)
         self.cycle = PoolCycle(ctx, checks=PoolChecks(ctx, self.ondemand, dead_letters, brake),
                                upkeep=self.upkeep, clones=self.clones, ondemand=self.ondemand,
-                               migrations=self.migrations)
+                               migrations=self.migrations,
+                               failover=Failover(ctx, self.upkeep, self.clones, failover))
 
     # -- mailbox ----------------------------------------------------------------------------
     def setup(self) -> None:

@@ -18,6 +18,7 @@ from vmpooler.actors.messages import ProviderCallFinished, ProviderOp, RunPoolCy
 from vmpooler.actors.pool.checks import PoolChecks
 from vmpooler.actors.pool.clones import Clones
 from vmpooler.actors.pool.context import PoolContext
+from vmpooler.actors.pool.failover_watch import Failover
 from vmpooler.actors.pool.migrations import Migrations
 from vmpooler.actors.pool.ondemand import OnDemandVms
 from vmpooler.actors.pool.upkeep import PoolUpkeep
@@ -36,13 +37,16 @@ class PoolCycle:
     """Runs one pool's cycles and keeps its timer armed."""
 
     def __init__(self, ctx: PoolContext, *, checks: PoolChecks, upkeep: PoolUpkeep,
-                 clones: Clones, ondemand: OnDemandVms, migrations: Migrations) -> None:
+                 clones: Clones, ondemand: OnDemandVms, migrations: Migrations,
+                 failover: Failover | None = None) -> None:
         self.ctx = ctx
         self.checks = checks
         self.upkeep = upkeep
         self.clones = clones
         self.ondemand = ondemand
         self.migrations = migrations
+        self.failover = failover or Failover(ctx, upkeep, clones, None)
+        self.refused = False  # the last listing was refused by the provider's open breaker
         self.delay = ctx.backoff.min
         self.generation = 0  # of the armed timer; an older RunPoolCycle is ignored
         self.timer: Timer | None = None
@@ -117,6 +121,7 @@ class PoolCycle:
     # -- the inventory ---------------------------------------------------------------------------
     def listed(self, msg: ProviderCallFinished) -> None:
         """The answer to ``LIST_VMS`` (a ``busy`` refusal counts as a failed inventory)."""
+        self.refused = msg.failure is not None and msg.failure.circuit_open
         if msg.failure is not None:
             self.on_inventory(None, msg.failure.message)
         else:
@@ -133,6 +138,7 @@ class PoolCycle:
             else:
                 log.debug("[%s] inventory failed again: %s", ctx.name, error)
             self.inventory_failures += 1
+            self._failover_down()
             self.delay = ctx.backoff.next(self.delay, busy=False)
             self.schedule()
             return
@@ -210,6 +216,8 @@ class PoolCycle:
                 ctx.vms.forget(vm)
         if self.upkeep.apply_overrides():
             return True
+        self.failover.cycle(inventory_ok=True, inventory_failures=0, breaker_open=False,
+                            ready=len(ready))
         activity |= self.clones.repopulate(len(ready) + len(held), len(pending))
         self.upkeep.remove_excess(ready, pending)
         self.upkeep.flag_empty(len(ready))
@@ -220,6 +228,21 @@ class PoolCycle:
         ctx.metrics.gauge("pending", len(pending), tags={"pool": name})
         ctx.metrics.gauge("size", size, tags={"pool": name})
         return activity
+
+    def _failover_down(self) -> None:
+        """Alias failover after a failed inventory (the pool's own state is published even
+        though the cycle does not run)."""
+        if not self.failover.enabled or (self.ctx.ownership is not None
+                                         and not self.ctx.ownership.acting):
+            return
+        try:
+            self.failover.cycle(inventory_ok=False, inventory_failures=self.inventory_failures,
+                                breaker_open=self.refused, ready=0)
+        except redis.RedisError as exc:
+            log.debug("[%s] failover state not published: %s", self.ctx.name, exc)
+        except Fenced as exc:
+            if self.ctx.ownership is not None:
+                self.ctx.ownership.fenced(exc)
 
     def _initialise(self, snap: PoolSnapshot) -> None:
         if not self.ondemand.loaded:  # Redis was away when the actor started

@@ -1,10 +1,11 @@
 """Keeping a pool at its size and template (reference §4.7–§4.8): the overrides in effect,
 drains, template preparation, surplus removal and the empty-pool flag.
 
-:class:`PoolUpkeep` owns the pool's effective ``size``, ``template`` and ``clone_target``
-(the configured values until an override says otherwise), whether a template is being
-prepared, and what it last read of the pool's override keys and flags, with when to read
-them again:
+:class:`PoolUpkeep` owns the pool's effective ``size`` (``base``, the configured size until
+an override says otherwise, plus ``extra``, what alias failover takes over), ``template`` and
+``clone_target`` (the configured values until an override says otherwise), whether a
+template is being prepared, and what it last read of the pool's override keys and flags,
+with when to read them again:
 
 * everything (the override keys ``vmpooler__config__poolsize``/``template``/
   ``clone_target``, ``vmpooler__poolreset`` and the undo sets, and the flags
@@ -53,7 +54,8 @@ class PoolUpkeep:
     def __init__(self, ctx: PoolContext, on_drain: Callable[[], int] | None = None) -> None:
         self.ctx = ctx
         self.on_drain = on_drain  # also drains what the pool holds aside (the brake's VMs)
-        self.size = min(ctx.pool.size, ctx.max_size)
+        self.base = min(ctx.pool.size, ctx.max_size)  # configured, or its override
+        self.extra = 0  # taken over from alias siblings (alias failover; never below 0)
         self.template = ctx.pool.template
         self.clone_target = ctx.pool.clone_target
         self.initialised = False
@@ -65,6 +67,13 @@ class PoolUpkeep:
         self._read_at: float | None = None  # monotonic, of the last read of both; None: now
         self._overrides_stale = False  # told of a change since the override keys were read
         self._warned_size: object = _NOT_YET  # the last size override logged as refused
+
+    @property
+    def size(self) -> int:
+        """The size the pool keeps: ``base`` (the configured size or its override, at most
+        ``max_pool_size``) plus ``extra``, what it takes over for alias siblings that cannot
+        deliver (:mod:`~vmpooler.actors.pool.failover_watch`)."""
+        return self.base + self.extra
 
     # -- reading the override keys and flags ---------------------------------------------------
     def reads_due(self, mono: float) -> tuple[bool, bool]:
@@ -112,9 +121,9 @@ class PoolUpkeep:
             store.ack_undo(name, size=True)
             self._acknowledged(undo_size=False)
         size = self._size(ov.size)
-        if size != self.size:
-            log.info("[*] [%s] size changed from %d to %d", name, self.size, size)
-            self.size = size
+        if size != self.base:
+            log.info("[*] [%s] size changed from %d to %d", name, self.base, size)
+            self.base = size
         if ov.undo_template:
             store.ack_undo(name, template=True)
             self._acknowledged(undo_template=False)

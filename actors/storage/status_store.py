@@ -79,7 +79,9 @@ class StatusReading:
     publishes (``vmpooler__provider__<name>``), absent when none is fresh; ``brakes[pool]``
     the hash a pool actor publishes for its mass-failure brake (``vmpooler__brake__<pool>``),
     absent before the first write; ``config_errors[pool]`` the raw field of a pool in the
-    configuration-error state (``vmpooler__configerror``, JSON), absent otherwise.
+    configuration-error state (``vmpooler__configerror``, JSON), absent otherwise;
+    ``failovers[pool]`` the hash a failover pool's actor publishes
+    (``vmpooler__failover__<pool>``), absent when none is fresh.
     """
 
     counts: Mapping[str, Mapping[str, int]] = field(default_factory=_empty)
@@ -95,6 +97,7 @@ class StatusReading:
     providers: Mapping[str, Mapping[str, str]] = field(default_factory=_empty)
     brakes: Mapping[str, Mapping[str, str]] = field(default_factory=_empty)
     config_errors: Mapping[str, str] = field(default_factory=_empty)
+    failovers: Mapping[str, Mapping[str, str]] = field(default_factory=_empty)
 
 
 class _Flight(Generic[T]):
@@ -319,6 +322,7 @@ class StatusStore:
         providers: Sequence[str] = (),
         brakes: Sequence[str] = (),
         config_errors: bool = False,
+        failovers: Sequence[str] = (),
     ) -> StatusReading:
         """Read what ``/status`` needs in one round trip (one EVALSHA).
 
@@ -328,23 +332,25 @@ class StatusStore:
         :data:`DAILY_KINDS` to read whole for ``date`` (``YYYY-MM-DD``), ``durations`` the
         kinds (``clone``, ``boot``) whose totals to read, summed in Redis; ``providers``
         names the providers whose published state to read, ``brakes`` the pools whose brake
-        state to read; ``config_errors`` adds every pool's configuration error.
+        state to read; ``config_errors`` adds every pool's configuration error,
+        ``failovers`` the pools whose failover state to read.
 
         Concurrent calls with equal arguments may share one reading (see
         :class:`SharedReads`): it is read-only, and was read after each of them was made.
         """
         request = (tuple(pools), tuple(queues), bool(last_boot), bool(queue_totals),
                    tuple(daily), tuple(durations), date, tuple(providers), tuple(brakes),
-                   bool(config_errors))
+                   bool(config_errors), tuple(failovers))
         return self._shared.read(request, lambda: self._status(*request))
 
     def _status(self, pools: tuple[str, ...], queues: tuple[str, ...], last_boot: bool,
                 queue_totals: bool, daily: tuple[str, ...], durations: tuple[str, ...],
                 date: str, providers: tuple[str, ...],
                 brakes: tuple[str, ...] = (),
-                config_errors: bool = False) -> StatusReading:
+                config_errors: bool = False,
+                failovers: tuple[str, ...] = ()) -> StatusReading:
         request = (pools, queues, last_boot, queue_totals, daily, durations, date, providers,
-                   brakes, config_errors)
+                   brakes, config_errors, failovers)
         layout = self._layouts.get(request)
         if layout is None:
             lookups = []
@@ -359,7 +365,8 @@ class StatusStore:
                 lookups=lookups, fields=list(pools), totals=queue_totals,
                 wholes=[*(DAILY_KINDS[kind](date) for kind in daily),
                         *(schema.provider_health(name) for name in providers),
-                        *(schema.brake(pool) for pool in brakes)],
+                        *(schema.brake(pool) for pool in brakes),
+                        *(schema.failover(pool) for pool in failovers)],
                 sums=[DAILY_KINDS[kind](date) for kind in durations])
             if len(self._layouts) >= self._LAYOUTS_KEPT:
                 self._layouts.clear()
@@ -377,7 +384,8 @@ class StatusStore:
         clones, ondemand_clones, waiting, processing, tasks = raw.totals or ("", "", 0, 0, [])
         published = raw.wholes[len(daily):]
         provider_wholes = published[:len(providers)]
-        brake_wholes = published[len(providers):]
+        brake_wholes = published[len(providers):len(providers) + len(brakes)]
+        failover_wholes = published[len(providers) + len(brakes):]
         return StatusReading(
             counts=MappingProxyType(counts),
             size_overrides=MappingProxyType(overrides),
@@ -396,6 +404,9 @@ class StatusStore:
                 pool: whole for pool, whole in zip(brakes, brake_wholes, strict=True)
                 if whole}),
             config_errors=MappingProxyType(dict(errors)),
+            failovers=MappingProxyType({
+                pool: whole for pool, whole in zip(failovers, failover_wholes, strict=True)
+                if whole}),
         )
 
     def ready_counts(self, pools: Sequence[str]) -> tuple[dict[str, int], Mapping[str, str]]:

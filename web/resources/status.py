@@ -42,9 +42,10 @@ Divergences from vmpooler 3.9.1 (bugs fixed, on purpose):
 
 Addition: ``/status?view=providers`` (alone or in a list) adds a ``providers`` section (each
 provider's circuit breaker and sessions); without a ``view`` naming it the body has exactly
-vmpooler's sections. In the ``pools`` section a pool with a mass-failure brake has a
-``brake`` entry, and a pool in the configuration-error state (a clone failed permanently)
-a ``config_error`` entry (ours both).
+vmpooler's sections. In ``pools``, a pool with ``max_unhealthy`` has a ``brake`` entry, one
+in the configuration-error state (a clone failed permanently) a ``config_error`` entry, and
+one with ``failover: true`` a ``failover`` entry
+(:func:`vmpooler.web.failover.failover_section`) (ours all).
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ from vmpooler.actors.storage.status_store import StatusReading, StatusStore
 from vmpooler.web import stats
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import ApiError, json_body
+from vmpooler.web.failover import failover_pools, failover_section
 
 __all__ = ["DEFAULT_SECTIONS", "MAX_SUMMARY_DAYS", "SECTIONS", "SUMMARY_KEYS", "SUMMARY_ROUTES",
            "config_error_section", "register", "status_sections", "summary_dates"]
@@ -169,7 +171,8 @@ class Status(_Resource):
             durations=[kind for kind in ("clone", "boot") if kind in wanted], date=today,
             providers=self._providers_used() if "providers" in wanted else (),
             brakes=self._braked() if "pools" in wanted else (),
-            config_errors="pools" in wanted)
+            config_errors="pools" in wanted,
+            failovers=failover_pools(config) if "pools" in wanted else ())
         # Requests that shared one reading get the same sections: build them once.
         built = self._built
         if (built is None or built[0] is not reading or built[1] is not config
@@ -198,7 +201,8 @@ class Status(_Resource):
             result["clone"] = stats.duration_metrics(reading.durations["clone"])
         if "pools" in wanted:
             result["pools"] = self._pools(pools, sizes, reading, self._alias_list(),
-                                          frozenset(self._braked()))
+                                          frozenset(self._braked()),
+                                          frozenset(failover_pools(self._ctx.config)))
         if "providers" in wanted:
             result["providers"] = {name: provider_section(reading.providers.get(name))
                                    for name in self._providers_used()}
@@ -209,9 +213,11 @@ class Status(_Resource):
     @staticmethod
     def _pools(pools: tuple[PoolConfig, ...], sizes: dict[str, int],
                reading: StatusReading, aliases: list[Any],
-               braked: frozenset[str] = frozenset()) -> dict[str, Any]:
+               braked: frozenset[str] = frozenset(),
+               failovers: frozenset[str] = frozenset()) -> dict[str, Any]:
         """The ``pools`` section; ``aliases[i]`` is :func:`_alias` of ``pools[i]``; a pool of
-        ``braked`` has a mass-failure brake and gets its ``brake`` entry (ours)."""
+        ``braked`` has a mass-failure brake and gets its ``brake`` entry, one of
+        ``failovers`` has ``failover: true`` and gets its ``failover`` entry (both ours)."""
         body: dict[str, Any] = {}
         ready, running = reading.counts["ready"], reading.counts["running"]
         pending, last_boot = reading.counts["pending"], reading.last_boot
@@ -231,6 +237,9 @@ class Status(_Resource):
             error = parse_config_error(reading.config_errors.get(name))
             if error is not None:
                 entry["config_error"] = config_error_section(error)
+            if name in failovers:
+                entry["failover"] = failover_section(name, sizes[name],
+                                                     reading.failovers.get(name))
             body[name] = entry
         return body
 

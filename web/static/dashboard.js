@@ -103,6 +103,22 @@
     return { key: "full", label: "full", rank: 4, tone: "" };
   }
 
+  // A failover pool's note (pools with failover: true): down, recovering, or covering.
+  function failoverNote(f) {
+    if (!f) { return null; }
+    var covering = Object.keys(f.covering || {});
+    if (f.state === "down") {
+      return { key: "down", text: "down (" + String(f.reason || "unknown").replace("_", " ") +
+        "): siblings cover" };
+    }
+    if (f.state === "recovering") { return { key: "recovering", text: "recovering" }; }
+    if (covering.length) {
+      return { key: "covering", text: "size " + fmt(f.effective) + ": +" +
+        covering.map(function (n) { return f.covering[n] + " for " + n; }).join(", ") };
+    }
+    return null;
+  }
+
   function poolRow(name, p, now) {
     var st = poolState(p);
     var tr = el("tr", st.key === "empty" || st.key === "config" ? "row-bad" : "");
@@ -129,6 +145,8 @@
     var stateCell = el("td", "");
     stateCell.appendChild(el("span", "state state-" + st.key, st.label));
     if (st.title) { stateCell.title = st.title; }
+    var fo = failoverNote(p.failover);
+    if (fo) { stateCell.appendChild(el("span", "failover failover-" + fo.key, fo.text)); }
     tr.appendChild(stateCell);
 
     var bootCell = el("td", "");

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 
 from vmpooler.actors.storage.schema.brake_scripts import BrakeScripts
+from vmpooler.actors.storage.schema.failover_scripts import FailoverScripts
 from vmpooler.actors.storage.schema.lease_scripts import LeaseScripts
 from vmpooler.actors.storage.schema.namespaces import NAMESPACES
 from vmpooler.actors.storage.schema.pool_scripts import Scripts
@@ -26,6 +27,7 @@ from vmpooler.actors.storage.schema.upkeep_scripts import UpkeepScripts
 __all__ = [
     "NAMESPACES",
     "BrakeScripts",
+    "FailoverScripts",
     "LeaseScripts",
     "QuotaScripts",
     "RateLimitScripts",
@@ -47,6 +49,7 @@ __all__ = [
     "dlq",
     "dlq_pattern",
     "empty",
+    "failover",
     "health",
     "held",
     "history",
@@ -146,6 +149,14 @@ def config_errors() -> str:
     field is written by its pool actor when it enters the state or the error changes and
     deleted when it leaves, for ``/status``."""
     return f"{_P}configerror"
+
+
+def failover(pool: str) -> str:
+    """Hash ``state reason since size ready effective covering updated`` of a pool with
+    ``failover: true`` (ours): whether it can deliver and what it takes over of its alias
+    siblings, written by its pool actor every cycle behind its lease; expires when no
+    manager refreshes it (docs/vsphere.md)."""
+    return f"{_P}failover__{pool}"
 
 
 def active(pool: str) -> str:
