@@ -10,14 +10,11 @@ from typing import Any
 
 from vmpooler.providers.errors import ProviderError
 
-__all__ = ["NOTHING", "PATHS", "Following", "TaskSeen", "Unfollow"]
+__all__ = ["FIELDS", "NOTHING", "Following", "TaskSeen", "Unfollow"]
 
-PATHS = {
-    "info.state": "state", "info.error": "error", "info.result": "result",
-    "info.queueTime": "queueTime", "info.startTime": "startTime",
-    "info.completeTime": "completeTime", "info.descriptionId": "descriptionId",
-}
-"""The task properties the watch follows, and the :class:`TaskSeen` field of each."""
+FIELDS = ("state", "error", "result", "queueTime", "startTime", "completeTime",
+          "descriptionId")
+"""The fields of a task's ``info`` the watch keeps (a :class:`TaskSeen`'s)."""
 NOTHING: Any = object()
 """What :meth:`Following.next` returns when nothing new was seen within its timeout."""
 

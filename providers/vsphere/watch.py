@@ -36,7 +36,7 @@ from vmpooler.providers.errors import ProviderError, TransientProviderError
 from vmpooler.providers.vsphere.connection import Session
 from vmpooler.providers.vsphere.faults import translate
 from vmpooler.providers.vsphere.members import FolderMembers
-from vmpooler.providers.vsphere.tasks import PATHS, Following, TaskSeen
+from vmpooler.providers.vsphere.tasks import FIELDS, Following, TaskSeen
 
 __all__ = ["VcenterWatch"]
 
@@ -225,7 +225,7 @@ class VcenterWatch:
                                               skip=False)
                 content.propertyCollector.CreateFilter(_PC.FilterSpec(
                     objectSet=[_PC.ObjectSpec(obj=view, skip=True, selectSet=[traversal])],
-                    propSet=[_PC.PropertySpec(type=vim.Task, pathSet=list(PATHS))],
+                    propSet=[_PC.PropertySpec(type=vim.Task, pathSet=["info"])],
                 ), partialUpdates=False)
             except BaseException:
                 session.close()
@@ -329,9 +329,11 @@ class VcenterWatch:
                         continue
                     props = self._props.setdefault(moid, {})
                     for prop in change.changeSet or ():
-                        if prop.name in PATHS:
-                            props[PATHS[prop.name]] = (None if prop.op in ("remove",
-                                                        "indirectRemove") else prop.val)
+                        if prop.name == "info" and prop.val is not None:
+                            props.update({f: getattr(prop.val, f, None) for f in FIELDS})
+                        elif prop.name.startswith("info.") and prop.name[5:] in FIELDS:
+                            props[prop.name[5:]] = (None if prop.op in ("remove",
+                                                    "indirectRemove") else prop.val)
                     if props.get("state"):
                         touched[moid] = TaskSeen(**props)
             if all(self._props.get(moid, {}).get("state") in ("success", "error")
