@@ -150,6 +150,8 @@ def test_a_fill_that_timed_out_is_reported_with_what_it_reached() -> None:
 def test_a_realistic_run_of_our_manager_reads_its_clones_from_the_trace(tmp_path: Path) -> None:
     """``bench/vsphere.py --profile realistic`` as a process, our manager only, 1 x 2: the
     simulator runs the clones asynchronously and the figures come from its real trace."""
+    if os.environ.get("VMPOOLER_BENCH_TESTS") != "1":
+        pytest.skip("a minute-long benchmark run: set VMPOOLER_BENCH_TESTS=1 to run it")
     binary = require_vcsim()
     if os.geteuid() != 0:
         pytest.skip("bench/vsphere.py needs root (ports 443 and 22)")

@@ -206,7 +206,7 @@ def started(tmp_path: Path, redis_server: EmbeddedRedis,
 
 @pytest.mark.integration
 @pytest.mark.parametrize(("fault", "share"), [
-    ("InsufficientResourcesFault", 0.3), ("TaskInProgress", 0.3), ("SystemError", 0.5)])
+    ("InsufficientResourcesFault", 0.3), ("TaskInProgress", 0.3), ("SystemError", 0.3)])
 def test_pools_fill_through_transient_clone_faults(
         started: Any, redis_client: redis.Redis, fault: str, share: float) -> None:
     flags = (*BASE, "-fault", f"CloneVM_Task:{share}:{fault}", "-fault-seed", "7")

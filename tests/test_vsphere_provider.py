@@ -144,11 +144,11 @@ def test_listing_a_watched_pool_costs_no_call(sim: vcsim.Simulator) -> None:
 
 def test_a_watch_that_lost_its_session_watches_the_folder_afresh(sim: vcsim.Simulator) -> None:
     provider = make(sim)
+    watch = provider.vc.watch
+    watch.max_wait = 1  # the simulator lets a logged-out session's wait run its course
     try:
         provider.create_vm("p1", "one")
         assert provider.vms_in_pool("p1") == ["one"]
-        watch = provider.vc.watch
-        watch.max_wait = 1  # the simulator lets a logged-out session's wait run its course
         with watch._view_lock:  # its session logged out behind its back
             assert watch._session is not None
             watch._session.content.propertyCollector.CancelWaitForUpdates()  # not 10 s on

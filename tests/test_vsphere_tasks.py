@@ -153,11 +153,11 @@ def test_a_task_vcenter_queued_is_reported_queued_then_running_with_its_wait(
 
 def test_the_watch_session_lost_is_replaced_and_waits_go_on(sim: vcsim.Simulator) -> None:
     provider = make(sim)
+    watch = provider.vc.watch
+    watch.max_wait = 1  # the simulator lets a logged-out session's wait run its course
     try:
         provider.vms_in_pool("p1")
         provider.create_vm("p1", "before")
-        watch = provider.vc.watch
-        watch.max_wait = 1  # the simulator lets a logged-out session's wait run its course
         with watch._view_lock:  # the watch's session logged out behind its back
             assert watch._session is not None
             watch._session.content.propertyCollector.CancelWaitForUpdates()  # not 10 s on
