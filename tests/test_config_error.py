@@ -3,13 +3,15 @@ redis-server and the dummy provider on a fake clock.
 
 The pool enters the configuration-error state at its first permanent clone failure: one
 error line, the error in Redis and ``/status``, the ``pool.config_error`` gauge at 1, and
-no clone of its own but one trial every ``config_error_retry_interval`` seconds. A clone
+no clone of its own but trials at growing intervals, up to one every
+``config_error_retry_interval`` seconds. A clone
 that succeeds (the fix landed) or a template override ends it; transient failures never
 enter it; on-demand requests for the pool fail at once.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 import threading
@@ -96,12 +98,22 @@ def test_a_permanent_failure_stops_cloning_and_says_why_once(
         assert "[a] configuration error" in line
         assert "VirtualMachine.Provisioning.Clone" in line
 
-        h.advance(INTERVAL - 10)  # cycles run; no clone starts
-        assert provider.count() == SIZE
-        h.advance(20)  # the trial, which fails the same way
-        assert provider.count() == SIZE + 1
-        h.advance(INTERVAL)
-        assert provider.count() == SIZE + 2
+        # Trials, each failing the same way: further and further apart, up to the interval.
+        trials: list[int] = []
+        seen = provider.count()
+        for second in range(10, 2001, 10):
+            h.advance(10)
+            if provider.count() > seen:
+                assert provider.count() == seen + 1, "one trial at a time"
+                seen = provider.count()
+                trials.append(second)
+        gaps = [later - earlier for earlier, later in itertools.pairwise(trials)]
+        # (Each trial also waits for the pool's clone back-off, up to check_loop_delay_max.)
+        assert trials[0] <= 60, trials  # a template missing for a minute costs a minute
+        assert sum(1 for t in trials if t <= INTERVAL) >= 3, trials  # early: often
+        assert gaps[-3:] == [INTERVAL] * 3, trials  # then once per interval, no more
+        assert max(gaps) <= INTERVAL + 10, trials
+        assert len(trials) <= 14, trials
         assert len(_errors(caplog)) == 1, _errors(caplog)
         assert redis_client.scard(schema.pending("a")) == 0
         assert h.metrics.last_gauge("pool.config_error", pool="a") == 1

@@ -164,7 +164,8 @@ class GlobalSettings:
     circuit_breaker_half_open_attempts: int = setting(3, "int", minimum=1)
     provider_call_timeout: float = setting(600.0, "number", positive=True)  # seconds
     # Ours: a pool whose clone failed permanently (missing template, no permission) clones
-    # nothing more but one trial clone every this many seconds (actors/pool/config_error.py).
+    # nothing more but trial clones, further and further apart up to one every this many
+    # seconds (actors/pool/config_error.py).
     config_error_retry_interval: float = setting(300.0, "number", positive=True)  # seconds
     # Adaptive timeouts of provider calls (reference §4.11; fed here): seconds.
     adaptive_timeout_enabled: bool = setting(True, "bool")

@@ -6,9 +6,11 @@ every retry. Rather than retry it with back-off forever and log every failure, a
 does, the pool *enters* the state: it logs why once (one error line), publishes the error in
 Redis (the pool's field of ``vmpooler__configerror``: ``/status`` and the dashboard show
 it), sets the
-``pool.config_error`` gauge to 1, and starts no clone of its own but one **trial clone**
-every ``config_error_retry_interval`` seconds, so an operator who grants the permission or
-creates the template sees the pool recover without a restart.
+``pool.config_error`` gauge to 1, and starts no clone of its own but **trial clones** at
+growing intervals: ``check_loop_delay_min`` seconds after the failure, then twice as long
+each time, up to ``config_error_retry_interval`` (and never before the pool's clone back-off
+allows), so a template replaced for a minute costs a minute, and an operator who grants the
+permission or creates the template later sees the pool recover without a restart.
 
 The pool *leaves* the state (one info line, its field deleted, the gauge 0) when a clone
 succeeds (a trial's, or an on-demand request's) or when the pool's template or clone target
@@ -68,6 +70,7 @@ class ConfigError:
         self.state: ConfigErrorState | None = None
         self.trial: str | None = None
         self.trial_at = 0.0
+        self.delay = 0.0  # before the next trial; doubles up to ``interval``
         self.timer: Timer | None = None
         self.stale_field = True  # an earlier actor may have left its field behind
 
@@ -127,9 +130,10 @@ class ConfigError:
         self._publish()
         if state is None:
             log.error("[!] [%s] configuration error: clone of '%s' failed permanently: %s: %s; "
-                      "the pool clones nothing but one trial clone every %.0fs until a clone "
-                      "succeeds or its template or clone target changes", self.ctx.name, vm,
-                      failure.error_class, failure.message, self.interval)
+                      "the pool clones nothing but trial clones (growing to one every %.0fs) "
+                      "until a clone succeeds or its template or clone target changes",
+                      self.ctx.name, vm, failure.error_class, failure.message, self.interval)
+            self.delay = 0.0
             self._arm()
         else:
             log.error("[!] [%s] configuration error changed: clone of '%s' failed "
@@ -172,12 +176,14 @@ class ConfigError:
                  max(0.0, self.ctx.clock.now() - state.since), why)
 
     def _arm(self) -> None:
-        """The next trial may start ``interval`` seconds from now; a cycle is asked for then."""
+        """The next trial may start after the next delay (``check_loop_delay_min``, then
+        doubling up to ``interval``); a cycle is asked for then."""
         if self.state is None:
             return
-        self.trial_at = self.ctx.clock.monotonic() + self.interval
+        self.delay = min(self.interval, max(self.ctx.backoff.min, self.delay * 2))
+        self.trial_at = self.ctx.clock.monotonic() + self.delay
         self.cancel()
-        self.timer = self.ctx.scheduler.tell_later(self.interval, self.ctx.self_ref,
+        self.timer = self.ctx.scheduler.tell_later(self.delay, self.ctx.self_ref,
                                                    RunPoolCycle(generation=0))
 
     def _publish(self) -> None:
