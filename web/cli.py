@@ -45,19 +45,31 @@ def _version() -> str:
         return "unknown"
 
 
-def _parser() -> argparse.ArgumentParser:
+def _common(*, defaults: bool) -> argparse.ArgumentParser:
+    """The options every command takes, before or after its name. Only the top-level
+    parser sets defaults: a command's own copy leaves an option it was not given unset, so
+    ``vmpooler --config X check-config`` checks X (argparse would otherwise let the
+    command's default None replace it)."""
+    def default(value: object) -> object:
+        return value if defaults else argparse.SUPPRESS
+
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", metavar="PATH",
+    common.add_argument("--config", metavar="PATH", default=default(None),
                         help="configuration file (default: $VMPOOLER_CONFIG, "
                              "$VMPOOLER_CONFIG_FILE, ./vmpooler.yaml, then the bundled one)")
-    common.add_argument("--log-level", default="info",
+    common.add_argument("--log-level", default=default("info"),
                         choices=["debug", "info", "warning", "error"],
                         help="log verbosity (default: info)")
-    common.add_argument("--log-format", choices=LOG_FORMATS,
+    common.add_argument("--log-format", choices=LOG_FORMATS, default=default(None),
                         help="text: vmpooler's log lines; json: one JSON object per line, "
                              "gunicorn's too (default: $LOG_FORMAT, else text)")
+    return common
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = _common(defaults=False)
     parser = argparse.ArgumentParser(
-        prog="vmpooler", parents=[common],
+        prog="vmpooler", parents=[_common(defaults=True)],
         description="Keeps pools of ready virtual machines; a drop-in vmpooler 3.x.",
     )
     parser.add_argument("--version", action="version", version=f"vmpooler {_version()}")
