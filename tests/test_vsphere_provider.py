@@ -142,6 +142,29 @@ def test_listing_a_watched_pool_costs_no_call(sim: vcsim.Simulator) -> None:
         provider.close()
 
 
+def test_a_watched_pools_vms_are_read_without_a_call(sim: vcsim.Simulator) -> None:
+    provider = make(sim)
+    try:
+        provider.create_vm("p1", "seen")
+        direct = provider.get_vm("p1", "seen")  # not watched yet: one retrieval
+        assert direct is not None and direct.hostname == "seen"
+        provider.vms_in_pool("p1")  # the folder watched from here on
+        provider.sessions.calls.clear()
+        assert provider.get_vm("p1", "seen") == direct
+        assert direct.ip is not None
+        assert provider.get_vm_ip_address("p1", "seen") == direct.ip
+        assert "RetrievePropertiesEx" not in provider.sessions.calls
+        # A change in the guest shows as vCenter reports it.
+        vm = vcsim.find(sim.connect(), "DC0/vm/vmpooler/p1/seen")
+        vcsim.wait_task(vm.ReconfigVM_Task(spec=vim.vm.ConfigSpec(extraConfig=[
+            vim.option.OptionValue(key="SET.guest.hostName", value="renamed")])))
+        wait_until(lambda: (provider.get_vm("p1", "seen") or direct).hostname == "renamed",
+                   10, "the new hostname")
+        assert "RetrievePropertiesEx" not in provider.sessions.calls
+    finally:
+        provider.close()
+
+
 def test_a_watch_that_lost_its_session_watches_the_folder_afresh(sim: vcsim.Simulator) -> None:
     provider = make(sim)
     watch = provider.vc.watch

@@ -188,8 +188,15 @@ class VsphereProvider(Provider):
         return list(known)
 
     def get_vm(self, pool: str, vm: str) -> VmInfo | None:
-        """Name, guest hostname, boot time, power state, host, IP and snapshots."""
+        """Name, guest hostname, boot time, power state, host, IP and snapshots: from the
+        vCenter watch when it keeps the pool's folder (no call but, once per host, its
+        name), else one property retrieval."""
         placement = self._placement(pool)
+        watched = self.vc.watch.members.vm(pool, vm)
+        if watched is not None:
+            props = watched[1]
+            return self._vm_info(placement, pool, vm, props, self.vc.call(
+                lambda s: self.inventory.host_name(s, props.get("runtime.host"))))
 
         def read(session: Any) -> VmInfo | None:
             ref = self.inventory.vm(session, placement, vm)
@@ -197,22 +204,31 @@ class VsphereProvider(Provider):
             if props is None:
                 self.inventory.forget_vm(pool, vm)
                 return None
-            boot = props.get("runtime.bootTime")
-            return VmInfo(
-                name=str(props.get("name", vm)), hostname=props.get("guest.hostName"),
-                template=placement.template, poolname=pool,
-                boottime=None if boot is None else str(boot),
-                powerstate=props.get("runtime.powerState"), ip=guest_ip(props),
-                host=self.inventory.host_name(session, props.get("runtime.host")),
-                snapshots=clone.snapshot_names(props.get("snapshot.rootSnapshotList")),
-            )
+            return self._vm_info(placement, pool, vm, props,
+                                 self.inventory.host_name(session, props.get("runtime.host")))
 
         return self.vc.call(read)
 
+    @staticmethod
+    def _vm_info(placement: PoolPlacement, pool: str, vm: str, props: dict[str, Any],
+                 host: str | None) -> VmInfo:
+        boot = props.get("runtime.bootTime")
+        return VmInfo(
+            name=str(props.get("name", vm)), hostname=props.get("guest.hostName"),
+            template=placement.template, poolname=pool,
+            boottime=None if boot is None else str(boot),
+            powerstate=props.get("runtime.powerState"), ip=guest_ip(props), host=host,
+            snapshots=clone.snapshot_names(props.get("snapshot.rootSnapshotList")),
+        )
+
     def get_vm_ip_address(self, pool: str, vm: str) -> str | None:
         """The IP VMware Tools reports; waits up to ``ip_wait_timeout`` seconds for one
-        (looking every second, as the gem does). None if the VM is gone or has none by then."""
+        (looking every second, as the gem does). None if the VM is gone or has none by then.
+        An IP the vCenter watch already knows costs no call."""
         placement = self._placement(pool)
+        watched = self.vc.watch.members.vm(pool, vm)
+        if watched is not None and guest_ip(watched[1]) is not None:
+            return guest_ip(watched[1])
         waited = 0.0
         while True:
             guest = self.vc.call(lambda s: guest_of(s, self.inventory.vm(s, placement, vm)))

@@ -35,7 +35,7 @@ from pyVmomi import vim, vmodl
 from vmpooler.providers.errors import ProviderError, TransientProviderError
 from vmpooler.providers.vsphere.connection import Session
 from vmpooler.providers.vsphere.faults import translate
-from vmpooler.providers.vsphere.members import FolderMembers
+from vmpooler.providers.vsphere.members import VM_PATHS, FolderMembers
 from vmpooler.providers.vsphere.tasks import FIELDS, Following, TaskSeen
 
 __all__ = ["VcenterWatch"]
@@ -121,7 +121,7 @@ class VcenterWatch:
             made = session.content.propertyCollector.CreateFilter(_PC.FilterSpec(
                 objectSet=[_PC.ObjectSpec(obj=session.ref(vim.Folder, folder), skip=True,
                                           selectSet=[traversal])],
-                propSet=[_PC.PropertySpec(type=vim.VirtualMachine, pathSet=["name"])],
+                propSet=[_PC.PropertySpec(type=vim.VirtualMachine, pathSet=list(VM_PATHS))],
             ), partialUpdates=False)
             self.members.filtering(made._moId, pool)
             with self._lock:
@@ -305,19 +305,21 @@ class VcenterWatch:
     def _apply(self, update: Any, unseeded: set[str]) -> None:
         touched: dict[str, TaskSeen | None] = {}
         members = self.members
-        complete: dict[str, dict[str, str]] = {f: {} for f in unseeded}
+        complete: dict[str, dict[str, dict[str, Any]]] = {f: {} for f in unseeded}
         with self._lock:
             for filter_update in update.filterSet or ():
                 filter_id = filter_update.filter._moId
                 if members.is_filter(filter_id):
                     for change in filter_update.objectSet or ():
-                        names = [p.val for p in change.changeSet or () if p.name == "name"]
-                        name = str(names[-1]) if names else None
+                        props = {p.name: (None if p.op in ("remove", "indirectRemove")
+                                          else p.val) for p in change.changeSet or ()}
                         if filter_id in complete:
-                            if change.kind != "leave" and name is not None:
-                                complete[filter_id][change.obj._moId] = name
+                            if change.kind != "leave":
+                                complete[filter_id].setdefault(
+                                    change.obj._moId, {}).update(props)
                         else:
-                            members.change(filter_id, str(change.kind), change.obj._moId, name)
+                            members.change(filter_id, str(change.kind), change.obj._moId,
+                                           props)
                     continue
                 for change in filter_update.objectSet or ():
                     moid = change.obj._moId
