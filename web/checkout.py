@@ -283,7 +283,8 @@ def _requestable(config: Config) -> frozenset[str]:
 
 
 # -- usage statistics (reference §4.10) ---------------------------------------------------------
-def _ruby_split(text: str, sep: str) -> list[str]:
+def ruby_split(text: str, sep: str) -> list[str]:
+    """Ruby's ``text.split(sep)``: Python's, with the trailing empty parts dropped."""
     parts = text.split(sep)
     while parts and parts[-1] == "":
         parts.pop()
@@ -293,7 +294,7 @@ def _ruby_split(text: str, sep: str) -> list[str]:
 def _component(labels: str | None) -> str:
     if labels is None:
         return ""
-    for part in _ruby_split(labels, ","):
+    for part in ruby_split(labels, ","):
         key, _, value = part.partition("=")
         if value and key == "RMM_COMPONENT_TO_TEST_NAME":
             return value.split("=")[0]
@@ -316,8 +317,8 @@ def record_usage(ctx: ApiContext, operation: str, vm: str,
         if "litmus" in url:
             ctx.metrics.increment("usage_litmus", tags={"user": user, **tags})
             return
-        parts = _ruby_split(url, "/")[2:]
-        stream = [s.replace(".", "_") for s in _ruby_split(parts[2], "_")]
+        parts = ruby_split(url, "/")[2:]
+        stream = [s.replace(".", "_") for s in ruby_split(parts[2], "_")]
         value_stream = stream.pop(0) if stream else ""
         branch = stream.pop() if stream else ""
         project = stream.pop(0) if stream else ""

@@ -115,7 +115,7 @@ def describe(ctx: ApiContext, short: str, rdata: dict[str, str]) -> dict[str, An
         elif key.startswith("snapshot:") and len(key) > 9:
             info.setdefault("snapshots", []).append(key[9:])
     if "disk" in rdata:
-        info["disk"] = _ruby_split(rdata["disk"])
+        info["disk"] = checkout.ruby_split(rdata["disk"], ":")
     info["ip"] = rdata.get("ip", "")
     domain = checkout.pool_domain(ctx.config, rdata.get("pool") or "")
     if domain:
@@ -124,14 +124,6 @@ def describe(ctx: ApiContext, short: str, rdata: dict[str, str]) -> dict[str, An
         if key in rdata:
             info[key] = rdata[key]
     return info
-
-
-def _ruby_split(disk: str) -> list[str]:
-    """Ruby ``split(':')``: trailing empty parts dropped."""
-    parts = disk.split(":")
-    while parts and parts[-1] == "":
-        parts.pop()
-    return parts
 
 
 class VmCollection:
