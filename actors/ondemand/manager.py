@@ -20,7 +20,7 @@ clone slots among them.
   (:class:`ActorStopped`, from :func:`notify_when_stopped`). Until then the old one stays
   in the directory, so even a third manager after another crash waits for it. Nothing here
   blocks: the manager never waits for a request actor (one stuck actor would stall the
-  grants of every request, as ``stop(block=True)`` once did for 5 s each), it only tells.
+  grants of every request), it only tells.
 * **One manager per request.** When several managers share the Redis, a request is run by
   the one holding its lease (:mod:`vmpooler.actors.ondemand.leases`): the manager takes it
   before starting the request's actor and hands the actor its fence, renews all its leases

@@ -2,8 +2,8 @@
 
 Part of :mod:`vmpooler.actors.storage.schema`: import ``StatusScripts`` from there.
 
-Unlike the other scripts this one writes nothing: it only gathers, in one EVALSHA, what a
-pipeline of hundreds of commands used to read (SCARD of four queues of every pool, ...).
+Unlike the other scripts this one writes nothing: it only gathers, in one EVALSHA, what
+would otherwise take hundreds of commands (SCARD of four queues of every pool, ...).
 Handling one command and one reply instead of ~400 is what makes ``/status`` cheap for the
 API process; running inside Redis also makes the reading one consistent snapshot.
 
