@@ -72,8 +72,10 @@ def context_for(config: Config, settings: Mapping[str, Any] | None = None) -> Pr
     )
 
 
-def wait_until(condition: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
-    """Return ``condition()``'s first truthy value; fail if none comes within ``timeout`` s."""
+def wait_until(condition: Callable[[], Any], timeout: float = 10.0, what: str = "", *,
+               every: float = 0.005, explain: Callable[[], str] = lambda: "") -> Any:
+    """Return ``condition()``'s first truthy value, asked every ``every`` s; fail if none
+    comes within ``timeout`` s, saying ``what`` and ``explain()`` (say, a process's log)."""
     deadline = time.monotonic() + timeout
     pause = threading.Event()
     while True:
@@ -81,8 +83,9 @@ def wait_until(condition: Callable[[], Any], timeout: float = 10.0, what: str = 
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or condition}")
-        pause.wait(0.005)
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or condition}"
+                                 + (f"\n{detail}" if (detail := explain()) else ""))
+        pause.wait(every)
 
 
 def queue_members(client: redis.Redis, pool_name: str) -> dict[str, set[str]]:

@@ -4,12 +4,12 @@ nothing answers), and waiting on a condition with a deadline, saying what was aw
 from __future__ import annotations
 
 import json
-import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from typing import Any
+
+from tests.harness import wait_until
 
 
 def get(url: str, timeout: float = 3.0) -> tuple[int, Any]:
@@ -40,16 +40,7 @@ def eventually(condition: Callable[[], Any], timeout: float, what: str,
                explain: Callable[[], str] = lambda: "") -> Any:
     """``condition()``'s first truthy value, asked every 0.2 s; fails after ``timeout`` s
     with ``what`` and ``explain()`` (say, a container's log)."""
-    deadline = time.monotonic() + timeout
-    pause = threading.Event()
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n"
-                                 f"{explain()}")
-        pause.wait(0.2)
+    return wait_until(condition, timeout, what, every=0.2, explain=explain)
 
 
 def pools_full(base_url: str) -> dict[str, tuple[int, int]] | None:

@@ -23,7 +23,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pykka
 import pytest
 import redis
 from pyVmomi import vim, vmodl
@@ -31,6 +30,7 @@ from pyVmomi import vim, vmodl
 from tests import vcsim
 from tests.harness import wait_until
 from tests.http_client import get
+from tests.test_provider_actor import Collector
 from tests.vsphere_run import in_sync, log_lines, orphans, running, write_config
 from vmpooler.actors.messages import CallProvider, ProviderCallFinished, ProviderOp
 from vmpooler.actors.metrics.backends import RecordingMetrics
@@ -118,17 +118,6 @@ class Faulting(Provider):
         return True
 
 
-class _Inbox(pykka.ThreadingActor):
-    def __init__(self, inbox: queue.Queue[ProviderCallFinished]) -> None:
-        super().__init__()
-        self.inbox = inbox
-
-    def on_receive(self, message: Any) -> Any:
-        if isinstance(message, ProviderCallFinished):
-            self.inbox.put(message)
-        return None
-
-
 def _clone_failures(error: Exception) -> tuple[CircuitBreaker, list[ProviderCallFinished]]:
     """``THRESHOLD`` clones failing with ``error`` through a ProviderActor: its breaker and
     the answers."""
@@ -136,7 +125,7 @@ def _clone_failures(error: Exception) -> tuple[CircuitBreaker, list[ProviderCall
     breaker = CircuitBreaker("vc", clock=clock.monotonic, metrics=RecordingMetrics(),
                              failure_threshold=THRESHOLD, timeout=60.0, half_open_attempts=1)
     inbox: queue.Queue[ProviderCallFinished] = queue.Queue()
-    reply_to = _Inbox.start(inbox)
+    reply_to = Collector.start(inbox)
     actor = ProviderActor.start(
         name="vc", provider=Faulting(error), dns_plugins={}, clock=clock, scheduler=clock,
         metrics=RecordingMetrics(), breaker=breaker, clone_workers=1, call_timeout=30.0,

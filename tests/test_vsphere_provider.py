@@ -11,7 +11,7 @@ import dataclasses
 import logging
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,6 @@ from vmpooler.providers.errors import (
     is_permanent,
 )
 from vmpooler.providers.vsphere import VsphereProvider
-from vmpooler.providers.vsphere.connection import smart_connect
 from vmpooler.providers.vsphere.readiness import NotReadyError
 
 POOL = {"template": vcsim.TEMPLATE, "folder": "vmpooler/p1", "datastore": vcsim.DATASTORE,
@@ -68,24 +67,47 @@ def make(sim: vcsim.Simulator, pools: dict[str, dict[str, Any]] | None = None,
     return VsphereProvider(context, sleep=settings.pop("sleep", Sleeps()))
 
 
+def at_the_edge(provider: VsphereProvider, method: str,
+                hook: Callable[[Any, Callable[[], Any]], Any]) -> None:
+    """Every session the provider opens from now on (the watch's too) runs
+    ``hook(args, send)`` instead of sending the SOAP ``method``; ``send()`` sends it to the
+    simulator and returns its answer. For what the simulator cannot do, at the pyvmomi edge."""
+    connect = provider.sessions._connect
+
+    def hooked(settings: Any) -> Any:
+        si = connect(settings)
+        invoke = si._stub.InvokeMethod
+
+        def observed(mo: Any, info: Any, args: Any, *rest: Any) -> Any:
+            if info.wsdlName == method:
+                return hook(args, lambda: invoke(mo, info, args, *rest))
+            return invoke(mo, info, args, *rest)
+
+        si._stub.InvokeMethod = observed
+        return si
+
+    provider.sessions._connect = hooked
+
+
+def log_the_watch_out(provider: VsphereProvider) -> None:
+    """Log the vCenter watch's session out behind its back (as an expired session), its
+    wait in progress ended rather than left to run its course."""
+    watch = provider.vc.watch
+    with watch._view_lock:
+        assert watch._session is not None
+        watch._session.content.propertyCollector.CancelWaitForUpdates()
+        watch._session.close()
+
+
 def fail_after_clone(provider: VsphereProvider) -> None:
     """Make every CloneVM_Task the provider sends reach vCenter (which makes the VM) and
     then fail with InsufficientResourcesFault, as a power-on refused would (at the pyvmomi
     edge)."""
-    def connect(settings: Any) -> Any:
-        si = smart_connect(settings)
-        invoke = si._stub.InvokeMethod
+    def clone_then_fail(_args: Any, send: Callable[[], Any]) -> Any:
+        send()
+        raise vim.fault.InsufficientResourcesFault(msg="no room to power on")
 
-        def clone_then_fail(mo: Any, info: Any, args: Any, *rest: Any) -> Any:
-            result = invoke(mo, info, args, *rest)
-            if info.wsdlName == "CloneVM_Task":
-                raise vim.fault.InsufficientResourcesFault(msg="no room to power on")
-            return result
-
-        si._stub.InvokeMethod = clone_then_fail
-        return si
-
-    provider.sessions._connect = connect
+    at_the_edge(provider, "CloneVM_Task", clone_then_fail)
 
 
 def clone_specs(provider: VsphereProvider) -> list[Any]:
@@ -93,19 +115,11 @@ def clone_specs(provider: VsphereProvider) -> list[Any]:
     pyvmomi edge: the call still goes to the simulator)."""
     sent: list[Any] = []
 
-    def connect(settings: Any) -> Any:
-        si = smart_connect(settings)
-        invoke = si._stub.InvokeMethod
+    def observed(args: Any, send: Callable[[], Any]) -> Any:
+        sent.append(args[2])
+        return send()
 
-        def observed(mo: Any, info: Any, args: Any, *rest: Any) -> Any:
-            if info.wsdlName == "CloneVM_Task":
-                sent.append(args[2])
-            return invoke(mo, info, args, *rest)
-
-        si._stub.InvokeMethod = observed
-        return si
-
-    provider.sessions._connect = connect
+    at_the_edge(provider, "CloneVM_Task", observed)
     return sent
 
 
@@ -172,10 +186,7 @@ def test_a_watch_that_lost_its_session_watches_the_folder_afresh(sim: vcsim.Simu
     try:
         provider.create_vm("p1", "one")
         assert provider.vms_in_pool("p1") == ["one"]
-        with watch._view_lock:  # its session logged out behind its back
-            assert watch._session is not None
-            watch._session.content.propertyCollector.CancelWaitForUpdates()  # not 10 s on
-            watch._session.close()
+        log_the_watch_out(provider)
         wait_until(lambda: watch.members.names("p1") is None, 15, "the watch to notice")
         provider.sessions.calls.clear()
         assert provider.vms_in_pool("p1") == ["one"]  # watched afresh
@@ -349,19 +360,10 @@ def test_a_name_taken_by_another_vm_is_transient_and_that_vm_survives(
     vcsim.clone_plain_vm(sim.connect(), "vmpooler/p1", "taken")
     provider = make(sim)
 
-    def connect(settings: Any) -> Any:
-        si = smart_connect(settings)
-        invoke = si._stub.InvokeMethod
+    def refuse_clone(_args: Any, _send: Callable[[], Any]) -> Any:
+        raise vim.fault.DuplicateName(name="taken", msg="The name 'taken' already exists.")
 
-        def refuse_clone(mo: Any, info: Any, args: Any, *rest: Any) -> Any:
-            if info.wsdlName == "CloneVM_Task":
-                raise vim.fault.DuplicateName(name="taken", msg="The name 'taken' already exists.")
-            return invoke(mo, info, args, *rest)
-
-        si._stub.InvokeMethod = refuse_clone
-        return si
-
-    provider.sessions._connect = connect
+    at_the_edge(provider, "CloneVM_Task", refuse_clone)
     with pytest.raises(ProviderError, match="DuplicateName") as caught:
         provider.create_vm("p1", "taken")
     assert not is_permanent(caught.value)
@@ -717,19 +719,10 @@ def test_unreadable_events_are_one_debug_line_and_no_error(
         sim: vcsim.Simulator, caplog: pytest.LogCaptureFixture) -> None:
     provider = make(sim, log_vm_events_on_failure=True)
 
-    def connect(settings: Any) -> Any:
-        si = smart_connect(settings)
-        invoke = si._stub.InvokeMethod
+    def refuse(_args: Any, _send: Callable[[], Any]) -> Any:
+        raise vim.fault.NoPermission(msg="no", privilegeId="System.View")
 
-        def refuse(mo: Any, info: Any, args: Any, *rest: Any) -> Any:
-            if info.wsdlName == "QueryEvents":
-                raise vim.fault.NoPermission(msg="no", privilegeId="System.View")
-            return invoke(mo, info, args, *rest)
-
-        si._stub.InvokeMethod = refuse
-        return si
-
-    provider.sessions._connect = connect
+    at_the_edge(provider, "QueryEvents", refuse)
     provider.create_vm("p1", "vm1")
     caplog.set_level(logging.DEBUG, logger="vmpooler.providers.vsphere")
     provider.log_failure_events("p1", "vm1")

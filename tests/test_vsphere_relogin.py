@@ -10,6 +10,7 @@ task does not start it again on the retry: a clone is never sent twice for one n
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import pytest
 from pyVmomi import vim, vmodl
 
 from tests import vcsim
-from tests.test_vsphere_provider import make
+from tests.test_vsphere_provider import at_the_edge, make
 from vmpooler.providers.errors import PermissionDeniedError, ProviderError, is_permanent
 
 FOLDER = "vmpooler/p1"
@@ -82,21 +83,12 @@ def test_expiring_sessions_never_clone_a_name_twice(tmp_path: Path, task_delay: 
     try:
         provider = make(sim, connection_pool_size=1)
         sends: list[str] = []
-        connect = provider.sessions._connect
 
-        def observed_connect(settings: Any) -> Any:  # count the clones sent, at the edge
-            si = connect(settings)
-            invoke = si._stub.InvokeMethod
+        def observed(args: Any, send: Callable[[], Any]) -> Any:  # the clones sent, counted
+            sends.append(args[1])
+            return send()
 
-            def observed(mo: Any, info: Any, args: Any, *rest: Any) -> Any:
-                if info.wsdlName == "CloneVM_Task":
-                    sends.append(args[1])
-                return invoke(mo, info, args, *rest)
-
-            si._stub.InvokeMethod = observed
-            return si
-
-        provider.sessions._connect = observed_connect
+        at_the_edge(provider, "CloneVM_Task", observed)
         cloned, failed = [], []
         for n in range(12):
             name = f"vm{n:02d}"

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from tests import vcsim
-from tests.test_vsphere_provider import make
+from tests.harness import wait_until
+from tests.test_vsphere_provider import log_the_watch_out, make
 from vmpooler.providers import progress
 from vmpooler.providers.vsphere import VsphereProvider
 
@@ -85,10 +86,7 @@ def test_no_pool_session_is_held_while_a_task_runs(sim: vcsim.Simulator) -> None
     try:
         thread = threading.Thread(target=provider.create_vm, args=("p1", "held"))
         thread.start()
-        deadline = time.monotonic() + 30
-        while provider.vc.watch.followed() == 0:
-            assert time.monotonic() < deadline, "the clone's task was never followed"
-            time.sleep(0.01)
+        wait_until(lambda: provider.vc.watch.followed(), 30, "the clone's task followed")
         assert provider.sessions.health().in_use == 0
         thread.join(30)
     finally:
@@ -136,10 +134,8 @@ def test_a_task_vcenter_queued_is_reported_queued_then_running_with_its_wait(
         provider.vms_in_pool("p1")
         first = threading.Thread(target=clone, args=("first",))
         first.start()
-        deadline = time.monotonic() + 30
-        while "first" not in heard or not heard["first"].said:
-            assert time.monotonic() < deadline, "the first clone never ran"
-            time.sleep(0.01)
+        wait_until(lambda: "first" in heard and heard["first"].said, 30,
+                   "the first clone running")
         clone("second")  # submitted while the first runs: vCenter queues it
         first.join(30)
         assert heard["first"].said == [("running", 0.0)] or heard["first"].said[0][0] == "running"
@@ -158,10 +154,7 @@ def test_the_watch_session_lost_is_replaced_and_waits_go_on(sim: vcsim.Simulator
     try:
         provider.vms_in_pool("p1")
         provider.create_vm("p1", "before")
-        with watch._view_lock:  # the watch's session logged out behind its back
-            assert watch._session is not None
-            watch._session.content.propertyCollector.CancelWaitForUpdates()  # not 10 s on
-            watch._session.close()
+        log_the_watch_out(provider)
         provider.create_vm("p1", "after")
         assert {"before", "after"} <= vcsim.vm_names(sim.connect(), "vmpooler/p1")
         assert provider.sessions.other_logins == 2

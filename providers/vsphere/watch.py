@@ -128,10 +128,7 @@ class VcenterWatch:
                 self._version = ""  # the next wait answers every filter's complete state
                 self._start_thread()
                 self._wake.notify_all()
-            try:  # end the wait in progress: the next one starts from version ""
-                session.content.propertyCollector.CancelWaitForUpdates()
-            except Exception:
-                log.debug("[%s] vCenter watch wait not cancelled", self.name, exc_info=True)
+            self._cancel_wait(session)  # the next wait starts from version ""
         return str(made._moId)
 
     def unfollow(self, following: Following) -> None:
@@ -164,11 +161,15 @@ class VcenterWatch:
         with self._view_lock:
             session = self._session
         if session is not None:
-            try:  # end the wait in progress now (else vCenter holds it up to max_wait)
-                session.content.propertyCollector.CancelWaitForUpdates()
-            except Exception:
-                log.debug("[%s] vCenter watch wait not cancelled", self.name, exc_info=True)
+            self._cancel_wait(session)  # now, not up to max_wait later
         self._drop()
+
+    def _cancel_wait(self, session: Session) -> None:
+        """End the wait in progress on ``session`` (one call; a failure is only logged)."""
+        try:
+            session.content.propertyCollector.CancelWaitForUpdates()
+        except Exception:
+            log.debug("[%s] vCenter watch wait not cancelled", self.name, exc_info=True)
 
     # -- the thread ------------------------------------------------------------------------------
     def _run(self) -> None:
