@@ -18,7 +18,7 @@ from tests.harness import (
 )
 from vmpooler.actors.messages import ProviderOp
 from vmpooler.actors.pool.hostnames import HostnameGenerator
-from vmpooler.actors.storage import schema
+from vmpooler.actors.storage import schema, timefmt
 from vmpooler.providers.dummy import DummyProvider
 
 
@@ -281,10 +281,35 @@ def test_pending_vm_whose_clone_died_with_a_previous_process_is_dropped(
     redis_client.hset(schema.vm("ghost-vm"), mapping={"clone": "2024-05-01 13:02:11 +0000",
                                                       "template": "a", "pool": "a"})
     with started(redis_client, make_config([pool("a", 2)])) as h:
-        h.wait_full("a", 2)
+        # missed by two listings (the second requested after the first judgement): dropped
+        wait_until(lambda: h.advance(5) or h.sizes("a") == {**h.sizes("a"), "ready": 2,
+                                                              "pending": 0}, 20,
+                   "the ghost dropped and the pool full")
         assert not redis_client.sismember(schema.pending("a"), "ghost-vm")
         assert redis_client.hget(schema.vm("ghost-vm"), "clone_error_class") == "VmNotFound"
         assert redis_client.ttl(schema.vm("ghost-vm")) > 0
+
+
+def test_pending_vm_another_manager_is_cloning_is_left_pending(
+    redis_client: redis.Redis,
+) -> None:
+    """A pool's former owner still holds a clone slot for a pending VM (its clone is in
+    flight there): the VM is not in the inventory yet, but it is not judged vanished until
+    the slot is given back (the clone's answer, or the fold of a dead manager's slots)."""
+    config = make_config([pool("a", 1)], manager_heartbeat_interval=3600)
+    with started(redis_client, config) as h:
+        h.wait_full("a", 1)
+        redis_client.sadd(schema.pending("a"), "elsewhere")
+        redis_client.hset(schema.vm("elsewhere"), mapping={
+            "clone": timefmt.format_epoch(h.clock.now()), "template": "a", "pool": "a"})
+        redis_client.sadd(schema.tasks_clone_slots("former-owner"), "elsewhere")
+        redis_client.hset(schema.tasks_slot_owners(), "former-owner", 1)
+        h.advance(60)  # a dozen cycles, each listing without it
+        assert redis_client.sismember(schema.pending("a"), "elsewhere")
+        redis_client.srem(schema.tasks_clone_slots("former-owner"), "elsewhere")
+        wait_until(lambda: h.advance(5) or not redis_client.sismember(schema.pending("a"),
+                                                                      "elsewhere"), 20,
+                   "the VM judged vanished once no slot is held for it")
 
 
 class FlakyReadiness(DummyProvider):

@@ -31,6 +31,7 @@ class PoolChecks:
         self.ondemand = ondemand
         self.dead_letters = dead_letters
         self.brake = brake or Brake(ctx)
+        self.suspects: dict[str, int] = {}  # pending VM -> the listing that first missed it
 
     def check_held(self, size: int) -> set[str]:
         """The mass-failure brake's turn at the start of a cycle (before discovery):
@@ -113,18 +114,33 @@ class PoolChecks:
         store.set_check_times(stamps)
         return ready
 
-    def pending_vanished(self, vm: str, listed_at: float) -> bool:
-        """A pending VM missing from the inventory with no clone of ours running for it.
+    def keep_suspects(self, missing: set[str]) -> None:
+        """Forget the suspects not in ``missing`` (listed again, or no longer pending)."""
+        self.suspects = {vm: n for vm, n in self.suspects.items() if vm in missing}
+
+    def pending_vanished(self, vm: str, listed_at: float, listing: int) -> bool:
+        """A pending VM missing from the inventory with no clone running for it, anywhere.
 
         vmpooler waits for the pending timeout; we know better: the clone that reserved it
         died with an earlier process (or the VM vanished), so it can never become ready.
         A VM reserved at or after ``listed_at`` (monotonic: when this cycle's inventory was
-        requested) is simply too new. True if the VM is no longer the pool's pending VM.
+        requested) is simply too new. A VM some manager still holds a clone slot for is
+        being cloned there (a pool's former owner, say). Otherwise the VM is a suspect, and
+        is removed only if a later listing (numbered ``listing``, requested after this
+        judgement) is still without it: a clone answered just after this listing was
+        requested shows up in the next one. True if the VM is no longer the pool's pending
+        VM.
         """
         ctx, name = self.ctx, self.ctx.name
         reserved = ctx.vms.reserved_at.get(vm)
         if reserved is not None and reserved >= listed_at:
             return False
+        if ctx.store.clone_in_flight(vm):
+            self.suspects.pop(vm, None)
+            return False
+        if self.suspects.setdefault(vm, listing) >= listing:
+            return False
+        del self.suspects[vm]
         if ctx.store.clone_failed(name, vm, error="VM is not in the provider's inventory",
                                   error_class="VmNotFound", ttl=ctx.data_ttl,
                                   release_slot=False):

@@ -52,6 +52,7 @@ class PoolCycle:
         self.timer: Timer | None = None
         self.listing = False  # a LIST_VMS is outstanding
         self.list_sent_at = 0.0  # monotonic
+        self.listings = 0  # listings sent: numbers them
         self.cycle_again = False  # woken while listing: cycle again when the answer comes
         self.inventory_failures = 0  # consecutive failed listings (an outage is logged once)
 
@@ -83,6 +84,7 @@ class PoolCycle:
             return
         self.listing = True
         self.list_sent_at = ctx.clock.monotonic()
+        self.listings += 1
         self.cycle_again = False
         provider.tell(ctx.calls.call(ProviderOp.LIST_VMS, None))
         self.schedule()  # a safety net, replaced when the inventory arrives
@@ -205,8 +207,9 @@ class PoolCycle:
         for vm in sorted(snap.pending - busy_vms, reverse=True):
             if vm in inventory:
                 activity |= ctx.calls.send(ProviderOp.CHECK_PENDING, vm)
-            elif self.checks.pending_vanished(vm, self.list_sent_at):
+            elif self.checks.pending_vanished(vm, self.list_sent_at, self.listings):
                 pending.discard(vm)
+        self.checks.keep_suspects(snap.pending - inventory)
         for vm in snap.completed - busy_vms:
             if vm in inventory:
                 if store.begin_destroy(name, vm, now=timefmt.format_epoch(now),

@@ -112,6 +112,18 @@ class Store:
         """The managers that may hold clone slots."""
         return set(self.client.hkeys(schema.tasks_slot_owners()))
 
+    def clone_in_flight(self, vm: str) -> bool:
+        """True while some manager holds a clone slot for ``vm``: its clone was started and
+        has not been answered (or its manager died and its slots are not folded yet)."""
+        owners = sorted(self.slot_owners())
+        if not owners:
+            return False
+        pipe = self.client.pipeline(transaction=False)
+        for owner in owners:
+            pipe.sismember(schema.tasks_clone_slots(owner), vm)
+            pipe.sismember(schema.tasks_ondemandclone_slots(owner), vm)
+        return any(pipe.execute())
+
     def fold_slots(self, gone: Iterable[str]) -> tuple[int, int, int]:
         """Give back every clone slot of the managers ``gone`` (dead: their clones will
         never be answered, or an answer that comes releases nothing) and set both counters
