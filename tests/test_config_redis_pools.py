@@ -11,9 +11,9 @@ import pytest
 import redis
 
 from vmpooler.actors.config import ConfigError, load_config
-from vmpooler.actors.config.redis_pools import redis_pool_reader
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
+from vmpooler.actors.storage.published_pools import redis_pool_reader
 
 VMPOOLER = [sys.executable, "-m", "vmpooler.web.cli"]
 

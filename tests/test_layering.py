@@ -25,7 +25,7 @@ ALLOWED: dict[str, set[str]] = {
     # the foundations
     "runtime": {"metrics", "messages"},
     "storage": {"config"},
-    "config": {"storage"},
+    "config": set(),
     "metrics": set(),
     "messages": set(),
     "facade": set(),  # actors/__init__.py: a lazy facade, imports nothing at load
@@ -74,3 +74,10 @@ def test_the_api_names_no_redis_key_and_runs_no_script() -> None:
     wrong = sorted(m for m, deps in graph.items() if m.startswith("vmpooler.web")
                    and any(d.startswith("vmpooler.actors.storage.schema") for d in deps))
     assert not wrong, wrong
+
+
+def test_no_two_folders_may_import_each_other() -> None:
+    """The layers are a ladder: the table itself allows no import both ways."""
+    both = sorted(f"{a} <-> {b}" for a, deps in ALLOWED.items() for b in deps
+                  if a < b and a in ALLOWED.get(b, set()))
+    assert not both, both

@@ -22,12 +22,12 @@ import pykka.debug
 import redis
 
 from vmpooler.actors.config import Config, ConfigError, load_config, render_config
-from vmpooler.actors.config.redis_pools import redis_pool_reader
 from vmpooler.actors.config.unacted import unacted_warnings
 from vmpooler.actors.metrics.prometheus import prepare_multiprocess
 from vmpooler.actors.service.ruby_guard import ForeignManagerError, refuse_beside_foreign_manager
 from vmpooler.actors.storage.connection import connect_configured
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedisError
+from vmpooler.actors.storage.published_pools import redis_pool_reader
 from vmpooler.actors.system import PoolerSystem
 from vmpooler.web import dlq_command, probe_server
 from vmpooler.web.logsetup import LOG_FORMATS, configure_logging, refuse_to_start

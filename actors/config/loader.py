@@ -21,10 +21,8 @@ from vmpooler.actors.config._yaml import (
 from vmpooler.actors.config.env import apply_environment
 from vmpooler.actors.config.errors import ConfigError, ConfigProblem, Issue, format_key
 from vmpooler.actors.config.model import Config
-from vmpooler.actors.config.redis_pools import PoolReader, RedisPoolsError
+from vmpooler.actors.config.redis_pools import PoolReader, PoolsFromRedis, RedisPoolsError
 from vmpooler.actors.config.validate import NO_POOLS_NOTE, validate_document
-from vmpooler.actors.storage import schema
-from vmpooler.actors.storage.connection import describe
 
 __all__ = ["bundled_config_path", "load_config"]
 
@@ -77,7 +75,8 @@ def load_config(
     means the installed entry points of groups ``vmpooler.providers`` / ``vmpooler.dns``.
 
     When the document has no ``:pools:`` (or a null one) and ``pool_reader`` is given, the
-    pools come from Redis as vmpooler reads them (:mod:`.redis_pools`); their problems name
+    pools come from Redis as vmpooler reads them (the command line passes
+    :func:`vmpooler.actors.storage.published_pools.redis_pool_reader`); their problems name
     the Redis key they came from.
 
     Raises :class:`ConfigError` listing every problem found. Has no side effects besides
@@ -130,27 +129,28 @@ def _with_redis_pools(
     notes: list[str],
 ) -> tuple[Config, list[str]]:
     """``config`` validated again with the pools ``reader`` finds (unchanged when none)."""
-    where = f"redis {describe(config.redis)}"
     try:
-        entries = reader(config.redis)
+        read = reader(config.redis)
     except RedisPoolsError as exc:
         raise ConfigError([ConfigProblem(config.source, None, "pools",
                                          f"no :pools: section, and {exc}")]) from None
+    where, entries = read.where, read.entries
     if not entries:
         return config, notes
     with_pools, issues, more_notes = validate({**document, "pools": entries})
     if issues or with_pools is None:
-        raise ConfigError([_redis_problem(where, entries, issue) for issue in issues])
+        raise ConfigError([_redis_problem(read, issue) for issue in issues])
     names = ", ".join(entry["name"] for entry in entries)
     kept = [note for note in more_notes if note != NO_POOLS_NOTE]
     return with_pools, [*kept, f"no :pools: section: pools read from {where}: {names}"]
 
 
-def _redis_problem(where: str, entries: list[dict[str, Any]], issue: Issue) -> ConfigProblem:
+def _redis_problem(read: PoolsFromRedis, issue: Issue) -> ConfigProblem:
     """A problem of a pool read from Redis names its hash; others keep their YAML key."""
-    path = issue.path
+    path, where = issue.path, read.where
     if len(path) >= 2 and path[0] == "pools" and isinstance(path[1], int):
-        key = schema.pool_hash(entries[path[1]]["name"])
+        name = read.entries[path[1]]["name"]
+        key = read.keys.get(name, name)
         field = ".".join(str(p) for p in path[2:]) or "<hash>"
         return ConfigProblem(f"{where} {key}", None, field, issue.message)
     return ConfigProblem(issue.source or where, None, format_key(path), issue.message)

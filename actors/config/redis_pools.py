@@ -1,77 +1,36 @@
-"""Pools read back from Redis when the configuration file has no ``:pools:`` section.
+"""What the loader needs of pools read back from Redis when the file has no ``:pools:``.
 
-vmpooler's loader does the same (``load_pools_from_redis``): the members of
-``vmpooler__pools`` and each one's ``vmpooler__pool__<name>`` hash, as a manager published
-them, become the pool entries. Values are strings there (``size`` ``"5"``, ``alias``
-``"a,b"``); the validator parses them as it parses the file. Unlike vmpooler, a pool hash
-without ``alias`` is no crash, and the published ``domain`` (derived, not configuration) is
-dropped so the pool's ``dns_plugin`` decides it again.
+The reading itself is Redis work and lives in :mod:`vmpooler.actors.storage.published_pools`;
+the loader is handed a :data:`PoolReader` by its caller (the command line), so the
+configuration layer never imports the Redis layer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Mapping
 from typing import Any
 
-import redis
-
 from vmpooler.actors.config.model import RedisSettings
-from vmpooler.actors.storage import schema
-from vmpooler.actors.storage.connection import connect_configured, describe
 
-__all__ = ["PoolReader", "RedisPoolsError", "read_pools", "redis_pool_reader"]
-
-PoolReader = Callable[[RedisSettings], list[dict[str, Any]]]
-"""Returns the pool entries a Redis holds, in name order; raises :class:`RedisPoolsError`."""
-
-_DERIVED = ("domain",)
+__all__ = ["PoolReader", "PoolsFromRedis", "RedisPoolsError"]
 
 
 class RedisPoolsError(Exception):
     """The pools could not be read; ``str()`` says which server and why."""
 
 
-def read_pools(client: redis.Redis) -> list[dict[str, Any]]:
-    """The published pools of ``client``'s Redis as configuration entries, sorted by name.
+@dataclasses.dataclass(frozen=True)
+class PoolsFromRedis:
+    """The pool entries a Redis holds, in name order, and where they came from."""
 
-    A member of ``vmpooler__pools`` without a hash becomes ``{"name": member}`` (the
-    validator then names its missing keys); ``alias`` is split on commas, blanks dropped.
-    """
-    names = sorted(_text(name) for name in client.smembers(schema.pools()))
-    pipe = client.pipeline(transaction=False)
-    for name in names:
-        pipe.hgetall(schema.pool_hash(name))
-    entries: list[dict[str, Any]] = []
-    for name, fields in zip(names, pipe.execute(), strict=True):
-        entry: dict[str, Any] = {_text(k): _text(v) for k, v in fields.items()}
-        for key in _DERIVED:
-            entry.pop(key, None)
-        entry["name"] = name
-        if "alias" in entry:
-            aliases = [a.strip() for a in entry["alias"].split(",") if a.strip()]
-            if aliases:
-                entry["alias"] = aliases
-            else:
-                del entry["alias"]
-        entries.append(entry)
-    return entries
+    where: str
+    """The server, as problems and notes name it: ``redis 10.0.0.5:6379/0``."""
+    entries: list[dict[str, Any]]
+    """One configuration entry per published pool (values as Redis holds them)."""
+    keys: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Pool name → the hash it was read from, for problems that name it."""
 
 
-def redis_pool_reader(settings: RedisSettings) -> list[dict[str, Any]]:
-    """:data:`PoolReader` for a configured (not embedded) Redis server: connects, reads,
-    disconnects. An embedded Redis gives no pools (none is running while configuring)."""
-    if settings.embedded:
-        return []
-    client = connect_configured(settings, pool_size=2, reconnect_attempts=1)
-    try:
-        return read_pools(client)
-    except redis.RedisError as exc:
-        raise RedisPoolsError(
-            f"redis {describe(settings)}: cannot read the pools "
-            f"({schema.pools()}): {exc}") from None
-    finally:
-        client.close()
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+PoolReader = Callable[[RedisSettings], PoolsFromRedis]
+"""Reads the published pools of a configured Redis; raises :class:`RedisPoolsError`."""
