@@ -9,7 +9,7 @@ Two endpoints, nothing else (no middleware, error handlers, sink, metrics or com
 * ``POST /redis``: the same after one Redis ``GET``, so it pays the one round trip a
   vmpooler checkout pays (its EVALSHA) through the same kind of client.
 
-gunicorn runs with the settings :meth:`vmpooler.web.server.ApiServer.load_config` uses for
+gunicorn runs with the settings :meth:`vmpooler.web.cli.serve.ApiServer.load_config` uses for
 ``vmpooler api`` (gthread workers, ``--workers``, ``--threads``, timeouts, no access log),
 and each worker builds its Redis client after the fork with
 :func:`vmpooler.actors.storage.connection.connect` and the default ``:redis:`` pool settings, as

@@ -96,9 +96,9 @@ from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 from vmpooler.actors.system import PoolerSystem
 from vmpooler.providers.base import ProviderContext
 from vmpooler.providers.dummy import DummyProvider
+from vmpooler.web.api_context import ApiContext
 from vmpooler.web.app import create_app
 from vmpooler.web.commands import DirectCommands, StreamCommands
-from vmpooler.web.context import ApiContext
 
 TARGET_LATENCY_MS = 100.0  # "milliseconds", against vmpooler's 5-60 s polling
 TARGET_RSS_MIB = 500  # with 10,000 requests in flight

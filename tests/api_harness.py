@@ -25,8 +25,8 @@ from vmpooler.actors.config import (
 from vmpooler.actors.metrics.backends import RecordingMetrics
 from vmpooler.actors.runtime.clock import FakeClock
 from vmpooler.actors.storage import schema, timefmt
+from vmpooler.web.api_context import ApiContext
 from vmpooler.web.app import create_app
-from vmpooler.web.context import ApiContext
 
 TOKEN = "abcdefghijklmnopqrstuvwxyz012345"
 USER = "jdoe"

@@ -26,8 +26,8 @@ from vmpooler.actors.metrics.backends import RecordingMetrics
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.connection import connect
 from vmpooler.actors.storage.ratelimit_store import Bucket, RateLimitDecision, RateLimitStore
+from vmpooler.web.api_context import ApiContext
 from vmpooler.web.app import create_app
-from vmpooler.web.context import ApiContext
 from vmpooler.web.middleware import limit_class
 
 REQUESTS = "vmpooler.web.requests"

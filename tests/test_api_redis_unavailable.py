@@ -12,7 +12,7 @@ from redis.exceptions import MasterDownError
 from tests.api_harness import api, api_config, api_pool
 from vmpooler.actors.storage.connection import connect
 from vmpooler.actors.storage.embedded_redis import free_port
-from vmpooler.web.errors import UNAVAILABLE_METRIC, redis_unavailable
+from vmpooler.web.api_errors import UNAVAILABLE_METRIC, redis_unavailable
 
 STATUS = "/api/v3/status"
 
@@ -44,7 +44,7 @@ def test_refusals_are_logged_once_per_five_seconds_and_counted(
 ) -> None:
     dead = connect("127.0.0.1", free_port(), pool_size=2, pool_timeout=1, reconnect_attempts=0)
     a = api(dead, api_config([api_pool("pool1")]))
-    with caplog.at_level(logging.WARNING, logger="vmpooler.web.errors"):
+    with caplog.at_level(logging.WARNING, logger="vmpooler.web.api_errors"):
         codes = [a.client.simulate_get(STATUS).status_code for _ in range(20)]
         a.clock.advance(4.9)
         codes.append(a.client.simulate_get(STATUS).status_code)

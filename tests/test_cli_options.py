@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from vmpooler.web.cli import _parser
+from vmpooler.web.cli.command import _parser
 
 VMPOOLER = [sys.executable, "-m", "vmpooler.web.cli"]
 BAD = ":config:\n  task_limit: 'x'\n"

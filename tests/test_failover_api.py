@@ -12,7 +12,7 @@ from tests.openapi_check import body_errors
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.failover_store import FailoverState, FailoverStore
 from vmpooler.actors.storage.provider_store import ProviderHealth, ProviderStore
-from vmpooler.web import ondemand
+from vmpooler.web.resources import ondemand_create
 
 
 def _pools(failover: bool = True) -> list[Any]:
@@ -116,7 +116,7 @@ def test_ondemand_through_the_alias_picks_a_backend_that_can_deliver(
         redis_client: redis.Redis) -> None:
     t = api(redis_client, api_config(_pools()))
     _publish(redis_client, "a", "down", size=4)
-    entries = ondemand.plan(t.ctx, {"x": 10})
+    entries = ondemand_create.plan(t.ctx, {"x": 10})
     assert [(e.pool, e.count) for e in entries] == [("b", 10)]
 
 
@@ -125,7 +125,7 @@ def test_ondemand_falls_back_to_vmpoolers_choice_when_all_are_down(
     t = api(redis_client, api_config(_pools()))
     _publish(redis_client, "a", "down", size=4)
     _breaker(redis_client, "dc2", "open")
-    entries = ondemand.plan(t.ctx, {"x": 20})
+    entries = ondemand_create.plan(t.ctx, {"x": 20})
     assert {e.pool for e in entries} == {"a", "b"}
     assert sum(e.count for e in entries) == 20
 
@@ -133,6 +133,6 @@ def test_ondemand_falls_back_to_vmpoolers_choice_when_all_are_down(
 def test_ondemand_without_failover_is_unchanged(redis_client: redis.Redis) -> None:
     t = api(redis_client, api_config(_pools(failover=False)))
     _publish(redis_client, "a", "down", size=4)
-    entries = ondemand.plan(t.ctx, {"x": 20})
+    entries = ondemand_create.plan(t.ctx, {"x": 20})
     assert {e.pool for e in entries} == {"a", "b"}
     assert not redis_client.exists(schema.failover("b"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from vmpooler.web.errors import encode_json
+from vmpooler.web.api_errors import encode_json
 
 
 def test_same_bytes_as_the_standard_library_for_ascii_bodies() -> None:

@@ -81,3 +81,17 @@ def test_no_two_folders_may_import_each_other() -> None:
     both = sorted(f"{a} <-> {b}" for a, deps in ALLOWED.items() for b in deps
                   if a < b and a in ALLOWED.get(b, set()))
     assert not both, both
+
+
+def _in_cli(module: str) -> bool:
+    return module == "vmpooler.web.cli" or module.startswith("vmpooler.web.cli.")
+
+
+def test_the_api_never_imports_the_command_line() -> None:
+    """``web/cli/`` starts managers and gunicorn and may use the whole API; the API (the rest
+    of ``web/``) never reaches back into the command line."""
+    graph = import_graph(package_dirs())
+    wrong = sorted(f"{m} -> {d}" for m, deps in graph.items()
+                   if m.startswith("vmpooler.web") and not _in_cli(m)
+                   for d in deps if _in_cli(d))
+    assert not wrong, "\n".join(wrong)

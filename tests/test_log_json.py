@@ -27,10 +27,10 @@ from tests.harness import wait_until
 from tests.log_capture import captured_logger, root_logging_restored
 from tests.test_manager_process import VMPOOLER, full
 from vmpooler.actors.storage.embedded_redis import free_port
-from vmpooler.web import cli
-from vmpooler.web.logjson import JsonFormatter, JsonGunicornLogger
+from vmpooler.web.cli import command as cli_command
+from vmpooler.web.cli.log_json import JsonFormatter, JsonGunicornLogger
+from vmpooler.web.cli.log_setup import configure_logging
 from vmpooler.web.logsafe import MASK, redact_text
-from vmpooler.web.logsetup import configure_logging
 
 TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 FORGED = "[2026-01-01 00:00:00] forged"
@@ -191,17 +191,17 @@ def test_the_format_is_the_flag_else_log_format_else_text(
         monkeypatch.delenv("LOG_FORMAT", raising=False)
     else:
         monkeypatch.setenv("LOG_FORMAT", env)
-    assert cli._log_format(argparse.Namespace(log_format=flag)) == expected
+    assert cli_command._log_format(argparse.Namespace(log_format=flag)) == expected
     if expected is None:
         assert "LOG_FORMAT: expected one of text, json, got 'xml'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("command", ["run", "api", "manager", "check-config"])
 def test_every_command_takes_the_option(command: str) -> None:
-    args = cli._parser().parse_args([command, "--log-format", "json"])
+    args = cli_command._parser().parse_args([command, "--log-format", "json"])
     assert args.log_format == "json"
     with pytest.raises(SystemExit):
-        cli._parser().parse_args([command, "--log-format", "xml"])
+        cli_command._parser().parse_args([command, "--log-format", "xml"])
 
 
 # -- a real `vmpooler run` ---------------------------------------------------------------------

@@ -18,6 +18,7 @@ import redis
 
 from tests.api_harness import TOKEN, api, api_config, api_pool
 from tests.log_capture import captured_logger, root_logging_restored
+from vmpooler.web.cli.log_setup import DATE_FORMAT, FORMAT, configure_logging
 from vmpooler.web.logsafe import (
     MASK,
     SafeFormatter,
@@ -26,7 +27,6 @@ from vmpooler.web.logsafe import (
     redact_path,
     redact_text,
 )
-from vmpooler.web.logsetup import DATE_FORMAT, FORMAT, configure_logging
 
 FORGED = "[2026-01-01 00:00:00] forged"
 EVIL = ("\n" + FORGED, "\r" + FORGED, "\r\n" + FORGED, "\u2028" + FORGED, "\u2029" + FORGED,
@@ -209,7 +209,7 @@ def test_the_500_handler_logs_an_escaped_masked_path(
 
     _, buffer = captured
     handler = logging.getLogger("tests.log_safety").handlers[0]
-    errors = logging.getLogger("vmpooler.web.errors")
+    errors = logging.getLogger("vmpooler.web.api_errors")
     errors.addHandler(handler)
     try:
         a = api(redis_client, api_config([api_pool("pool1")]))

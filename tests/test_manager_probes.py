@@ -37,8 +37,8 @@ from vmpooler.actors.runtime.clock import FakeClock
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, find_redis_server, free_port
 from vmpooler.actors.system import PoolerSystem
-from vmpooler.web.probe_server import MAX_CONNECTIONS, MAX_REQUEST, ProbeServer, parse_bind
-from vmpooler.web.probes import ManagerProbes
+from vmpooler.web.cli.probe_server import MAX_CONNECTIONS, MAX_REQUEST, ProbeServer, parse_bind
+from vmpooler.web.cli.probes import ManagerProbes
 
 VMPOOLER = [sys.executable, "-m", "vmpooler.web.cli"]
 Address = tuple[str, int]

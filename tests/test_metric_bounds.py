@@ -25,8 +25,8 @@ from vmpooler.actors.metrics.bounded import (
 )
 from vmpooler.actors.metrics.prometheus import PrometheusMetrics
 from vmpooler.actors.runtime.clock import FakeClock
+from vmpooler.web.api_context import ApiContext
 from vmpooler.web.app import create_app
-from vmpooler.web.context import ApiContext
 
 
 def test_pools_outside_the_configuration_are_unknown() -> None:

@@ -17,9 +17,9 @@ from vmpooler.actors.metrics.factory import create_metrics
 from vmpooler.actors.metrics.prometheus import PrometheusMetrics
 from vmpooler.actors.metrics.prometheus_families import resolve
 from vmpooler.actors.runtime.clock import FakeClock
-from vmpooler.web import prometheus
+from vmpooler.web import api_prometheus
+from vmpooler.web.api_context import ApiContext
 from vmpooler.web.app import create_app
-from vmpooler.web.context import ApiContext
 
 INSTANCE = {"vmpooler_instance": "vmpooler"}
 
@@ -138,10 +138,10 @@ def test_closed_backend_drops_calls(metrics: PrometheusMetrics) -> None:
 
 
 def test_path_collapsing_matches_vmpooler() -> None:
-    assert prometheus.collapse_path("/api/v3/vm/abc-def") == "/api/v3/vm"
-    assert prometheus.collapse_path("/api/v3/ondemandvm/1234") == "/api/v3/ondemandvm"
-    assert prometheus.collapse_path("/api/v3/token/xyz") == "/api/v3/token"
-    assert prometheus.collapse_path("/api/v3/status") == "/api/v3/status"
+    assert api_prometheus.collapse_path("/api/v3/vm/abc-def") == "/api/v3/vm"
+    assert api_prometheus.collapse_path("/api/v3/ondemandvm/1234") == "/api/v3/ondemandvm"
+    assert api_prometheus.collapse_path("/api/v3/token/xyz") == "/api/v3/token"
+    assert api_prometheus.collapse_path("/api/v3/status") == "/api/v3/status"
 
 
 def test_config_selects_prometheus_with_its_keys(tmp_path: Path) -> None:

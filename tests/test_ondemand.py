@@ -319,7 +319,9 @@ def test_clone_lost_with_the_old_manager_is_retried_after_restart(
     provider.all_ready = True
     second = manager(config, redis_client, provider, clock)
     try:
-        wait_until(lambda: status(redis_client, rid) == "ready")
+        # the pool's second listing without the lost VM (its next cycle) gives it up
+        wait_until(lambda: clock.advance(1) or status(redis_client, rid) == "ready", 10,
+                   "the request ready", every=0.02)
         (delivered,) = redis_client.smembers(schema.request_vms(rid, "a", "a"))
         assert delivered != lost
         # Counted as a retry only if the request's actor was up when the loss was noticed;

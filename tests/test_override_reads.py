@@ -25,9 +25,9 @@ from vmpooler.actors.pool.upkeep import OVERRIDE_REFRESH_CYCLES
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.pool_snapshot import PoolFlags, PoolOverrides
 from vmpooler.actors.storage.store import Store
+from vmpooler.web.api_context import ApiContext
 from vmpooler.web.app import create_app
 from vmpooler.web.commands import DirectCommands
-from vmpooler.web.context import ApiContext
 
 DELAY_MIN, DELAY_MAX = 1, 2  # check_loop_delay_min/max: an idle cycle every 2 s
 REFRESH = OVERRIDE_REFRESH_CYCLES * DELAY_MAX  # 10 s here

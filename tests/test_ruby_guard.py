@@ -202,8 +202,8 @@ def test_the_commands_exit_with_one_line_saying_why(
 def test_run_worker_refuses_when_the_ruby_manager_came_after_the_master_looked(
     redis_client: redis.Redis, tmp_path: Path,
 ) -> None:
-    from vmpooler.web.context import ApiContext
-    from vmpooler.web.server import ApiServer, ServeOptions
+    from vmpooler.web.api_context import ApiContext
+    from vmpooler.web.cli.serve import ApiServer, ServeOptions
 
     config = _config()
     _ready(redis_client, "a", "ruby-vm", check=timefmt.format_epoch(redis_client.time()[0]))

@@ -1,4 +1,4 @@
-"""Waiting for Redis at start (web/startup.py): the back-off, the retry loop and the
+"""Waiting for Redis at start (web/cli/startup.py): the back-off, the retry loop and the
 background starter of ``vmpooler run``'s manager. Nothing here sleeps: waits are injected or
 cut short, and the tests wait on events with deadlines."""
 
@@ -17,7 +17,7 @@ from vmpooler.actors.metrics.backends import RecordingMetrics
 from vmpooler.actors.storage.connection import connect
 from vmpooler.actors.storage.embedded_redis import free_port
 from vmpooler.actors.system import PoolerSystem
-from vmpooler.web.startup import Backoff, ManagerStarter, retry_while_unavailable
+from vmpooler.web.cli.startup import Backoff, ManagerStarter, retry_while_unavailable
 
 WAIT = 10.0
 
@@ -56,7 +56,7 @@ def test_backoff_doubles_from_one_second_to_the_cap(cap: float, expected: list[f
 def test_each_failure_is_logged_once_then_waited_for(caplog: pytest.LogCaptureFixture) -> None:
     attempt, calls = failing(6, lambda: "up")
     waits: list[float] = []
-    with caplog.at_level(logging.ERROR, logger="vmpooler.web.startup"):
+    with caplog.at_level(logging.ERROR, logger="vmpooler.web.cli.startup"):
         result = retry_while_unavailable(attempt, threading.Event(), Backoff(),
                                          wait=lambda s: bool(waits.append(s)))
     assert (result, len(calls), waits) == ("up", 7, [1, 2, 4, 8, 16, 30])

@@ -10,12 +10,21 @@ from __future__ import annotations
 import falcon
 from falcon.routing import CompiledRouter
 
-from vmpooler.web import metric_labels, prometheus
-from vmpooler.web.context import ApiContext
-from vmpooler.web.errors import ApiError, install_error_handlers
+from vmpooler.web import api_prometheus, metric_labels
+from vmpooler.web.api_context import ApiContext
+from vmpooler.web.api_errors import ApiError, install_error_handlers
 from vmpooler.web.middleware import build_middleware
-from vmpooler.web.resources import config as config_resources
-from vmpooler.web.resources import dashboard, misc, ondemand, openapi, readiness, status, token, vm
+from vmpooler.web.resources import (
+    config,
+    dashboard,
+    misc,
+    ondemand,
+    openapi,
+    readiness,
+    status,
+    token,
+    vm,
+)
 
 __all__ = ["API_PREFIX", "create_app"]
 
@@ -37,13 +46,13 @@ def create_app(ctx: ApiContext) -> falcon.App:
     rule = metric_labels.bound(ctx)
     router = CompiledRouter()
     app = falcon.App(media_type="application/json", router=router,
-                     middleware=build_middleware(ctx, prometheus.observers(ctx, router, rule)))
+                     middleware=build_middleware(ctx, api_prometheus.observers(ctx, router, rule)))
     app.req_options.strip_url_path_trailing_slash = True
     app.req_options.auto_parse_form_urlencoded = False
     unexpected = install_error_handlers(app, metrics=ctx.metrics, clock=ctx.clock)
-    for module in (misc, readiness, dashboard, vm, ondemand, status, token, config_resources,
+    for module in (misc, readiness, dashboard, vm, ondemand, status, token, config,
                    openapi):
         module.register(app, ctx, API_PREFIX)
-    prometheus.register(app, ctx, unexpected)
+    api_prometheus.register(app, ctx, unexpected)
     app.add_sink(_NotFound(), r"/")
     return app

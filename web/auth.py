@@ -42,8 +42,8 @@ from ldap3.core.exceptions import LDAPException
 from ldap3.utils.conv import escape_filter_chars
 from ldap3.utils.dn import escape_rdn
 
-from vmpooler.web.context import ApiContext
-from vmpooler.web.errors import unauthorized
+from vmpooler.web.api_context import ApiContext
+from vmpooler.web.api_errors import unauthorized
 from vmpooler.web.login_guard import LoginGuard
 
 __all__ = ["LDAP_TIMEOUT", "REALM_HEADER", "authenticate", "basic_credentials",

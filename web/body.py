@@ -13,7 +13,7 @@ from typing import Any
 import falcon
 
 from vmpooler.actors.config.overrides import bounded_int
-from vmpooler.web.errors import ApiError
+from vmpooler.web.api_errors import ApiError
 
 __all__ = ["MAX_BODY", "MAX_DEPTH", "InvalidJsonError", "depth", "parse_json", "read_json_object",
            "read_raw"]

@@ -1,7 +1,7 @@
 """What the API's worker allows a connection, how it answers a refusal, what it reports.
 
 Shared by :mod:`vmpooler.web.worker` (which enforces the limits) and
-:mod:`vmpooler.web.server` (which sets them from the configuration and sends the reports to
+:mod:`vmpooler.web.cli.serve` (which sets them from the configuration and sends the reports to
 the metrics backend).
 """
 

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 import falcon
 
 from vmpooler.actors.storage.login_store import LoginStore
+from vmpooler.web.api_context import ApiContext
+from vmpooler.web.api_errors import ApiError
 from vmpooler.web.clientaddr import TrustedProxies
-from vmpooler.web.context import ApiContext
-from vmpooler.web.errors import ApiError
 
 __all__ = ["LOG_EVERY", "REFUSED_METRIC", "LoginGuard", "PendingLogin"]
 

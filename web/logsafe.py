@@ -6,7 +6,7 @@ forged log line, and an escape sequence would drive an operator's terminal. Two 
 keep the log honest:
 
 * :class:`SafeFormatter`, installed on every handler by
-  :func:`vmpooler.web.logsetup.configure_logging` (and on gunicorn's own handlers by
+  :func:`vmpooler.web.cli.log_setup.configure_logging` (and on gunicorn's own handlers by
   :class:`SafeGunicornLogger`), formats each record so that **its first line is the only one
   that starts at column 0**: control characters (C0 including CR, LF and TAB, DEL, C1 and the
   Unicode separators U+2028/U+2029) in the record's arguments are written as escapes

@@ -16,7 +16,7 @@ from __future__ import annotations
 from vmpooler.actors.config import Config
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.metrics.bounded import BoundedMetrics, LabelRule
-from vmpooler.web.context import ApiContext
+from vmpooler.web.api_context import ApiContext
 from vmpooler.web.resources.dashboard import ASSETS
 from vmpooler.web.resources.status import SUMMARY_KEYS, SUMMARY_ROUTES
 

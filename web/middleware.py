@@ -6,7 +6,7 @@ calls ``process_request`` in list order and ``process_response`` in reverse, and
 
 1. :class:`RequestTimer`, always: one start stamp per request, and per response the
    ``http_request`` timing and every other observer of the duration (the Prometheus HTTP
-   families, :mod:`vmpooler.web.prometheus`);
+   families, :mod:`vmpooler.web.api_prometheus`);
 2. :class:`RequestLogger` if ``request_logger`` is set (reference §1.7);
 3. :class:`RateLimiter` if ``rate_limiting_enabled`` is set (reference §1.6).
 
@@ -45,9 +45,9 @@ import falcon
 import redis
 
 from vmpooler.actors.storage.ratelimit_store import Bucket, RateLimitStore
+from vmpooler.web.api_context import ApiContext
+from vmpooler.web.api_errors import ApiError
 from vmpooler.web.clientaddr import TrustedProxies
-from vmpooler.web.context import ApiContext
-from vmpooler.web.errors import ApiError
 from vmpooler.web.logsafe import redact_path
 from vmpooler.web.tokens import TOKEN_HEADER, well_formed
 

@@ -26,8 +26,8 @@ import redis
 
 from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.checkout_store import CheckoutStore
-from vmpooler.web.context import ApiContext
-from vmpooler.web.errors import ApiError, unauthorized
+from vmpooler.web.api_context import ApiContext
+from vmpooler.web.api_errors import ApiError, unauthorized
 
 __all__ = [
     "TOKEN_HEADER", "authorize_vm_change", "check_owner", "has_valid_token", "need_token",

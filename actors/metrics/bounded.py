@@ -11,7 +11,7 @@ backend:
   :data:`UNKNOWN`;
 * a **method** is kept (in the case given) when it is one of :data:`HTTP_METHODS`, else it is
   :data:`OTHER_METHOD`;
-* a **route parameter** left in a path label (see :mod:`vmpooler.web.prometheus`) is kept
+* a **route parameter** left in a path label (see :mod:`vmpooler.web.api_prometheus`) is kept
   when it is one of the values listed for that parameter, else it stays ``{name}``;
 * **any other tag value** (user names, the parts of a Jenkins URL, ...) is kept while the
   metric has fewer than ``series_per_metric`` distinct combinations of such values in this

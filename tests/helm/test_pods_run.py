@@ -22,6 +22,8 @@ from tests.harness import wait_until
 from tests.helm.chart import container, environ_of, render, write_configmaps
 from vmpooler.actors.storage.embedded_redis import find_redis_server, free_port
 
+pytestmark = pytest.mark.integration  # the rendered pods' commands, run as processes
+
 # The rendered pods run ------------------------------------------------------------------------
 
 @pytest.fixture

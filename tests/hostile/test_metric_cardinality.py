@@ -32,8 +32,8 @@ from tests.hostile.service import Service, start_service
 from tests.metric_sinks import GraphiteSink, Sample, StatsdSink
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.metrics.push import DatadogMetrics, GraphiteMetrics, StatsdMetrics
+from vmpooler.web.api_context import ApiContext
 from vmpooler.web.app import create_app
-from vmpooler.web.context import ApiContext
 
 pytestmark = pytest.mark.integration
 

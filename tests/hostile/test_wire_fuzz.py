@@ -29,8 +29,8 @@ import redis
 from tests.harness import wait_until
 from tests.hostile.service import Service
 from vmpooler.actors.config import load_config
+from vmpooler.web.api_context import ApiContext
 from vmpooler.web.app import create_app
-from vmpooler.web.context import ApiContext
 
 pytestmark = pytest.mark.integration
 

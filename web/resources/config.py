@@ -42,9 +42,9 @@ import falcon
 from vmpooler.actors.config import PoolConfig
 from vmpooler.actors.config._data import mask_secrets
 from vmpooler.actors.storage.config_store import ConfigStore, OverrideKind, Overrides, ruby_integer
+from vmpooler.web.api_context import ApiContext
+from vmpooler.web.api_errors import ApiError, json_body
 from vmpooler.web.body import MAX_BODY, InvalidJsonError, parse_json, read_raw
-from vmpooler.web.context import ApiContext
-from vmpooler.web.errors import ApiError, json_body
 from vmpooler.web.tokens import need_token
 
 __all__ = ["register"]

@@ -67,8 +67,8 @@ from vmpooler.actors.config import Config, PoolConfig
 from vmpooler.actors.storage.checkout_store import CheckoutStore
 from vmpooler.actors.storage.history_store import HistoryStore, Point
 from vmpooler.actors.storage.status_store import StatusStore
-from vmpooler.web.context import ApiContext
-from vmpooler.web.errors import ApiError, json_body
+from vmpooler.web.api_context import ApiContext
+from vmpooler.web.api_errors import ApiError, json_body
 from vmpooler.web.resources.dashboard_data import Activity, History, vmpooler_history
 from vmpooler.web.resources.status import _query, _size
 from vmpooler.web.tokens import has_valid_token

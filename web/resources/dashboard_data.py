@@ -28,7 +28,7 @@ import redis
 
 from vmpooler.actors.storage.activity_store import ActivityStore
 from vmpooler.actors.storage.history_store import RETENTION, HistoryStore, Point, rates
-from vmpooler.web.errors import json_body
+from vmpooler.web.api_errors import json_body
 
 __all__ = ["REPEAT", "Activity", "History", "vmpooler_history"]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import falcon
 
-from vmpooler.web.context import ApiContext
-from vmpooler.web.errors import json_body
+from vmpooler.web.api_context import ApiContext
+from vmpooler.web.api_errors import json_body
 
 
 class Root:

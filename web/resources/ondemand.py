@@ -7,8 +7,8 @@ compare-and-set script each), and after every create and delete the manager is t
 
 * ``POST /ondemandvm`` (JSON body ``{"<pool or alias>": <count>, "request_id": "<id>"}``)
   and ``POST /ondemandvm/<a+b+a>`` (counts by repetition): a valid token first when auth is
-  configured (401); then :mod:`vmpooler.web.ondemand`'s checks (400/404/403); 409 when the
-  request id is taken; 201 ``{"ok": true, "request_id": id}``.
+  configured (401); then :mod:`vmpooler.web.resources.ondemand_create`'s checks
+  (400/404/403); 409 when the request id is taken; 201 ``{"ok": true, "request_id": id}``.
 * ``GET /ondemandvm/<id>`` (no auth): 400 an id that breaks the rule of request ids; 404
   unknown; 200 ready (FQDNs per requested name), failed or deleted; 202 while in flight, with
   string counts per requested name.
@@ -16,7 +16,7 @@ compare-and-set script each), and after every create and delete the manager is t
   the rule; 404 unknown; 200.
 
 Divergences from vmpooler 3.9.1 (on purpose; those of the order's checks are listed in
-:mod:`vmpooler.web.ondemand`):
+:mod:`vmpooler.web.resources.ondemand_create`):
 
 * the request is created in one script (hash, token fields and the ``provisioning__request``
   entry together, only if the id is free), so two clients racing for one id cannot both get
@@ -47,11 +47,11 @@ from vmpooler.actors.storage.request_store import (
     RequestStore,
 )
 from vmpooler.actors.storage.token_store import TokenStore
-from vmpooler.web import checkout, ondemand
-from vmpooler.web.context import ApiContext
-from vmpooler.web.errors import ApiError, json_body
+from vmpooler.web.api_context import ApiContext
+from vmpooler.web.api_errors import ApiError, json_body
+from vmpooler.web.input_rules import InputError
+from vmpooler.web.resources import ondemand_create, vm_checkout
 from vmpooler.web.tokens import need_token, ownership_enforced, presented_token
-from vmpooler.web.validate import InputError
 
 __all__ = ["register"]
 
@@ -94,8 +94,8 @@ def _record(ctx: ApiContext, store: RequestStore, chosen: str, entries: list[Ent
 def _create(ctx: ApiContext, store: RequestStore, token: str | None,
             payload: dict[str, Any], request_id: Any) -> dict[str, Any]:
     """Check the order, draw the pools and record the request; the 201 body."""
-    counts, chosen = ondemand.check_order(ctx, payload, request_id=request_id)
-    entries = ondemand.plan(ctx, counts)
+    counts, chosen = ondemand_create.check_order(ctx, payload, request_id=request_id)
+    entries = ondemand_create.plan(ctx, counts)
     if not _record(ctx, store, chosen, entries, token):
         ctx.metrics.increment("ondemandrequest_generate.duplicaterequests")
         raise ApiError(409, {"ok": False, "request_id": chosen,
@@ -111,7 +111,7 @@ def describe(ctx: ApiContext, record: RequestRecord) -> tuple[int, dict[str, Any
     if record.status == "ready":
         body["ready"] = True
         for entry in record.entries:
-            hosts = [checkout.fqdn(ctx.config, entry.pool, vm)
+            hosts = [vm_checkout.fqdn(ctx.config, entry.pool, vm)
                      for vm in record.delivered.get(entry.key, ())]
             body.setdefault(entry.alias, {"hostname": []})["hostname"].extend(hosts)
         return 200, body
@@ -143,7 +143,7 @@ class OnDemandCollection:
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         _count(self.ctx, "post", "requestid")
         token = _authorised(req, self.ctx)
-        payload = ondemand.read_payload(req)
+        payload = ondemand_create.read_payload(req)
         request_id = payload.pop("request_id", None)
         json_body(resp, 201, _create(self.ctx, self.store, token, payload, request_id))
 
@@ -160,14 +160,14 @@ class OnDemandItem:
         _count(self.ctx, "delete", "template")  # vmpooler's metric name for this route
         token = _authorised(req, self.ctx)
         try:
-            payload = dict(checkout.template_payload(requestid))
+            payload = dict(vm_checkout.template_payload(requestid))
         except InputError as exc:
             raise ApiError(400, {"ok": False, "message": exc.message}) from None
         json_body(resp, 201, _create(self.ctx, self.store, token, payload, None))
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, requestid: str) -> None:
         _count(self.ctx, "get", "request")
-        record = self.store.read(ondemand.check_request_id(requestid))
+        record = self.store.read(ondemand_create.check_request_id(requestid))
         if record is None:
             raise _not_found(requestid)
         status, body = describe(self.ctx, record)
@@ -177,7 +177,7 @@ class OnDemandItem:
         _count(self.ctx, "delete", "request")
         ctx = self.ctx
         _authorised(req, ctx)
-        ondemand.check_request_id(requestid)
+        ondemand_create.check_request_id(requestid)
         if ownership_enforced(ctx):
             owner = self.store.owner_token(requestid)
             if owner and presented_token(req) != owner:

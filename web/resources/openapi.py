@@ -13,7 +13,7 @@ from typing import Any
 
 import falcon
 
-from vmpooler.web.context import ApiContext
+from vmpooler.web.api_context import ApiContext
 
 __all__ = ["document", "register"]
 

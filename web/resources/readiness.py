@@ -42,8 +42,8 @@ from vmpooler.actors.storage.checkout_store import CheckoutStore
 from vmpooler.actors.storage.connection import sibling
 from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, stale_age
 from vmpooler.actors.storage.lease_store import POOL, LeaseStore
-from vmpooler.web.context import ApiContext
-from vmpooler.web.errors import json_body
+from vmpooler.web.api_context import ApiContext
+from vmpooler.web.api_errors import json_body
 from vmpooler.web.tokens import has_valid_token
 from vmpooler.web.viewer import from_loopback
 

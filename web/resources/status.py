@@ -45,7 +45,7 @@ provider's circuit breaker and sessions); without a ``view`` naming it the body 
 vmpooler's sections. In ``pools``, a pool with ``max_unhealthy`` has a ``brake`` entry, one
 in the configuration-error state (a clone failed permanently) a ``config_error`` entry, and
 one with ``failover: true`` a ``failover`` entry
-(:func:`vmpooler.web.failover.failover_section`) (ours all).
+(:func:`vmpooler.web.alias_failover.failover_section`) (ours all).
 """
 
 from __future__ import annotations
@@ -64,9 +64,9 @@ from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.config_error_store import parse_config_error
 from vmpooler.actors.storage.status_store import StatusReading, StatusStore
 from vmpooler.web import stats
-from vmpooler.web.context import ApiContext
-from vmpooler.web.errors import ApiError, json_body
-from vmpooler.web.failover import failover_pools, failover_section
+from vmpooler.web.alias_failover import failover_pools, failover_section
+from vmpooler.web.api_context import ApiContext
+from vmpooler.web.api_errors import ApiError, json_body
 
 __all__ = ["DEFAULT_SECTIONS", "MAX_SUMMARY_DAYS", "SECTIONS", "SUMMARY_KEYS", "SUMMARY_ROUTES",
            "config_error_section", "register", "status_sections", "summary_dates"]

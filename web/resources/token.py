@@ -34,9 +34,9 @@ import falcon
 
 from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.token_store import TokenStore
+from vmpooler.web.api_context import ApiContext
+from vmpooler.web.api_errors import ApiError, json_body
 from vmpooler.web.auth import authenticate
-from vmpooler.web.context import ApiContext
-from vmpooler.web.errors import ApiError, json_body
 from vmpooler.web.login_guard import LoginGuard
 from vmpooler.web.tokens import well_formed
 

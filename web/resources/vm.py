@@ -2,7 +2,7 @@
 
 Status codes, bodies and the order of checks are vmpooler 3.9.1's (reference §1.2, §1.3).
 Divergences (on purpose; the allocation and validation ones are listed in
-:mod:`vmpooler.web.checkout` and :mod:`vmpooler.web.validate`):
+:mod:`vmpooler.web.resources.vm_checkout` and :mod:`vmpooler.web.input_rules`):
 
 * GET ``/vm/:hostname`` reports ``ip`` from the VM's stored ``ip`` field (written by the
   manager after the clone); vmpooler resolved the short name with the API host's DNS;
@@ -41,10 +41,11 @@ import falcon
 
 from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.checkout_store import CheckoutStore, ReturnOutcome
-from vmpooler.web import checkout, validate
+from vmpooler.web import input_rules
+from vmpooler.web.api_context import ApiContext
+from vmpooler.web.api_errors import ApiError, json_body
 from vmpooler.web.body import read_json_object
-from vmpooler.web.context import ApiContext
-from vmpooler.web.errors import ApiError, json_body
+from vmpooler.web.resources import vm_checkout
 from vmpooler.web.tokens import authorize_vm_change, check_owner, need_token
 
 __all__ = ["register"]
@@ -60,8 +61,8 @@ def _count(ctx: ApiContext, method: str, operation: str) -> None:
 def _valid_hostname(hostname: str) -> str:
     """The short name of a hostname that passes the hostname rule (400 otherwise)."""
     try:
-        return validate.shorten(validate.check_hostname(hostname))
-    except validate.InputError as exc:
+        return input_rules.shorten(input_rules.check_hostname(hostname))
+    except input_rules.InputError as exc:
         raise ApiError(400, {"ok": False, "error": exc.message}) from None
 
 
@@ -90,7 +91,7 @@ def describe(ctx: ApiContext, short: str, rdata: dict[str, str]) -> dict[str, An
     """The inner object of GET ``/vm/:hostname`` for one VM hash, keys in vmpooler's order."""
     info: dict[str, Any] = {"template": rdata.get("template")}
     lifetime = rdata.get("lifetime")
-    info["lifetime"] = validate.ruby_to_i(
+    info["lifetime"] = input_rules.ruby_to_i(
         lifetime if lifetime is not None else ctx.config.settings.vm_lifetime)
     now = ctx.clock.now()
     checkout_at = timefmt.parse_time(rdata.get("checkout"))
@@ -101,7 +102,7 @@ def describe(ctx: ApiContext, short: str, rdata: dict[str, str]) -> dict[str, An
         info["state"] = "destroyed"
     elif "checkout" in rdata:
         if checkout_at is not None:
-            hours = validate.ruby_to_i(lifetime)
+            hours = input_rules.ruby_to_i(lifetime)
             info["running"] = _hours(now - checkout_at.timestamp())
             info["remaining"] = _hours(checkout_at.timestamp() + hours * 3600.0 - now)
             info["start_time"] = timefmt.rfc3339(checkout_at)
@@ -115,9 +116,9 @@ def describe(ctx: ApiContext, short: str, rdata: dict[str, str]) -> dict[str, An
         elif key.startswith("snapshot:") and len(key) > 9:
             info.setdefault("snapshots", []).append(key[9:])
     if "disk" in rdata:
-        info["disk"] = checkout.ruby_split(rdata["disk"], ":")
+        info["disk"] = vm_checkout.ruby_split(rdata["disk"], ":")
     info["ip"] = rdata.get("ip", "")
-    domain = checkout.pool_domain(ctx.config, rdata.get("pool") or "")
+    domain = vm_checkout.pool_domain(ctx.config, rdata.get("pool") or "")
     if domain:
         info["fqdn"] = f"{short}.{domain}"
     for key in ("host", "migrated"):
@@ -138,12 +139,12 @@ class VmCollection:
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         _count(self.ctx, "post", "checkout")
-        payload = checkout.body_payload(read_json_object(req))
-        json_body(resp, 200, checkout.allocate(req, self.ctx, self.store, payload))
+        payload = vm_checkout.body_payload(read_json_object(req))
+        json_body(resp, 200, vm_checkout.allocate(req, self.ctx, self.store, payload))
 
 
 class VmItem:
-    """``POST /vm/:template`` (checkout) and GET/PUT/DELETE ``/vm/:hostname``."""
+    """``POST /vm/:template`` (vm_checkout) and GET/PUT/DELETE ``/vm/:hostname``."""
 
     def __init__(self, ctx: ApiContext, store: CheckoutStore) -> None:
         self.ctx = ctx
@@ -152,10 +153,10 @@ class VmItem:
     def on_post(self, req: falcon.Request, resp: falcon.Response, hostname: str) -> None:
         _count(self.ctx, "get", "template")
         try:
-            payload = checkout.template_payload(hostname)
-        except validate.InputError as exc:
+            payload = vm_checkout.template_payload(hostname)
+        except input_rules.InputError as exc:
             raise ApiError(400, {"ok": False, "error": exc.message}) from None
-        json_body(resp, 200, checkout.allocate(req, self.ctx, self.store, payload))
+        json_body(resp, 200, vm_checkout.allocate(req, self.ctx, self.store, payload))
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, hostname: str) -> None:
         _count(self.ctx, "get", "hostname")
@@ -179,15 +180,15 @@ class VmItem:
         failures: list[str] = []
         for param, arg in body.items():
             if param == "lifetime":
-                failures += validate.lifetime_problems(arg, settings.max_lifetime_upper_limit)
+                failures += input_rules.lifetime_problems(arg, settings.max_lifetime_upper_limit)
             elif param == "tags":
-                failures += validate.tags_problems(arg, settings.allowed_tags)
+                failures += input_rules.tags_problems(arg, settings.allowed_tags)
             else:
-                failures.append(f"Unknown argument {validate.ruby_to_s(arg)}.")
+                failures.append(f"Unknown argument {input_rules.ruby_to_s(arg)}.")
         if failures:
             raise ApiError(400, {"ok": False, "failure": failures})
-        lifetime = validate.ruby_to_i(body["lifetime"]) if "lifetime" in body else None
-        tags = validate.filter_tags(body.get("tags") or {}, ctx.config.tagfilter)
+        lifetime = input_rules.ruby_to_i(body["lifetime"]) if "lifetime" in body else None
+        tags = input_rules.filter_tags(body.get("tags") or {}, ctx.config.tagfilter)
         kept = {k: v for k, v in tags.items() if isinstance(v, str) and v}
         if len(kept) > settings.max_tags_per_vm:
             raise _too_many_tags(settings.max_tags_per_vm, len(kept))
@@ -221,7 +222,7 @@ class VmItem:
         ctx.metrics.increment("delete.success")
         if outcome != ReturnOutcome.ALREADY_COMPLETED and pool:
             if ctx.config.settings.usage_stats:
-                checkout.record_usage(ctx, "destroy", short, rdata)
+                vm_checkout.record_usage(ctx, "destroy", short, rdata)
             ctx.commands.pool_changed(pool, "vm returned")
         json_body(resp, 200, {"ok": True})
 
@@ -250,8 +251,8 @@ class Disk:
             need_token(req, self.ctx, self.store)
         short = _valid_hostname(hostname)
         try:
-            validate.check_disk_size(size)
-        except validate.InputError as exc:
+            input_rules.check_disk_size(size)
+        except input_rules.InputError as exc:
             raise ApiError(400, {"ok": False, "error": exc.message}) from None
         _short_existing(req, self.ctx, self.store, short, [])
         self.store.queue_task("disk", f"{short}:{size}")
@@ -270,7 +271,7 @@ class Snapshots:
         _count(self.ctx, "post", "snapshot")
         if self.ctx.auth_configured:
             need_token(req, self.ctx, self.store)
-        return validate.shorten(hostname)
+        return input_rules.shorten(hostname)
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, hostname: str) -> None:
         short = self._start(req, hostname)
@@ -285,7 +286,7 @@ class Snapshots:
                        snapshot: str) -> None:
         short = self._start(req, hostname)
         (taken_at,) = _short_existing(req, self.ctx, self.store, short, [f"snapshot:{snapshot}"])
-        if validate.ruby_to_i(taken_at) == 0:
+        if input_rules.ruby_to_i(taken_at) == 0:
             raise ApiError(404)
         self.store.queue_task("snapshot-revert", f"{short}:{snapshot}")
         self.ctx.commands.tasks_queued()

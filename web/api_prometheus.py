@@ -25,8 +25,8 @@ from falcon.routing import CompiledRouter
 
 from vmpooler.actors.metrics.bounded import LabelRule
 from vmpooler.actors.metrics.prometheus import PrometheusMetrics
-from vmpooler.web.context import ApiContext
-from vmpooler.web.errors import ErrorHandler
+from vmpooler.web.api_context import ApiContext
+from vmpooler.web.api_errors import ErrorHandler
 from vmpooler.web.metric_labels import unbounded
 from vmpooler.web.middleware import RequestObserver
 
@@ -99,7 +99,7 @@ def observers(ctx: ApiContext, router: CompiledRouter,
 
 def register(app: falcon.App, ctx: ApiContext, unexpected: ErrorHandler) -> None:
     """Route the scrape endpoint and count unexpected exceptions (after the error handlers
-    of :mod:`vmpooler.web.errors` are installed; ``unexpected`` is the one they installed
+    of :mod:`vmpooler.web.api_errors` are installed; ``unexpected`` is the one they installed
     for every other exception, which still renders the answer)."""
     metrics = _backend(ctx)
     if metrics is None:

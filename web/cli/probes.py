@@ -16,7 +16,7 @@ exporter on port 4567 (reference §0, §1.5); ours listens only when asked (``--
   (every process sharing the multiprocess directory); 404 when Prometheus is not configured;
 * anything else 404 ``{"ok": false, "error": "not found"}``; other methods 405.
 
-:class:`ManagerProbes` judges; :mod:`vmpooler.web.probe_server` listens.
+:class:`ManagerProbes` judges; :mod:`vmpooler.web.cli.probe_server` listens.
 """
 
 from __future__ import annotations

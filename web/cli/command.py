@@ -29,9 +29,9 @@ from vmpooler.actors.storage.connection import connect_configured
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedisError
 from vmpooler.actors.storage.published_pools import redis_pool_reader
 from vmpooler.actors.system import PoolerSystem
-from vmpooler.web import dlq_command, probe_server
-from vmpooler.web.logsetup import LOG_FORMATS, configure_logging, refuse_to_start
-from vmpooler.web.startup import Backoff, retry_while_unavailable
+from vmpooler.web.cli import dlq, probe_server
+from vmpooler.web.cli.log_setup import LOG_FORMATS, configure_logging, refuse_to_start
+from vmpooler.web.cli.startup import Backoff, retry_while_unavailable
 
 __all__ = ["main"]
 
@@ -88,7 +88,7 @@ def _parser() -> argparse.ArgumentParser:
         "manager", parents=[common], help="run the pool manager (the actor system)"))
     sub.add_parser("check-config", parents=[common],
                    help="print the effective configuration (secrets masked) or its errors")
-    dlq_command.add_parser(sub, [common])
+    dlq.add_parser(sub, [common])
     return parser
 
 
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"vmpooler: warning: {warning}", file=sys.stderr)
         return 0
     if command == "dlq":
-        return dlq_command.run(config, args)
+        return dlq.run(config, args)
     try:
         configure_logging(args.log_level, config.settings.logfile, args.log_format)
     except (OSError, ValueError) as exc:
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _serve(config: Config, args: argparse.Namespace, *, with_manager: bool) -> int:
-    from vmpooler.web.server import ApiServer, ServeOptions
+    from vmpooler.web.cli.serve import ApiServer, ServeOptions
 
     options = ServeOptions(
         bind=serve_address(args.bind or os.environ.get("VMPOOLER_BIND"), config.api_port),

@@ -29,7 +29,7 @@ Divergences from vmpooler 3.9.1 (on purpose):
   being handed out;
 * POST ``/vm/+`` (no names at all) answers 404 like an empty JSON body (vmpooler: 200
   ``{"ok": true}`` with no VM);
-* the JSON body's pool-name rule accepts dots (see :mod:`vmpooler.web.validate`); the count
+* the JSON body's pool-name rule accepts dots (see :mod:`vmpooler.web.input_rules`); the count
   cap 1..100 of the JSON body stays; POST ``/vm/:template`` takes at most
   :data:`MAX_PATH_NAMES` names (400 beyond; vmpooler had no cap, and 100,000 ``+a`` cost a
   worker 0.4 s and a 100,000-unit script call).
@@ -49,11 +49,11 @@ import falcon
 from vmpooler.actors.config import Config
 from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.checkout_store import CheckoutStore
-from vmpooler.web.context import ApiContext
-from vmpooler.web.errors import ApiError
-from vmpooler.web.failover import failover_names
+from vmpooler.web.alias_failover import failover_names
+from vmpooler.web.api_context import ApiContext
+from vmpooler.web.api_errors import ApiError
+from vmpooler.web.input_rules import InputError, check_pool_name, check_vm_count
 from vmpooler.web.tokens import presented_token, unauthorized
-from vmpooler.web.validate import InputError, check_pool_name, check_vm_count
 
 __all__ = [
     "MAX_PATH_NAMES",
@@ -94,7 +94,7 @@ MAX_PATH_NAMES = 1000
 def template_payload(template: str) -> dict[str, int]:
     """``a+b+a`` → ``{"a": 2, "b": 1}`` (Ruby ``split``: trailing empty names dropped).
 
-    More than :data:`MAX_PATH_NAMES` names raise :class:`~vmpooler.web.validate.InputError`
+    More than :data:`MAX_PATH_NAMES` names raise :class:`~vmpooler.web.input_rules.InputError`
     (the path is not split further)."""
     names = template.split("+", MAX_PATH_NAMES)
     while names and names[-1] == "":
@@ -145,7 +145,7 @@ def candidate_pools(ctx: ApiContext, name: str) -> list[str]:
     clone target has a ``backend_weight``, one is drawn by weight (0 never wins); otherwise
     one is drawn uniformly. The drawn one goes first, the others follow as fallbacks. Names
     that are not pools are dropped. For a name served by a pool with ``failover: true``
-    (ours), the pools that cannot deliver now (:mod:`vmpooler.web.failover`) go last, so
+    (ours), the pools that cannot deliver now (:mod:`vmpooler.web.alias_failover`) go last, so
     they serve only when no other candidate has a ready VM.
     """
     config = ctx.config

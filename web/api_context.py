@@ -10,8 +10,8 @@ import redis
 from vmpooler.actors.config import Config
 from vmpooler.actors.metrics.backends import Metrics, NullMetrics
 from vmpooler.actors.runtime.clock import Clock, RealClock
+from vmpooler.web.alias_failover import BackendHealth
 from vmpooler.web.commands import Commands, NullCommands
-from vmpooler.web.failover import BackendHealth
 
 __all__ = ["ApiContext"]
 
@@ -36,7 +36,7 @@ class ApiContext:
     @property
     def backends(self) -> BackendHealth:
         """Which pools of a failover alias cannot deliver now (read through Redis, cached
-        for a second; :mod:`vmpooler.web.failover`)."""
+        for a second; :mod:`vmpooler.web.alias_failover`)."""
         if self._backends is None:
             self._backends = BackendHealth(self.redis, self.clock)
         return self._backends

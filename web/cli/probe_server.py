@@ -3,7 +3,7 @@
 Few clients (the kubelet, Prometheus), so the standard library's server, held short: one
 request per connection, its head read within :data:`READ_TIMEOUT` s and
 :data:`MAX_REQUEST` bytes, at most :data:`MAX_CONNECTIONS` at once. What it answers is
-:class:`~vmpooler.web.probes.ManagerProbes`'s.
+:class:`~vmpooler.web.cli.probes.ManagerProbes`'s.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from vmpooler.actors.config import Config
-from vmpooler.web.probes import ManagerProbes, json_answer
+from vmpooler.web.cli.probes import ManagerProbes, json_answer
 
 __all__ = ["BIND_ENV", "MAX_CONNECTIONS", "MAX_REQUEST", "READ_TIMEOUT", "ProbeServer",
            "add_bind_argument", "listen", "parse_bind", "show_address"]

@@ -6,7 +6,7 @@ parsers work, and add nothing else to the line. Every handler formats with
 :class:`~vmpooler.web.logsafe.SafeFormatter`: a record's first line is the only one starting
 at column 0 (further lines, such as a traceback's, are indented by two spaces), control
 characters from requests are escaped and secrets in request text are masked. With
-``fmt="json"`` every handler formats with :class:`~vmpooler.web.logjson.JsonFormatter`
+``fmt="json"`` every handler formats with :class:`~vmpooler.web.cli.log_json.JsonFormatter`
 instead: one JSON object per line, masked the same way.
 """
 
@@ -16,7 +16,7 @@ import logging.config
 import sys
 from typing import Any
 
-from vmpooler.web.logjson import JsonFormatter
+from vmpooler.web.cli.log_json import JsonFormatter
 from vmpooler.web.logsafe import SafeFormatter
 
 __all__ = ["LOG_FORMATS", "configure_logging", "refuse_to_start"]

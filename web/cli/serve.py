@@ -8,7 +8,7 @@ commands to a separately running manager through the Redis stream.
 process runs the actor system next to the API, and the API tells the actors directly. When
 a configured Redis does not answer as the worker boots, the API serves at once (503 where it
 needs Redis) and a thread starts the actor system once Redis answers
-(:class:`~vmpooler.web.startup.ManagerStarter`: after 1 s, doubling to 30 s).
+(:class:`~vmpooler.web.cli.startup.ManagerStarter`: after 1 s, doubling to 30 s).
 
 Metrics: each worker builds its own backend from the configuration after the fork (a
 socket is never shared between processes) and closes it when the worker exits; under
@@ -39,14 +39,14 @@ from vmpooler.actors.storage.connection import connect_configured
 from vmpooler.actors.storage.embedded_files import DataDirError, read_port
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 from vmpooler.actors.system import PoolerSystem
+from vmpooler.web.api_context import ApiContext
 from vmpooler.web.app import create_app
+from vmpooler.web.cli.log_json import JsonGunicornLogger
+from vmpooler.web.cli.log_setup import refuse_to_start
+from vmpooler.web.cli.startup import ManagerStarter
 from vmpooler.web.commands import DirectCommands, StreamCommands
 from vmpooler.web.connections import ConnectionLimits, error_response
-from vmpooler.web.context import ApiContext
-from vmpooler.web.logjson import JsonGunicornLogger
 from vmpooler.web.logsafe import SafeGunicornLogger
-from vmpooler.web.logsetup import refuse_to_start
-from vmpooler.web.startup import ManagerStarter
 
 __all__ = ["ApiServer", "ServeOptions", "redis_address"]
 

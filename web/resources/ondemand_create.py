@@ -39,12 +39,12 @@ import falcon
 from vmpooler.actors.config.overrides import saturate
 from vmpooler.actors.storage.request_ids import request_id_problem
 from vmpooler.actors.storage.request_store import Entry
-from vmpooler.web import checkout
+from vmpooler.web.alias_failover import failover_names
+from vmpooler.web.api_context import ApiContext
+from vmpooler.web.api_errors import ApiError
 from vmpooler.web.body import MAX_BODY, parse_json, read_raw
-from vmpooler.web.context import ApiContext
-from vmpooler.web.errors import ApiError
-from vmpooler.web.failover import failover_names
-from vmpooler.web.validate import ruby_to_i
+from vmpooler.web.input_rules import ruby_to_i
+from vmpooler.web.resources import vm_checkout
 
 __all__ = [
     "candidates",
@@ -151,8 +151,9 @@ def choose_pool(ctx: ApiContext, name: str, avoid: frozenset[str] = frozenset()
 
     With more than one candidate and a ``backend_weight`` for the clone target of every
     one, the draw is weighted (a weight of 0 never wins; all 0 → uniform); otherwise it is
-    uniform. Unlike checkout (:func:`vmpooler.web.checkout.candidate_pools`), an alias that is
-    not itself a pool is not a candidate, so weights apply to aliases too, as in vmpooler.
+    uniform. Unlike checkout
+    (:func:`vmpooler.web.resources.vm_checkout.candidate_pools`), an alias that is not
+    itself a pool is not a candidate, so weights apply to aliases too, as in vmpooler.
     The pools of ``avoid`` (those that cannot deliver now) are left out unless no other
     candidate is left.
     """
@@ -160,14 +161,14 @@ def choose_pool(ctx: ApiContext, name: str, avoid: frozenset[str] = frozenset()
     if not backends:
         return None
     backends = [b for b in backends if b not in avoid] or backends
-    drawn = checkout.weighted_draw(ctx.config, ctx.rng, backends) if len(backends) > 1 else None
+    drawn = vm_checkout.weighted_draw(ctx.config, ctx.rng, backends) if len(backends) > 1 else None
     return drawn or ctx.rng.choice(backends)
 
 
 def plan(ctx: ApiContext, counts: Mapping[str, int]) -> list[Entry]:
     """One pool drawn per instance, counted per (name, pool) in order of first draw. For a
     name served by a pool with ``failover: true`` (ours) the draw leaves out the pools that
-    cannot deliver now (:mod:`vmpooler.web.failover`), unless none can."""
+    cannot deliver now (:mod:`vmpooler.web.alias_failover`), unless none can."""
     entries: list[Entry] = []
     served_by_failover = failover_names(ctx.config)
     for name, count in counts.items():
