@@ -50,6 +50,7 @@ from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, manager_id, prune_age
 from vmpooler.actors.storage.membership import Membership, live_managers
 from vmpooler.actors.storage.request_store import DeleteOutcome, Entry, RequestRecord, RequestStore
+from vmpooler.actors.storage.schema import Queue
 from vmpooler.actors.storage.store import Store
 from vmpooler.providers.base import Provider
 
@@ -309,12 +310,12 @@ class PoolerSystem:
         """Queue sizes from Redis (one round trip). ``KeyError`` for an unknown pool."""
         cfg = self.config.pool(pool)
         sizes = self.store.queue_sizes(pool)
-        return PoolStatus(pool, cfg.size, sizes["ready"], sizes["pending"], sizes["running"],
-                          sizes["completed"])
+        return PoolStatus(pool, cfg.size, sizes[Queue.READY], sizes[Queue.PENDING],
+                          sizes[Queue.RUNNING], sizes[Queue.COMPLETED])
 
     def ready_vms(self, pool: str) -> set[str]:
         """Names of the pool's ready VMs."""
-        return self.store.members(pool, "ready")
+        return self.store.members(pool, Queue.READY)
 
     def notify(self, pool: str, reason: str = "") -> bool:
         """Tell the pool's actor its state changed in Redis; it starts a cycle at once.

@@ -18,6 +18,7 @@ from vmpooler.actors.storage.schema.failover_scripts import FailoverScripts
 from vmpooler.actors.storage.schema.lease_scripts import LeaseScripts
 from vmpooler.actors.storage.schema.namespaces import NAMESPACES
 from vmpooler.actors.storage.schema.pool_scripts import Scripts
+from vmpooler.actors.storage.schema.queues import Queue, queue
 from vmpooler.actors.storage.schema.quota_scripts import QuotaScripts
 from vmpooler.actors.storage.schema.ratelimit_scripts import RateLimitScripts
 from vmpooler.actors.storage.schema.request_scripts import RequestScripts
@@ -29,6 +30,7 @@ __all__ = [
     "BrakeScripts",
     "FailoverScripts",
     "LeaseScripts",
+    "Queue",
     "QuotaScripts",
     "RateLimitScripts",
     "RequestScripts",
@@ -74,6 +76,7 @@ __all__ = [
     "provider_health",
     "provisioning_processing",
     "provisioning_request",
+    "queue",
     "ratelimit",
     "ready",
     "request_vms",
