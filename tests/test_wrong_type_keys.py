@@ -170,11 +170,20 @@ def test_namespaces_list_the_first_word_of_every_key() -> None:
         fn = getattr(schema, name)
         if not inspect.isfunction(fn) or name in ("request_vms", "vm_name"):
             continue
-        key = fn(*["x"] * len(inspect.signature(fn).parameters))
-        assert key.startswith(prefix), name
-        word = key[len(prefix):].split("__")[0]
-        assert word in schema.NAMESPACES, f"{name}: add {word!r} to schema.NAMESPACES"
-        assert request_id_problem(word) is not None
+        if name == "queue":
+            keys = [fn(queue, "x") for queue in schema.Queue]
+        else:
+            keys = [fn(*["x"] * len(inspect.signature(fn).parameters))]
+        for key in keys:
+            assert key.startswith(prefix), name
+            word = key[len(prefix):].split("__")[0]
+            assert word in schema.NAMESPACES, f"{name}: add {word!r} to schema.NAMESPACES"
+            assert request_id_problem(word) is not None
+
+
+def test_a_queue_key_is_the_key_of_that_queue() -> None:
+    for queue in schema.Queue:
+        assert schema.queue(queue, "p") == getattr(schema, queue.value)("p")
 
 
 @pytest.mark.parametrize("request_id", ["vm__inj", "vm_", "_vm", "vm", "token", "dlq",

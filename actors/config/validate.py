@@ -118,7 +118,7 @@ def _check_provider_settings(
     checks: Mapping[str, ProviderCheck],
 ) -> None:
     """Run each provider class's own check over its section and pools."""
-    index = {}
+    index: dict[str, int] = {}
     for position, entry in enumerate(entries if isinstance(entries, list) else []):
         if isinstance(entry, Mapping) and isinstance(entry.get("name"), str):
             index.setdefault(entry["name"], position)
