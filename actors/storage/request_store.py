@@ -14,7 +14,7 @@ import re
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -189,7 +189,7 @@ class RequestStore:
         pipe = self.client.pipeline(transaction=False)
         pipe.hmget(key, list(fields))
         (values,) = tolerant_results(pipe, [key], "hash", self.wrong_type)
-        return values
+        return cast("list[str | None] | None", values)
 
     def owner_token(self, request_id: str) -> str | None:
         """The token the request was created with (``token:token``), or None."""

@@ -255,8 +255,8 @@ class RunningStats(_Stats):
             entry["running"] += running[pool.name]
         if _history(req):
             sums: dict[str, dict[int, int]] = {}
-            for pool, points in self._last_hour().items():
-                per_t = sums.setdefault(major(pool), {})
+            for pool_name, points in self._last_hour().items():
+                per_t = sums.setdefault(major(pool_name), {})
                 for p in points:
                     per_t[p.t] = per_t.get(p.t, 0) + p.running
             for name, entry in body.items():
