@@ -30,7 +30,13 @@ import redis
 
 from vmpooler.actors.config import Config, PoolConfig
 from vmpooler.actors.factories import ActorFactories, SystemResources
-from vmpooler.actors.messages import PoolChanged, RequestChanged, StartDrain, StopSupervising
+from vmpooler.actors.messages import (
+    PoolChanged,
+    RequestChanged,
+    StartDrain,
+    StopSupervising,
+    TasksQueued,
+)
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.metrics.factory import create_metrics
 from vmpooler.actors.pool.hostnames import HostnameGenerator
@@ -361,7 +367,7 @@ class PoolerSystem:
 
     def notify_tasks(self) -> bool:
         """Tell the task actor that disk/snapshot tasks were queued."""
-        return self._tell("tasks", PoolChanged("", "tasks queued"))
+        return self._tell("tasks", TasksQueued())
 
     def actor_ref(self, name: str) -> pykka.ActorRef[Any] | None:
         """The live actor named ``pool:<name>``, ``provider:<name>`` or ``tasks``."""
