@@ -238,10 +238,10 @@ class CommandConsumer(SupervisedActor):
     def setup(self) -> None:
         self._reader = _Reader(self.client, self._post, self.options, self.clock)
 
-    def handle(self, message: Any) -> Any:
-        if isinstance(message, _Delivered):
-            self._process(message.entries)
-        return None
+    def handle(self, message: object) -> None:
+        match message:
+            case _Delivered(entries=entries):
+                self._process(entries)
 
     def read_errors(self) -> int:
         """How many reads of the stream have failed so far (each one logged)."""
