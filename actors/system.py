@@ -55,8 +55,8 @@ from vmpooler.actors.storage.connection import connect_configured
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, manager_id, prune_age
 from vmpooler.actors.storage.membership import Membership, live_managers
+from vmpooler.actors.storage.queues import Queue
 from vmpooler.actors.storage.request_store import DeleteOutcome, Entry, RequestRecord, RequestStore
-from vmpooler.actors.storage.schema import Queue
 from vmpooler.actors.storage.store import Store
 from vmpooler.providers.base import Provider
 

@@ -21,6 +21,7 @@ from vmpooler.actors.storage import schema, timefmt
 from vmpooler.actors.storage.activity_store import ActivityStore
 from vmpooler.actors.storage.checkout_store import CheckoutStore
 from vmpooler.actors.storage.pool_snapshot import read_vm_fields
+from vmpooler.actors.storage.queues import Queue
 from vmpooler.actors.storage.redis_errors import (
     WrongTypeKeys,
     is_wrong_type,
@@ -171,7 +172,7 @@ def test_namespaces_list_the_first_word_of_every_key() -> None:
         if not inspect.isfunction(fn) or name in ("request_vms", "vm_name"):
             continue
         if name == "queue":
-            keys = [fn(queue, "x") for queue in schema.Queue]
+            keys = [fn(queue, "x") for queue in Queue]
         else:
             keys = [fn(*["x"] * len(inspect.signature(fn).parameters))]
         for key in keys:
@@ -182,7 +183,7 @@ def test_namespaces_list_the_first_word_of_every_key() -> None:
 
 
 def test_a_queue_key_is_the_key_of_that_queue() -> None:
-    for queue in schema.Queue:
+    for queue in Queue:
         assert schema.queue(queue, "p") == getattr(schema, queue.value)("p")
 
 

@@ -73,8 +73,8 @@ from vmpooler.actors.runtime.clock import Clock, Scheduler, Timer
 from vmpooler.actors.runtime.remote import LocalOnly, Remote
 from vmpooler.actors.runtime.supervisor import ActorDirectory, SupervisedActor
 from vmpooler.actors.storage.lease_store import POOL, Fenced
+from vmpooler.actors.storage.queues import Queue
 from vmpooler.actors.storage.request_store import RequestStore
-from vmpooler.actors.storage.schema import Queue
 from vmpooler.actors.storage.store import Store
 
 __all__ = ["LOST_REASONS", "PoolActor"]

@@ -27,7 +27,7 @@ from vmpooler.actors.pool.dead_letters import DeadLetters
 from vmpooler.actors.pool.ondemand import OnDemandVms
 from vmpooler.actors.pool.upkeep import PoolUpkeep
 from vmpooler.actors.storage import timefmt
-from vmpooler.actors.storage.schema import Queue
+from vmpooler.actors.storage.queues import Queue
 from vmpooler.actors.storage.store import CloneReservation
 
 __all__ = ["Clones"]

@@ -30,7 +30,7 @@ from vmpooler.actors.pool.context import PoolContext
 from vmpooler.actors.pool.dead_letters import DeadLetters
 from vmpooler.actors.pool.ondemand import OnDemandVms
 from vmpooler.actors.storage import timefmt
-from vmpooler.actors.storage.schema import Queue
+from vmpooler.actors.storage.queues import Queue
 
 __all__ = ["StalePurge"]
 

@@ -23,10 +23,11 @@ from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.check_stamps import stamp_fields
 from vmpooler.actors.storage.lease_store import REQUEST, Fence, Fenced
 from vmpooler.actors.storage.pool_snapshot import PoolSnapshot, read_snapshot, read_vm_fields
+from vmpooler.actors.storage.queues import Queue
 from vmpooler.actors.storage.redis_errors import WrongTypeKeys
 from vmpooler.actors.storage.replies import fields as as_fields
 from vmpooler.actors.storage.replies import maybe_text, text_list, text_set
-from vmpooler.actors.storage.schema import Queue, Scripts
+from vmpooler.actors.storage.schema import Scripts
 from vmpooler.actors.storage.schema.lease_scripts import FENCED, fenced
 from vmpooler.actors.storage.schema.pool_scripts import RELEASE_SLOT_BODY
 

@@ -24,9 +24,10 @@ import redis
 from vmpooler.actors.storage import schema, timefmt
 from vmpooler.actors.storage.dlq import QUEUES, DeadLetter, parse_member
 from vmpooler.actors.storage.lease_store import Fence, Fenced
+from vmpooler.actors.storage.queues import Queue
 from vmpooler.actors.storage.redis_errors import WrongTypeKeys, tolerant_results
 from vmpooler.actors.storage.replies import maybe_text, scored
-from vmpooler.actors.storage.schema import Queue, UpkeepScripts
+from vmpooler.actors.storage.schema import UpkeepScripts
 from vmpooler.actors.storage.schema.lease_scripts import FENCED, fenced
 
 __all__ = ["QueueAges", "ReplayOutcome", "UpkeepStore", "VmHash"]

@@ -66,6 +66,7 @@ import falcon
 from vmpooler.actors.config import Config, PoolConfig
 from vmpooler.actors.storage.checkout_store import CheckoutStore
 from vmpooler.actors.storage.history_store import HistoryStore, Point
+from vmpooler.actors.storage.queues import Queue
 from vmpooler.actors.storage.status_store import StatusStore
 from vmpooler.web.context import ApiContext
 from vmpooler.web.errors import ApiError, json_body
@@ -247,8 +248,9 @@ class RunningStats(_Stats):
     """``GET /dashboard/stats/vmpooler/running``: ``{major: {running[, history]}}``."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        reading = self._store.status([pool.name for pool in self._pools], queues=("running",))
-        running = reading.counts["running"]
+        reading = self._store.status([pool.name for pool in self._pools],
+                                     queues=(Queue.RUNNING,))
+        running = reading.counts[Queue.RUNNING]
         body: dict[str, Any] = {}
         for pool in self._pools:
             entry = body.setdefault(major(pool.name), {"running": 0})

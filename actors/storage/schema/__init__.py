@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import hashlib
 
+from vmpooler.actors.storage.queues import Queue
 from vmpooler.actors.storage.schema.brake_scripts import BrakeScripts
 from vmpooler.actors.storage.schema.failover_scripts import FailoverScripts
 from vmpooler.actors.storage.schema.lease_scripts import LeaseScripts
 from vmpooler.actors.storage.schema.namespaces import NAMESPACES
 from vmpooler.actors.storage.schema.pool_scripts import Scripts
-from vmpooler.actors.storage.schema.queues import Queue, queue
 from vmpooler.actors.storage.schema.quota_scripts import QuotaScripts
 from vmpooler.actors.storage.schema.ratelimit_scripts import RateLimitScripts
 from vmpooler.actors.storage.schema.request_scripts import RequestScripts
@@ -30,7 +30,6 @@ __all__ = [
     "BrakeScripts",
     "FailoverScripts",
     "LeaseScripts",
-    "Queue",
     "QuotaScripts",
     "RateLimitScripts",
     "RequestScripts",
@@ -131,6 +130,11 @@ def discovered(pool: str) -> str:
 def migrating(pool: str) -> str:
     """Set of checked-out VMs the provider may migrate (a side set: they stay in running)."""
     return f"{_P}migrating__{pool}"
+
+
+def queue(name: Queue, pool: str) -> str:
+    """The key of ``pool``'s queue ``name`` (``queue(Queue.READY, p) == ready(p)``)."""
+    return f"{_P}{name}__{pool}"
 
 
 def held(pool: str) -> str:

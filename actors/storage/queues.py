@@ -1,15 +1,15 @@
-"""A pool's six VM queues (part of :mod:`vmpooler.actors.storage.schema`: import ``Queue``
-and ``queue`` from there)."""
+"""The names of a pool's VM queues, for the stores and their callers (the API included).
+Their Redis keys are spelled in :mod:`vmpooler.actors.storage.schema` (``schema.queue``)."""
 
 from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["Queue", "queue"]
+__all__ = ["Queue"]
 
 
 class Queue(StrEnum):
-    """One of a pool's VM queues: the Redis set ``vmpooler__<value>__<pool>``. Members are
+    """One of a pool's VM queues: the Redis set ``schema.queue(queue, pool)``. Members are
     in vmpooler's order (a VM lives in at most one of the first five; ``MIGRATING`` is a side
     set of running VMs). A member is its name as a ``str``, so it keys dicts read by name."""
 
@@ -19,8 +19,3 @@ class Queue(StrEnum):
     COMPLETED = "completed"
     DISCOVERED = "discovered"
     MIGRATING = "migrating"
-
-
-def queue(name: Queue, pool: str) -> str:
-    """The key of ``pool``'s queue ``name`` (``queue(Queue.READY, p) == ready(p)``)."""
-    return f"vmpooler__{name}__{pool}"
