@@ -48,6 +48,7 @@ __all__ = [
     "SendHeartbeat",
     "StartDrain",
     "SweepRequests",
+    "TasksQueued",
     "WantCloneSlot",
     "WantRequestVms",
     "request_actor_name",
@@ -224,6 +225,12 @@ class RefillPool:
     """Slot broker → pool actor: a clone slot is free; start clones if still short."""
 
     pool: str
+
+
+@dataclass(frozen=True, slots=True)
+class TasksQueued:
+    """Anyone → task actor: disk, snapshot or revert tasks were queued in Redis; the actor
+    runs a round at once instead of at its next timer."""
 
 
 @dataclass(frozen=True, slots=True)

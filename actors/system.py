@@ -30,7 +30,13 @@ import redis
 
 from vmpooler.actors.config import Config, PoolConfig
 from vmpooler.actors.factories import ActorFactories, SystemResources
-from vmpooler.actors.messages import PoolChanged, RequestChanged, StartDrain, StopSupervising
+from vmpooler.actors.messages import (
+    PoolChanged,
+    RequestChanged,
+    StartDrain,
+    StopSupervising,
+    TasksQueued,
+)
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.metrics.factory import create_metrics
 from vmpooler.actors.pool.hostnames import HostnameGenerator
@@ -49,6 +55,7 @@ from vmpooler.actors.storage.connection import connect_configured
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, manager_id, prune_age
 from vmpooler.actors.storage.membership import Membership, live_managers
+from vmpooler.actors.storage.queues import Queue
 from vmpooler.actors.storage.request_store import DeleteOutcome, Entry, RequestRecord, RequestStore
 from vmpooler.actors.storage.store import Store
 from vmpooler.providers.base import Provider
@@ -309,12 +316,12 @@ class PoolerSystem:
         """Queue sizes from Redis (one round trip). ``KeyError`` for an unknown pool."""
         cfg = self.config.pool(pool)
         sizes = self.store.queue_sizes(pool)
-        return PoolStatus(pool, cfg.size, sizes["ready"], sizes["pending"], sizes["running"],
-                          sizes["completed"])
+        return PoolStatus(pool, cfg.size, sizes[Queue.READY], sizes[Queue.PENDING],
+                          sizes[Queue.RUNNING], sizes[Queue.COMPLETED])
 
     def ready_vms(self, pool: str) -> set[str]:
         """Names of the pool's ready VMs."""
-        return self.store.members(pool, "ready")
+        return self.store.members(pool, Queue.READY)
 
     def notify(self, pool: str, reason: str = "") -> bool:
         """Tell the pool's actor its state changed in Redis; it starts a cycle at once.
@@ -360,7 +367,7 @@ class PoolerSystem:
 
     def notify_tasks(self) -> bool:
         """Tell the task actor that disk/snapshot tasks were queued."""
-        return self._tell("tasks", PoolChanged("", "tasks queued"))
+        return self._tell("tasks", TasksQueued())
 
     def actor_ref(self, name: str) -> pykka.ActorRef[Any] | None:
         """The live actor named ``pool:<name>``, ``provider:<name>`` or ``tasks``."""

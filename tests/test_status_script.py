@@ -21,10 +21,11 @@ from redis.utils import HIREDIS_AVAILABLE
 from tests.api_harness import api, api_config, api_pool
 from vmpooler.actors.storage import schema, timefmt
 from vmpooler.actors.storage.durations import DurationTotals, duration_totals
-from vmpooler.actors.storage.status_store import DAILY_KINDS, QUEUES, StatusReading, StatusStore
+from vmpooler.actors.storage.queues import Queue
+from vmpooler.actors.storage.status_store import DAILY_KINDS, StatusReading, StatusStore
 from vmpooler.web.resources import status as status_resource
 
-ALL_QUEUES = ("ready", "running", "pending", "completed")
+ALL_QUEUES = (Queue.READY, Queue.RUNNING, Queue.PENDING, Queue.COMPLETED)
 VIEWS = ["", "view=", "view=capacity", "view=pools", "view=queue", "view=boot,clone",
          "view=queue,pools", "view=boot,capacity,clone,pools,queue"]
 
@@ -32,7 +33,7 @@ VIEWS = ["", "view=", "view=capacity", "view=pools", "view=queue", "view=boot,cl
 class PipelineStatusStore(StatusStore):
     """The reference: every value read by its own command, in one pipeline."""
 
-    def status(self, pools: Sequence[str], *, queues: Collection[str] = ("ready",),
+    def status(self, pools: Sequence[str], *, queues: Collection[Queue] = (Queue.READY,),
                last_boot: bool = False, queue_totals: bool = False,
                daily: Collection[str] = (), durations: Collection[str] = (), date: str = "",
                providers: Sequence[str] = (), brakes: Sequence[str] = (),
@@ -41,7 +42,7 @@ class PipelineStatusStore(StatusStore):
         pipe = self._client.pipeline(transaction=False)
         for queue in queues:
             for pool in pools:
-                pipe.scard(QUEUES[queue](pool))
+                pipe.scard(schema.queue(queue, pool))
         if pools:
             pipe.hmget(schema.config_poolsize(), list(pools))
             if last_boot:
@@ -147,7 +148,7 @@ def seed(r: redis.Redis, names: Sequence[str]) -> None:
         for q, queue in enumerate(ALL_QUEUES):
             members = [f"{pool}-{queue}-{i}" for i in range((n + 2 * q) % 5)]
             if members and pool != "empty":
-                r.sadd(QUEUES[queue](pool), *members)
+                r.sadd(schema.queue(queue, pool), *members)
     r.hset(schema.config_poolsize(), mapping={names[0]: "7", names[2]: "zero?", names[3]: "",
                                                "not-configured": "3"})
     r.hset(schema.lastboot(), mapping={names[1]: "2024-03-01 10:00:00 +0000", names[3]: "",

@@ -94,6 +94,9 @@ def test_no_datacenter_leaves_the_placement_to_the_provider() -> None:
     assert parsed.pools["p1"].datacenter is None
     assert parsed.pools["p1"].with_datacenter("DC0").folder_path == "DC0/vm/f"
     assert parsed.pools["p2"].with_datacenter("DC0").datacenter == "DC1"
+    assert parsed.pools["p1"].with_datacenter("DC0").resolved_datacenter == "DC0"
+    with pytest.raises(ValueError, match="pool p1: the datacenter is not resolved"):
+        _ = parsed.pools["p1"].resolved_datacenter  # an inventory path must name one
 
 
 def test_bad_ready_check(tmp_path: Path) -> None:

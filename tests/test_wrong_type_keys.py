@@ -21,6 +21,7 @@ from vmpooler.actors.storage import schema, timefmt
 from vmpooler.actors.storage.activity_store import ActivityStore
 from vmpooler.actors.storage.checkout_store import CheckoutStore
 from vmpooler.actors.storage.pool_snapshot import read_vm_fields
+from vmpooler.actors.storage.queues import Queue
 from vmpooler.actors.storage.redis_errors import (
     WrongTypeKeys,
     is_wrong_type,
@@ -170,11 +171,20 @@ def test_namespaces_list_the_first_word_of_every_key() -> None:
         fn = getattr(schema, name)
         if not inspect.isfunction(fn) or name in ("request_vms", "vm_name"):
             continue
-        key = fn(*["x"] * len(inspect.signature(fn).parameters))
-        assert key.startswith(prefix), name
-        word = key[len(prefix):].split("__")[0]
-        assert word in schema.NAMESPACES, f"{name}: add {word!r} to schema.NAMESPACES"
-        assert request_id_problem(word) is not None
+        if name == "queue":
+            keys = [fn(queue, "x") for queue in Queue]
+        else:
+            keys = [fn(*["x"] * len(inspect.signature(fn).parameters))]
+        for key in keys:
+            assert key.startswith(prefix), name
+            word = key[len(prefix):].split("__")[0]
+            assert word in schema.NAMESPACES, f"{name}: add {word!r} to schema.NAMESPACES"
+            assert request_id_problem(word) is not None
+
+
+def test_a_queue_key_is_the_key_of_that_queue() -> None:
+    for queue in Queue:
+        assert schema.queue(queue, "p") == getattr(schema, queue.value)("p")
 
 
 @pytest.mark.parametrize("request_id", ["vm__inj", "vm_", "_vm", "vm", "token", "dlq",

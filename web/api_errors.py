@@ -96,7 +96,7 @@ def _http_error(req: falcon.Request, resp: falcon.Response, ex: falcon.HTTPError
     if ex.status_code not in (404, 405) and ex.title:
         body["error"] = ex.description or ex.title
     json_body(resp, ex.status_code, body)
-    for name, value in (ex.headers or {}).items():
+    for name, value in dict(ex.headers or {}).items():
         resp.set_header(name, value)
 
 

@@ -57,7 +57,7 @@ def path_label(router: CompiledRouter, rule: LabelRule, path: str) -> str:
     collapsed), except that a trailing slash is dropped.
     """
     found = router.find(path)
-    if found is None:
+    if found is None or found[3] is None:
         return UNMATCHED
     params, template = found[2], found[3]
     return rule.template(collapse_path(template), params or {})

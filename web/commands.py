@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 import redis
 
 from vmpooler.actors.service.command_stream import GROUP, STREAM, ensure_group
+from vmpooler.actors.storage.replies import fields as as_fields
 
 if TYPE_CHECKING:
     from vmpooler.actors.system import PoolerSystem
@@ -174,7 +175,7 @@ class StreamCommands:
             if not self._group_ready:
                 ensure_group(self.client, self.stream, self.group)
                 self._group_ready = True
-            self.client.xadd(self.stream, fields,
+            self.client.xadd(self.stream, as_fields(fields),
                              maxlen=self.maxlen, approximate=True)
         except redis.RedisError as exc:
             log.warning("[!] [commands] could not send %s '%s': %s", kind, pool, exc)

@@ -240,10 +240,11 @@ def _rejection(limit: int, period: int, ttl: int) -> dict[str, Any]:
 
 
 def build_middleware(ctx: ApiContext,
-                     observers: Sequence[RequestObserver] = ()) -> list[object]:
+                     observers: Sequence[RequestObserver] = ()
+                     ) -> list[RequestTimer | RequestLogger | RateLimiter]:
     """The middleware stack for ``ctx``: the timer (with ``observers``) always, the logger
     and the limiter when ``request_logger`` / ``rate_limiting_enabled`` are set."""
-    stack: list[object] = [RequestTimer(ctx, observers)]
+    stack: list[RequestTimer | RequestLogger | RateLimiter] = [RequestTimer(ctx, observers)]
     if ctx.config.settings.request_logger:
         stack.append(RequestLogger())
     if ctx.config.settings.rate_limiting_enabled:

@@ -196,7 +196,7 @@ def tag_metrics(raw: Mapping[str, str], *, only: str | None = None) -> Json:
 def tag_summary(days: Sequence[tuple[str, Mapping[str, str]]], *,
                 only: str | None = None) -> Json:
     """``{tag: <per-tag per-value sums over the range>, daily: [{date, tag}, ...]}``."""
-    daily = [{"date": date, "tag": tag_metrics(raw, only=only)} for date, raw in days]
+    daily: list[Json] = [{"date": date, "tag": tag_metrics(raw, only=only)} for date, raw in days]
     totals: Json = {}
     for day in daily:
         for tag, counts in day["tag"].items():

@@ -118,7 +118,8 @@ class Locator:
     path cannot be found (a missing key), the deepest existing ancestor is reported.
     """
 
-    def __init__(self, sources: Sequence[SourceText], origins: Mapping[KeyPath, str]) -> None:
+    def __init__(self, sources: Sequence[SourceText],
+                 origins: Mapping[tuple[str | int, ...], str]) -> None:
         # (merge order, name, top node, root key path) of each source that parses
         self._roots: list[tuple[int, str, yaml.Node, tuple[str, ...]]] = []
         for order, source in enumerate(sources):

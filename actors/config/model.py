@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from vmpooler.actors.config._data import empty_mapping, freeze, mask_secrets
 
@@ -430,7 +430,7 @@ class Config:
         for pool in self.pools:
             for alias in pool.alias:
                 index.setdefault(alias, []).append(pool.name)
-        return freeze(index)
+        return cast("Mapping[str, tuple[str, ...]]", freeze(index))
 
     def masked(self) -> dict[str, Any]:
         """A plain copy of ``raw`` with every secret value replaced by ``"********"``."""

@@ -67,8 +67,9 @@ def effective_document(config: Config) -> dict[str, Any]:
                              "prometheus_endpoint": metrics.prometheus.endpoint,
                              "multiprocess_dir": metrics.prometheus.multiprocess_dir}
     elif metrics.backend != "none":
-        section = {"server" if metrics.backend != "datadog" else "host": metrics.host,
-                   "port": metrics.port, "prefix": metrics.prefix}
+        section: dict[str, Any] = {
+            "server" if metrics.backend != "datadog" else "host": metrics.host,
+            "port": metrics.port, "prefix": metrics.prefix}
         if metrics.backend == "datadog":
             section["tags"] = list(metrics.tags)
         raw_section = config.raw.get(metrics.backend)

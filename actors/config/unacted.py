@@ -33,7 +33,7 @@ VSPHERE_ONLY = ("create_folders", "manage_host_selection", "host_selection_max_a
 """``:config:`` keys that only the vSphere provider reads."""
 
 # (switch, keys that do nothing while it is false)
-_SWITCHED = (
+_SWITCHED: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("purge_enabled", ("purge_dry_run", "purge_interval", "max_pending_age", "max_ready_age",
                        "max_completed_age", "max_orphaned_age")),
     ("health_check_enabled", ("health_check_interval", "health_thresholds")),

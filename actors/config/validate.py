@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import fields
 from pathlib import PurePath
-from typing import Any
+from typing import Any, cast
 
 from vmpooler.actors.config._check import Checker
 from vmpooler.actors.config._data import freeze
@@ -118,7 +118,7 @@ def _check_provider_settings(
     checks: Mapping[str, ProviderCheck],
 ) -> None:
     """Run each provider class's own check over its section and pools."""
-    index = {}
+    index: dict[str, int] = {}
     for position, entry in enumerate(entries if isinstance(entries, list) else []):
         if isinstance(entry, Mapping) and isinstance(entry.get("name"), str):
             index.setdefault(entry["name"], position)
@@ -199,7 +199,7 @@ def _health_thresholds(section: Mapping[str, Any], chk: Checker) -> Mapping[str,
                      f"{', '.join(DEFAULT_HEALTH_THRESHOLDS)})")
             continue
         merged[key] = chk.get(given, key, path, "number", merged[key], minimum=0)
-    return freeze(merged)
+    return cast("Mapping[str, float]", freeze(merged))
 
 
 def _replace(settings: GlobalSettings, changes: Mapping[str, Any]) -> GlobalSettings:
@@ -316,7 +316,7 @@ def _auth(doc: Mapping[str, Any], chk: Checker, debug: bool) -> Mapping[str, Any
         chk.mapping(ldap.get("service_account_hash"), (*path, "ldap", "service_account_hash"))
     elif isinstance(provider, str) and provider != "dummy":
         chk.fail((*path, "provider"), f"unknown auth provider {provider!r} (dummy or ldap)")
-    return freeze(section)
+    return cast("Mapping[str, Any]", freeze(section))
 
 
 def _tagfilter(section: Mapping[str, Any], chk: Checker) -> Mapping[str, str]:
@@ -332,7 +332,7 @@ def _tagfilter(section: Mapping[str, Any], chk: Checker) -> Mapping[str, str]:
             chk.fail(path, f"invalid regular expression {pattern!r}: {exc}")
             continue
         filters[str(tag)] = pattern
-    return freeze(filters)
+    return cast("Mapping[str, str]", freeze(filters))
 
 
 def _metrics(doc: Mapping[str, Any], chk: Checker, data_dir: str) -> MetricsSettings:
@@ -383,7 +383,7 @@ def _rate_limits(section: Mapping[str, Any], chk: Checker) -> Mapping[str, Mappi
         limits[name]["limit"] = chk.get(entry, "limit", path, "int", limits[name]["limit"])
         limits[name]["period"] = chk.get(entry, "period", path, "int", limits[name]["period"],
                                          minimum=1)
-    return freeze(limits)
+    return cast("Mapping[str, Mapping[str, int]]", freeze(limits))
 
 
 def _prometheus(section: Mapping[str, Any], chk: Checker, data_dir: str) -> MetricsSettings:

@@ -23,6 +23,7 @@ import os
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -41,6 +42,7 @@ from vmpooler.actors.metrics.prometheus_families import (
     HTTP_BUCKETS,
     IGNORED,
     Family,
+    GaugeMode,
     resolve,
 )
 
@@ -57,6 +59,8 @@ log = logging.getLogger(__name__)
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 _Metric = Counter | Gauge | Histogram
+_M = TypeVar("_M", Counter, Gauge, Histogram)
+
 
 
 def multiprocess_dir() -> str | None:
@@ -135,10 +139,10 @@ class PrometheusMetrics(Backend):
         if self._closed:
             return
         try:
-            requests = self._metric("http_requests_total", "counter", ("code", "method", "path"),
+            requests = self._metric("http_requests_total", Counter, ("code", "method", "path"),
                                     "The total number of HTTP requests handled by the API.")
             requests.labels(str(code), method, path, *self._constant.values()).inc()
-            durations = self._metric("http_request_duration_seconds", "histogram",
+            durations = self._metric("http_request_duration_seconds", Histogram,
                                      ("method", "path"), "The HTTP response duration of the API.",
                                      buckets=HTTP_BUCKETS)
             durations.labels(method, path, *self._constant.values()).observe(seconds)
@@ -150,7 +154,7 @@ class PrometheusMetrics(Backend):
         if self._closed:
             return
         try:
-            exceptions = self._metric("http_exceptions_total", "counter", ("exception",),
+            exceptions = self._metric("http_exceptions_total", Counter, ("exception",),
                                       "The total number of exceptions raised by the API.")
             exceptions.labels(exception, *self._constant.values()).inc()
         except Exception as exc:
@@ -183,45 +187,51 @@ class PrometheusMetrics(Backend):
             family = found.family
             metric = self._family_metric(found.name, family)
             labels = (*found.labels, *self._constant.values())
-            child = metric.labels(*labels)
-            if family.kind == "counter" and kind == "increment":
-                child.inc(value)
-            elif family.kind == "gauge" and kind == "gauge":
-                child.set(value)
+            if kind == "increment" and isinstance(metric, Counter | Gauge):
+                metric.labels(*labels).inc(value)
+            elif kind == "gauge" and isinstance(metric, Gauge):
+                metric.labels(*labels).set(value)
                 if family.also is not None:
-                    twin = self._family_metric(family.also, FAMILIES[family.also])
+                    also = FAMILIES[family.also]
+                    twin = self._metric(family.also, Histogram, also.labels, also.help,
+                                        buckets=also.buckets)
                     twin.labels(*labels).observe(value)
-            elif family.kind == "gauge" and kind == "increment":
-                child.inc(value)
-            elif family.kind == "histogram" and kind == "timing":
-                child.observe(value)
+            elif kind == "timing" and isinstance(metric, Histogram):
+                metric.labels(*labels).observe(value)
             else:
                 self._report(name, f"a {kind} on the {family.kind} family {found.key}")
         except Exception as exc:  # never let metrics break the caller
             self._report(name, exc)
 
     def _family_metric(self, exposed: str, family: Family) -> _Metric:
-        return self._metric(exposed, family.kind, family.labels, family.help,
-                            buckets=family.buckets, mode=family.mode)
+        if family.kind == "counter":
+            return self._metric(exposed, Counter, family.labels, family.help)
+        if family.kind == "gauge":
+            return self._metric(exposed, Gauge, family.labels, family.help, mode=family.mode)
+        return self._metric(exposed, Histogram, family.labels, family.help,
+                            buckets=family.buckets)
 
-    def _metric(self, exposed: str, kind: str, labels: tuple[str, ...], help_text: str, *,
-                buckets: tuple[float, ...] = (), mode: str = "livemostrecent") -> _Metric:
+    def _metric(self, exposed: str, kind: type[_M], labels: tuple[str, ...], help_text: str, *,
+                buckets: tuple[float, ...] = (), mode: GaugeMode = "livemostrecent") -> _M:
+        """The registered metric ``exposed`` (namespaced), made a ``kind`` on first use.
+        ``TypeError`` if it was first made another kind."""
         full = f"{self.namespace}_{exposed}" if self.namespace else exposed
         with self._lock:
             metric = self._metrics.get(full)
-            if metric is not None:
-                return metric
-            names = (*labels, *self._constant)
-            common = {"registry": self.registry}
-            if kind == "counter":
-                metric = Counter(full, help_text, names, **common)
-            elif kind == "gauge":
-                metric = Gauge(full, help_text, names, multiprocess_mode=mode, **common)
-            else:
-                metric = Histogram(full, help_text, names, buckets=buckets or HTTP_BUCKETS,
-                                   **common)
-            self._metrics[full] = metric
-            return metric
+            if metric is None:
+                names = (*labels, *self._constant)
+                if kind is Counter:
+                    metric = Counter(full, help_text, names, registry=self.registry)
+                elif kind is Gauge:
+                    metric = Gauge(full, help_text, names, multiprocess_mode=mode,
+                                   registry=self.registry)
+                else:
+                    metric = Histogram(full, help_text, names,
+                                       buckets=buckets or HTTP_BUCKETS, registry=self.registry)
+                self._metrics[full] = metric
+        if not isinstance(metric, kind):
+            raise TypeError(f"{full} is a {type(metric).__name__}, not a {kind.__name__}")
+        return metric
 
     def _report(self, name: str, problem: object) -> None:
         """Log a dropped sample once per name (vmpooler logged every one)."""

@@ -45,6 +45,9 @@ HTTP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 ONDEMAND_BUCKETS = (10.0, 20.0, 30.0, 60.0, 120.0, 180.0, 300.0, 600.0, 900.0, 1200.0, 1800.0)
 QUEUE_WAIT_BUCKETS = (0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
+GaugeMode = Literal["livemostrecent", "livesum"]
+"""The multiprocess modes a family's gauge uses (see :class:`Family`)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Family:
@@ -62,7 +65,7 @@ class Family:
     labels: tuple[str, ...] = ()
     suffixes: tuple[str, ...] = ()
     buckets: tuple[float, ...] = ()
-    mode: str = "livemostrecent"
+    mode: GaugeMode = "livemostrecent"
     also: str | None = None
     keys: Mapping[str, str] = field(default_factory=dict)
 

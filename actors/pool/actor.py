@@ -73,6 +73,7 @@ from vmpooler.actors.runtime.clock import Clock, Scheduler, Timer
 from vmpooler.actors.runtime.remote import LocalOnly, Remote
 from vmpooler.actors.runtime.supervisor import ActorDirectory, SupervisedActor
 from vmpooler.actors.storage.lease_store import POOL, Fenced
+from vmpooler.actors.storage.queues import Queue
 from vmpooler.actors.storage.request_store import RequestStore
 from vmpooler.actors.storage.store import Store
 
@@ -137,7 +138,7 @@ class PoolActor(SupervisedActor):
         # Know the request VMs before any message: a clone answer addressed to a crashed
         # predecessor may arrive before the first cycle.
         try:
-            self.ondemand.load(self.ctx.store.members(self.ctx.name, "pending"))
+            self.ondemand.load(self.ctx.store.members(self.ctx.name, Queue.PENDING))
         except redis.RedisError as exc:
             log.warning("[!] [%s] could not read pending VMs at start: %s", self.ctx.name, exc)
         self.actor_ref.tell(RunPoolCycle(generation=0))

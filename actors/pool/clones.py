@@ -27,6 +27,7 @@ from vmpooler.actors.pool.dead_letters import DeadLetters
 from vmpooler.actors.pool.ondemand import OnDemandVms
 from vmpooler.actors.pool.upkeep import PoolUpkeep
 from vmpooler.actors.storage import timefmt
+from vmpooler.actors.storage.queues import Queue
 from vmpooler.actors.storage.store import CloneReservation
 
 __all__ = ["Clones"]
@@ -85,15 +86,15 @@ class Clones:
         started = 0
         backing_off = ctx.clock.monotonic() < self.retry_at
         if not self.upkeep.preparing and self.upkeep.initialised and not backing_off:
-            counts = ctx.store.counts(ctx.name, ("ready", "pending"))
-            pooled_pending = counts["pending"]
+            counts = ctx.store.counts(ctx.name, (Queue.READY, Queue.PENDING))
+            pooled_pending = counts[Queue.PENDING]
             if pooled_pending and len(self.ondemand):
                 # a request's VMs are not the pool's: those pending are left out (counting
                 # them as len(ondemand) also took off request VMs already delivered, and
                 # over-cloned)
-                pending = ctx.store.members(ctx.name, "pending")
+                pending = ctx.store.members(ctx.name, Queue.PENDING)
                 pooled_pending = sum(1 for vm in pending if vm not in self.ondemand)
-            want = self.upkeep.size - counts["ready"] - len(ctx.vms.held) - pooled_pending
+            want = self.upkeep.size - counts[Queue.READY] - len(ctx.vms.held) - pooled_pending
             for _ in range(max(0, want)):
                 if not self.start(None):
                     break

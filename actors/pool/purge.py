@@ -30,6 +30,7 @@ from vmpooler.actors.pool.context import PoolContext
 from vmpooler.actors.pool.dead_letters import DeadLetters
 from vmpooler.actors.pool.ondemand import OnDemandVms
 from vmpooler.actors.storage import timefmt
+from vmpooler.actors.storage.queues import Queue
 
 __all__ = ["StalePurge"]
 
@@ -53,9 +54,9 @@ class StalePurge:
         ctx = self.ctx
         s, name, now = ctx.settings, ctx.name, ctx.clock.now()
         counts = self.counts = {"pending": 0, "ready": 0, "completed": 0}
-        rules = (("pending", ("clone",), s.max_pending_age),
-                 ("ready", ("ready",), s.max_ready_age),
-                 ("completed", ("destroy", "checkout"), s.max_completed_age))
+        rules = ((Queue.PENDING, ("clone",), s.max_pending_age),
+                 (Queue.READY, ("ready",), s.max_ready_age),
+                 (Queue.COMPLETED, ("destroy", "checkout"), s.max_completed_age))
         for queue, stamps, limit in rules:
             vms = sorted(ctx.store.members(name, queue))
             for vm, values in ctx.store.vm_fields(vms, list(stamps)).items():

@@ -1,7 +1,7 @@
 """Disk, snapshot and snapshot-revert tasks (reference §4.9).
 
 The API queues tasks in Redis sets (``vmpooler__tasks__disk`` …). This actor takes them on
-a timer — and at once when told :class:`~vmpooler.actors.messages.PoolChanged` — resolves
+a timer — and at once when told :class:`~vmpooler.actors.messages.TasksQueued` — resolves
 each VM's pool from its hash, sends the work to that pool's provider actor and records the
 result in the VM's hash. Unlike vmpooler (one task of each kind per 5 s) it takes every
 queued task each round, up to ``batch`` of each kind.
@@ -17,10 +17,10 @@ import redis
 
 from vmpooler.actors.messages import (
     CallProvider,
-    PoolChanged,
     ProviderCallFinished,
     ProviderOp,
     RunPoolCycle,
+    TasksQueued,
 )
 from vmpooler.actors.runtime.clock import Clock, Scheduler
 from vmpooler.actors.runtime.supervisor import ActorDirectory, SupervisedActor
@@ -73,7 +73,7 @@ class TaskActor(SupervisedActor):
         if isinstance(message, RunPoolCycle):
             self._round()
             self.scheduler.tell_later(self.interval, self.actor_ref, RunPoolCycle())
-        elif isinstance(message, PoolChanged):
+        elif isinstance(message, TasksQueued):
             self._round()
         elif isinstance(message, ProviderCallFinished):
             self._finished(message)

@@ -118,20 +118,20 @@ class ProviderActor(SupervisedActor):
         self._monitor: Timer | None = None
 
     # -- mailbox ----------------------------------------------------------------------------
-    def handle(self, message: Any) -> Any:
-        if isinstance(message, CallProvider):
-            self._submit(message)
-        elif isinstance(message, CallDone):
-            self._done(message)
-        elif isinstance(message, CallTimedOut):
-            self._timed_out(message.token)
-        elif isinstance(message, CallQueued):
-            self._queued(message.token)
-        elif isinstance(message, CallRunning):
-            self._running(message)
-        elif isinstance(message, MonitorTick):
-            self._tick()
-        return None
+    def handle(self, message: object) -> None:
+        match message:
+            case CallProvider():
+                self._submit(message)
+            case CallDone():
+                self._done(message)
+            case CallTimedOut(token=token):
+                self._timed_out(token)
+            case CallQueued(token=token):
+                self._queued(token)
+            case CallRunning():
+                self._running(message)
+            case MonitorTick():
+                self._tick()
 
     def setup(self) -> None:
         now = self.clock.monotonic()

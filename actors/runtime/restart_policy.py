@@ -71,7 +71,7 @@ class RestartPolicy:
         counts = error_class not in self.outage_errors
         if counts and history.budget_used() >= self.intensity:
             return None
-        delay = min(self.max_backoff, self.backoff * (2 ** min(len(history), 62)))
+        delay: float = min(self.max_backoff, self.backoff * (2 ** min(len(history), 62)))
         history.times.append(now)
         history.counted.append(counts)
         return delay

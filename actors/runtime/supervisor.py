@@ -84,8 +84,9 @@ class _Supervised:
         self.supervised_name = name
         self.supervisor = supervisor
 
-    def handle(self, message: Any) -> Any:
-        """Handle one message; raising stops this actor and reports it to the supervisor."""
+    def handle(self, message: object) -> Any:
+        """Handle one message (subclasses ``match`` it on their message types); raising
+        stops this actor and reports it to the supervisor."""
         raise NotImplementedError
 
     def setup(self) -> None:
@@ -204,15 +205,17 @@ class Supervisor(pykka.ThreadingActor):
             log.exception("[!] [supervisor] could not handle %r; carrying on", message)
         return None
 
-    def _receive(self, message: Any) -> None:
+    def _receive(self, message: object) -> None:
         if isinstance(message, StopSupervising):
             self.stopping = True
-        elif self.stopping:
             return
-        elif isinstance(message, ActorCrashed):
-            self._crashed(message)
-        elif isinstance(message, RestartActor):
-            self._restart(message)
+        if self.stopping:
+            return
+        match message:
+            case ActorCrashed():
+                self._crashed(message)
+            case RestartActor():
+                self._restart(message)
 
     def _crashed(self, message: ActorCrashed) -> None:
         spec = self.children.get(message.name)

@@ -38,6 +38,7 @@ from vmpooler.actors.runtime.clock import Clock, RealClock
 from vmpooler.actors.runtime.supervisor import SupervisedActor
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.connection import pool_like
+from vmpooler.actors.storage.replies import stream_reply
 
 __all__ = ["BLOCK_MS", "CLAIM_EVERY", "CLAIM_IDLE_MS", "GROUP", "STREAM", "CommandConsumer",
            "SeenIds", "StreamOptions", "consumer_factory", "consumer_name", "ensure_group"]
@@ -182,9 +183,10 @@ class _Reader:
 
     def _read(self) -> bool:
         """One blocking read of new entries. False once nobody takes deliveries."""
-        reply = self._client.xreadgroup(self.o.group, self.o.consumer, {self.o.stream: ">"},
-                                        count=BATCH, block=self.block_ms)
-        entries = [(eid, fields) for _name, items in reply or [] for eid, fields in items]
+        reply = stream_reply(self._client.xreadgroup(
+            self.o.group, self.o.consumer, {self.o.stream: ">"}, count=BATCH, block=self.block_ms))
+        entries: list[Entry] = [
+            (eid, fields) for _name, items in reply for eid, fields in items]
         return not entries or self.deliver(entries)
 
     def _claim(self) -> None:
@@ -236,10 +238,10 @@ class CommandConsumer(SupervisedActor):
     def setup(self) -> None:
         self._reader = _Reader(self.client, self._post, self.options, self.clock)
 
-    def handle(self, message: Any) -> Any:
-        if isinstance(message, _Delivered):
-            self._process(message.entries)
-        return None
+    def handle(self, message: object) -> None:
+        match message:
+            case _Delivered(entries=entries):
+                self._process(entries)
 
     def read_errors(self) -> int:
         """How many reads of the stream have failed so far (each one logged)."""

@@ -70,12 +70,12 @@ class HistoryRecorder(SupervisedActor):
     def on_stop(self) -> None:
         self.ticks.cancel_all()
 
-    def handle(self, message: Any) -> Any:
-        if isinstance(message, RecordHistory):
-            now = self.clock.now()
-            self.ticks.arm(next_delay(now, self.interval), RecordHistory())
-            self._record(now)
-        return None
+    def handle(self, message: object) -> None:
+        match message:
+            case RecordHistory():
+                now = self.clock.now()
+                self.ticks.arm(next_delay(now, self.interval), RecordHistory())
+                self._record(now)
 
     def _record(self, now: float) -> None:
         try:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -97,21 +97,21 @@ class Housekeeper(SupervisedActor):
     def on_stop(self) -> None:
         self.ticks.cancel_all()
 
-    def handle(self, message: Any) -> Any:
-        if isinstance(message, RunPurge):
-            self.ticks.arm(self.settings.purge_interval, RunPurge())
-            self._guard("purge", self._start_purge)
-        elif isinstance(message, PoolPurged):
-            self._pool_purged(message)
-        elif isinstance(message, RunHealthCheck):
-            self.ticks.arm(self.settings.health_check_interval, RunHealthCheck())
-            self._guard("health", self._health_check)
-        elif isinstance(message, ProviderCallFinished):
-            self._provider_answered(message)
-        return None
+    def handle(self, message: object) -> None:
+        match message:
+            case RunPurge():
+                self.ticks.arm(self.settings.purge_interval, RunPurge())
+                self._guard("purge", self._start_purge)
+            case PoolPurged():
+                self._pool_purged(message)
+            case RunHealthCheck():
+                self.ticks.arm(self.settings.health_check_interval, RunHealthCheck())
+                self._guard("health", self._health_check)
+            case ProviderCallFinished():
+                self._provider_answered(message)
 
     @staticmethod
-    def _guard(what: str, fn: Any) -> None:
+    def _guard(what: str, fn: Callable[[], object]) -> None:
         try:
             fn()
         except redis.RedisError as exc:

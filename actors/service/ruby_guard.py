@@ -33,6 +33,7 @@ import redis
 from vmpooler.actors.config import Config
 from vmpooler.actors.storage import schema, timefmt
 from vmpooler.actors.storage.check_stamps import CheckStamp, read_ready_stamps
+from vmpooler.actors.storage.replies import text_set
 
 __all__ = ["ForeignManagerError", "ForeignStamp", "foreign_window",
            "refuse_beside_foreign_manager", "youngest_foreign"]
@@ -106,7 +107,7 @@ def refuse_beside_foreign_manager(client: redis.Redis, config: Config, now: floa
     were looked at. Reads only (three pipelined round trips); ``now`` is epoch seconds (the
     manager's clock). Raises ``redis.RedisError`` when Redis cannot be read."""
     pools = [pool.name for pool in config.pools]
-    pools += sorted(set(client.smembers(schema.pools())) - set(pools))
+    pools += sorted(text_set(client.smembers(schema.pools())) - set(pools))
     stamps = read_ready_stamps(client, pools)
     window = foreign_window(config)
     foreign = youngest_foreign(stamps, now, window)

@@ -15,6 +15,7 @@ import redis
 
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.lease_store import Fence, Fenced
+from vmpooler.actors.storage.replies import text_set
 from vmpooler.actors.storage.schema import BrakeScripts
 from vmpooler.actors.storage.schema.lease_scripts import FENCED, fenced
 
@@ -45,7 +46,7 @@ class BrakeStore:
 
     def held(self, pool: str) -> set[str]:
         """The pool's held VMs."""
-        return set(self.client.smembers(schema.held(pool)))
+        return set(text_set(self.client.smembers(schema.held(pool))))
 
     def publish(self, pool: str, *, engaged: bool, failures: int, held: int,
                 updated: str) -> None:

@@ -23,6 +23,7 @@ import redis
 
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.redis_errors import WrongTypeKeys, is_wrong_type, tolerant_results
+from vmpooler.actors.storage.replies import text_dict
 from vmpooler.actors.storage.schema import Scripts
 from vmpooler.actors.storage.store import read_vm_fields
 
@@ -190,7 +191,7 @@ class CheckoutStore:
         its key holds something else than a hash)."""
         key = schema.vm(vm)
         try:
-            return dict(self.client.hgetall(key))
+            return dict(text_dict(self.client.hgetall(key)))
         except redis.ResponseError as exc:
             if not is_wrong_type(exc):
                 raise

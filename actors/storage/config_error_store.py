@@ -19,6 +19,7 @@ from typing import Any
 import redis
 
 from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.replies import maybe_text
 
 __all__ = ["ConfigErrorStore", "parse_config_error"]
 
@@ -56,4 +57,4 @@ class ConfigErrorStore:
 
     def read(self, pool: str) -> Mapping[str, str] | None:
         """The pool's error as published; None when the pool is not in the state."""
-        return parse_config_error(self.client.hget(schema.config_errors(), pool))
+        return parse_config_error(maybe_text(self.client.hget(schema.config_errors(), pool)))

@@ -20,6 +20,7 @@ import redis
 from vmpooler.actors.config import PoolConfig
 from vmpooler.actors.config.overrides import effective_size, ruby_integer
 from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.replies import fields
 
 __all__ = ["ConfigStore", "OverrideKind", "Overrides", "ruby_integer"]
 
@@ -94,7 +95,7 @@ class ConfigStore:
     def set_overrides(self, kind: OverrideKind, values: Mapping[str, str]) -> None:
         """HSET ``pool → value`` for every entry of ``values`` (nothing if empty)."""
         if values:
-            self.client.hset(_HASHES[kind](), mapping=dict(values))
+            self.client.hset(_HASHES[kind](), mapping=fields(values))
 
     def remove_override(self, kind: OverrideKind, pool: str, *, undo: bool) -> None:
         """HDEL the pool's override; with ``undo``, SADD it to the kind's undo set too, so

@@ -200,11 +200,11 @@ def pool_like(client: redis.Redis, *, blocking: bool, max_connections: int | Non
     elif max_connections is not None:
         kwargs["max_connections"] = max_connections
     if isinstance(pool, SentinelConnectionPool):
-        kind = BlockingSentinelPool if blocking else SentinelConnectionPool
-        return kind(pool.service_name, pool.sentinel_manager,
-                    connection_class=pool.connection_class, **kwargs)
-    kind = redis.BlockingConnectionPool if blocking else redis.ConnectionPool
-    return kind(connection_class=pool.connection_class, **kwargs)
+        sentinel = BlockingSentinelPool if blocking else SentinelConnectionPool
+        return sentinel(pool.service_name, pool.sentinel_manager,
+                        connection_class=pool.connection_class, **kwargs)
+    plain = redis.BlockingConnectionPool if blocking else redis.ConnectionPool
+    return plain(connection_class=pool.connection_class, **kwargs)
 
 
 def sibling(client: redis.Redis, *, max_connections: int, timeout: float = 5.0,

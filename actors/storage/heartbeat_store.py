@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import redis
 
 from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.replies import scored
 
 __all__ = ["Beat", "HeartbeatStore", "manager_id", "prune_age", "stale_age"]
 
@@ -80,7 +81,7 @@ class HeartbeatStore:
 
     def beats(self) -> list[Beat]:
         """Every member, newest beat first."""
-        rows = self.client.zrevrange(schema.manager_heartbeat(), 0, -1, withscores=True)
+        rows = scored(self.client.zrevrange(schema.manager_heartbeat(), 0, -1, withscores=True))
         return [Beat(str(member), float(score)) for member, score in rows]
 
     def readiness(self) -> tuple[list[Beat], str | None, str | None]:

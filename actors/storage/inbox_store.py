@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping
 import redis
 
 from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.replies import fields as as_fields
+from vmpooler.actors.storage.replies import stream_reply
 
 __all__ = ["INBOX_MAXLEN", "INBOX_TTL_MS", "InboxEntry", "InboxStore"]
 
@@ -44,7 +46,7 @@ class InboxStore:
         sent = 0
         for manager, fields in batch:
             key = schema.manager_inbox(manager)
-            pipe.xadd(key, dict(fields), maxlen=INBOX_MAXLEN, approximate=True)
+            pipe.xadd(key, as_fields(fields), maxlen=INBOX_MAXLEN, approximate=True)
             pipe.pexpire(key, INBOX_TTL_MS)
             sent += 1
         if sent:
@@ -54,9 +56,9 @@ class InboxStore:
     def read(self, manager: str, after: str, *, block_ms: int, count: int) -> list[InboxEntry]:
         """Entries of ``manager``'s inbox after id ``after`` (``"0-0"``: from the start),
         waiting up to ``block_ms`` for one."""
-        reply = self.client.xread({schema.manager_inbox(manager): after}, count=count,
-                                  block=block_ms)
-        return [(str(eid), dict(fields)) for _key, items in reply or [] for eid, fields in items]
+        reply = stream_reply(self.client.xread({schema.manager_inbox(manager): after},
+                                               count=count, block=block_ms))
+        return [(str(eid), dict(fields)) for _key, items in reply for eid, fields in items]
 
     def trim(self, manager: str, upto: str) -> None:
         """Forget the entries up to and including id ``upto`` (they were read)."""

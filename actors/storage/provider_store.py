@@ -15,6 +15,7 @@ from typing import Any
 import redis
 
 from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.replies import fields
 from vmpooler.actors.storage.schema import Scripts
 from vmpooler.providers.base import ConnectionPoolHealth
 
@@ -70,7 +71,7 @@ class ProviderStore:
         key = schema.provider_health(health.provider)
         pipe = self.client.pipeline(transaction=True)
         pipe.delete(key)
-        pipe.hset(key, mapping=health_fields(health))
+        pipe.hset(key, mapping=fields(health_fields(health)))
         pipe.expire(key, max(1, int(ttl)))
         pipe.execute()
 

@@ -14,7 +14,7 @@ import re
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -22,6 +22,7 @@ from vmpooler.actors.config.overrides import bounded_int
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.lease_store import Fence, Fenced
 from vmpooler.actors.storage.redis_errors import WrongTypeKeys, tolerant_results
+from vmpooler.actors.storage.replies import maybe_text, text_list
 from vmpooler.actors.storage.schema import RequestScripts
 from vmpooler.actors.storage.schema.lease_scripts import FENCED, fenced
 
@@ -188,7 +189,7 @@ class RequestStore:
         pipe = self.client.pipeline(transaction=False)
         pipe.hmget(key, list(fields))
         (values,) = tolerant_results(pipe, [key], "hash", self.wrong_type)
-        return values
+        return cast("list[str | None] | None", values)
 
     def owner_token(self, request_id: str) -> str | None:
         """The token the request was created with (``token:token``), or None."""
@@ -199,9 +200,11 @@ class RequestStore:
         the wrong type is no request, and a delivered-VM key of the wrong type holds no VM
         (both logged once)."""
         values = self._hash_read(request_id, "requested", "status", "failure_reason")
-        if values is None or values[0] is None:
+        if values is None:
             return None
         requested, status, failure_reason = values
+        if requested is None:
+            return None
         entries = parse_requested(requested)
         pipe = self.client.pipeline(transaction=False)
         keys = [schema.request_vms(request_id, e.alias, e.pool) for e in entries]
@@ -337,7 +340,7 @@ class RequestStore:
         fields = self.client.hmget(schema.odrequest(request_id), "requested", "status")
         if fields[0] is None:
             return ""
-        return fields[1] or None
+        return maybe_text(fields[1]) or None
 
     def record_retry(self, request_id: str, *, fence: Fence | None = None) -> int:
         """Count one more clone retry; returns the new count."""
@@ -377,8 +380,8 @@ class RequestStore:
         """Remove the ``vmpooler__odcreate__task`` members of requests not in ``keep`` (ids
         of requests with a live actor), left by an actor that finished while Redis was away.
         Request ids hold no ``:``, so the id is what follows the last one. Returns how many."""
-        stale = [m for m in self.client.zrange(schema.odcreate_task(), 0, -1)
-                 if m.rsplit(":", 1)[-1] not in keep]
+        members = text_list(self.client.zrange(schema.odcreate_task(), 0, -1))
+        stale = [m for m in members if m.rsplit(":", 1)[-1] not in keep]
         if stale:
             self.client.zrem(schema.odcreate_task(), *stale)
         return len(stale)

@@ -41,18 +41,12 @@ import redis
 
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.durations import DurationTotals, duration_totals
+from vmpooler.actors.storage.queues import Queue
 
-__all__ = ["DAILY_KINDS", "QUEUES", "SharedReads", "StatusReading", "StatusStore"]
+__all__ = ["DAILY_KINDS", "SharedReads", "StatusReading", "StatusStore"]
 
 T = TypeVar("T")
 
-QUEUES: Mapping[str, Callable[[str], str]] = MappingProxyType({
-    "ready": schema.ready,
-    "running": schema.running,
-    "pending": schema.pending,
-    "completed": schema.completed,
-})
-"""Per-pool queue sets whose sizes a reading may count, by name."""
 
 DAILY_KINDS: Mapping[str, Callable[[str], str]] = MappingProxyType({
     "boot": schema.boot_stats,
@@ -62,7 +56,7 @@ DAILY_KINDS: Mapping[str, Callable[[str], str]] = MappingProxyType({
 """Daily statistics hashes, by name: ``"<pool>:<vm>"`` -> seconds, or ``"<vm>:<tag>"`` -> value."""
 
 
-def _empty() -> Mapping[str, Any]:
+def _empty() -> Mapping[Any, Any]:
     return MappingProxyType({})
 
 
@@ -84,7 +78,7 @@ class StatusReading:
     (``vmpooler__failover__<pool>``), absent when none is fresh.
     """
 
-    counts: Mapping[str, Mapping[str, int]] = field(default_factory=_empty)
+    counts: Mapping[Queue, Mapping[str, int]] = field(default_factory=_empty)
     size_overrides: Mapping[str, str] = field(default_factory=_empty)
     last_boot: Mapping[str, str] = field(default_factory=_empty)
     clones_in_flight: int = 0
@@ -313,7 +307,7 @@ class StatusStore:
         self,
         pools: Sequence[str],
         *,
-        queues: Collection[str] = ("ready",),
+        queues: Collection[Queue] = (Queue.READY,),
         last_boot: bool = False,
         queue_totals: bool = False,
         daily: Collection[str] = (),
@@ -326,7 +320,7 @@ class StatusStore:
     ) -> StatusReading:
         """Read what ``/status`` needs in one round trip (one EVALSHA).
 
-        ``queues`` names the sets of :data:`QUEUES` to count for every pool; size overrides
+        ``queues`` names the queues to count for every pool; size overrides
         are always read. ``last_boot`` adds ``vmpooler__lastboot``; ``queue_totals`` adds the
         clone counters and the on-demand queues; ``daily`` names kinds of
         :data:`DAILY_KINDS` to read whole for ``date`` (``YYYY-MM-DD``), ``durations`` the
@@ -343,7 +337,7 @@ class StatusStore:
                    bool(config_errors), tuple(failovers))
         return self._shared.read(request, lambda: self._status(*request))
 
-    def _status(self, pools: tuple[str, ...], queues: tuple[str, ...], last_boot: bool,
+    def _status(self, pools: tuple[str, ...], queues: tuple[Queue, ...], last_boot: bool,
                 queue_totals: bool, daily: tuple[str, ...], durations: tuple[str, ...],
                 date: str, providers: tuple[str, ...],
                 brakes: tuple[str, ...] = (),
@@ -361,7 +355,7 @@ class StatusStore:
                 if config_errors:
                     lookups.append(schema.config_errors())
             layout = self._layout(
-                sets=[QUEUES[queue](pool) for queue in queues for pool in pools],
+                sets=[schema.queue(queue, pool) for queue in queues for pool in pools],
                 lookups=lookups, fields=list(pools), totals=queue_totals,
                 wholes=[*(DAILY_KINDS[kind](date) for kind in daily),
                         *(schema.provider_health(name) for name in providers),
@@ -411,8 +405,8 @@ class StatusStore:
 
     def ready_counts(self, pools: Sequence[str]) -> tuple[dict[str, int], Mapping[str, str]]:
         """``(ready size per pool, size overrides)`` of ``pools`` in one round trip."""
-        reading = self.status(pools, queues=("ready",))
-        return dict(reading.counts["ready"]), reading.size_overrides
+        reading = self.status(pools, queues=(Queue.READY,))
+        return dict(reading.counts[Queue.READY]), reading.size_overrides
 
     def total_running(self, pools: Sequence[str]) -> int:
         """Sum of the running-set sizes of ``pools``, in one round trip (one EVALSHA)."""

@@ -23,7 +23,10 @@ from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.check_stamps import stamp_fields
 from vmpooler.actors.storage.lease_store import REQUEST, Fence, Fenced
 from vmpooler.actors.storage.pool_snapshot import PoolSnapshot, read_snapshot, read_vm_fields
+from vmpooler.actors.storage.queues import Queue
 from vmpooler.actors.storage.redis_errors import WrongTypeKeys
+from vmpooler.actors.storage.replies import fields as as_fields
+from vmpooler.actors.storage.replies import maybe_text, text_list, text_set
 from vmpooler.actors.storage.schema import Scripts
 from vmpooler.actors.storage.schema.lease_scripts import FENCED, fenced
 from vmpooler.actors.storage.schema.pool_scripts import RELEASE_SLOT_BODY
@@ -110,7 +113,7 @@ class Store:
     # -- start-up ---------------------------------------------------------------------------
     def slot_owners(self) -> set[str]:
         """The managers that may hold clone slots."""
-        return set(self.client.hkeys(schema.tasks_slot_owners()))
+        return set(text_list(self.client.hkeys(schema.tasks_slot_owners())))
 
     def clone_in_flight(self, vm: str) -> bool:
         """True while some manager holds a clone slot for ``vm``: its clone was started and
@@ -143,8 +146,8 @@ class Store:
 
     def publish_pools(self, pools: Mapping[str, Mapping[str, str]]) -> list[str]:
         """Publish the configured pools; forget the ones no longer configured (returned)."""
-        known = self.client.smembers(schema.pools())
-        removed = sorted(set(known) - set(pools))
+        known = text_set(self.client.smembers(schema.pools()))
+        removed = sorted(known - set(pools))
         pipe = self.client.pipeline(transaction=True)
         for name in removed:
             pipe.srem(schema.pools(), name)
@@ -153,7 +156,7 @@ class Store:
             pipe.sadd(schema.pools(), name)
             pipe.delete(schema.pool_hash(name))
             if fields:
-                pipe.hset(schema.pool_hash(name), mapping=dict(fields))
+                pipe.hset(schema.pool_hash(name), mapping=as_fields(fields))
         pipe.execute()
         return removed
 
@@ -320,7 +323,7 @@ class Store:
             self._run("SET_FIELDS", [schema.vm(vm)] * len(fields),
                       [f"{k}\t{v}" for k, v in fields.items()])
             return
-        self.client.hset(schema.vm(vm), mapping=dict(fields))
+        self.client.hset(schema.vm(vm), mapping=as_fields(fields))
 
     def set_check_times(self, stamps: Mapping[str, str]) -> None:
         """HSET ``check`` on several VM hashes, each with ``check_by`` naming this store's
@@ -335,7 +338,7 @@ class Store:
             return
         pipe = self.client.pipeline(transaction=False)
         for name, mapping in fields.items():
-            pipe.hset(schema.vm(name), mapping=mapping)
+            pipe.hset(schema.vm(name), mapping=as_fields(mapping))
         pipe.execute()
 
     def leave_migrating(self, pool: str, vm: str) -> bool:
@@ -378,7 +381,7 @@ class Store:
 
     def pop_task(self, kind: str) -> str | None:
         """SPOP one ``disk``, ``snapshot`` or ``snapshot-revert`` task."""
-        return self.client.spop(_task_key(kind))
+        return maybe_text(self.client.spop(_task_key(kind)))
 
     def push_task(self, kind: str, task: str) -> None:
         """Queue a task again (SADD), e.g. one that met another call on its VM."""
@@ -386,11 +389,11 @@ class Store:
 
     def vm_field(self, vm: str, field: str) -> str | None:
         """HGET one field of a VM hash."""
-        return self.client.hget(schema.vm(vm), field)
+        return maybe_text(self.client.hget(schema.vm(vm), field))
 
     def append_disk(self, vm: str, size_gb: int) -> None:
         """Append ``+<n>gb`` to the VM's ``disk`` field."""
-        current = self.client.hget(schema.vm(vm), "disk")
+        current = maybe_text(self.client.hget(schema.vm(vm), "disk"))
         entry = f"+{size_gb}gb"
         self.client.hset(schema.vm(vm), "disk", f"{current}:{entry}" if current else entry)
 
@@ -403,24 +406,20 @@ class Store:
         pipe.expire(key, ttl)
         pipe.execute()
 
-    def queue_sizes(self, pool: str) -> dict[str, int]:
-        """SCARD of each queue of the pool."""
-        pipe = self.client.pipeline(transaction=False)
-        names = ("pending", "ready", "running", "completed", "discovered", "migrating")
-        for name in names:
-            pipe.scard(getattr(schema, name)(pool))
-        return dict(zip(names, pipe.execute(), strict=True))
+    def queue_sizes(self, pool: str) -> dict[Queue, int]:
+        """SCARD of each of the pool's queues (every :class:`Queue`), in one round trip."""
+        return self.counts(pool, tuple(Queue))
 
-    def counts(self, pool: str, queues: tuple[str, ...]) -> dict[str, int]:
-        """SCARD of the named queues of the pool, pipelined."""
+    def counts(self, pool: str, queues: tuple[Queue, ...]) -> dict[Queue, int]:
+        """SCARD of the given queues of the pool, pipelined."""
         pipe = self.client.pipeline(transaction=False)
         for name in queues:
-            pipe.scard(getattr(schema, name)(pool))
+            pipe.scard(schema.queue(name, pool))
         return dict(zip(queues, pipe.execute(), strict=True))
 
-    def members(self, pool: str, queue: str) -> set[str]:
+    def members(self, pool: str, queue: Queue) -> set[str]:
         """SMEMBERS of one queue of the pool."""
-        return set(self.client.smembers(getattr(schema, queue)(pool)))
+        return set(text_set(self.client.smembers(schema.queue(queue, pool))))
 
 
 def _clone_counter(ondemand: bool) -> str:

@@ -19,6 +19,7 @@ import redis
 
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.redis_errors import WrongTypeKeys, is_wrong_type, tolerant_results
+from vmpooler.actors.storage.replies import maybe_text, text_dict, text_list
 
 __all__ = ["BATCH", "TokenStore"]
 
@@ -39,9 +40,10 @@ class TokenStore:
         """``(token, created, last)`` of every token owned by ``user``. ``SCAN`` may yield
         a token twice: callers that need each once deduplicate."""
         prefix = schema.token("")
-        cursor: int | str = 0
+        cursor = 0
         while True:
-            cursor, keys = self.client.scan(cursor, match=schema.token("*"), count=BATCH)
+            cursor, found = self.client.scan(cursor, match=schema.token("*"), count=BATCH)
+            keys = text_list(found)
             if keys:
                 pipe = self.client.pipeline(transaction=False)
                 for key in keys:
@@ -65,11 +67,11 @@ class TokenStore:
 
     def details(self, token: str) -> dict[str, str]:
         """Every field of the token's hash; empty if there is no such token."""
-        return self._read(token, lambda key: dict(self.client.hgetall(key)), {})
+        return self._read(token, lambda key: dict(text_dict(self.client.hgetall(key))), {})
 
     def user_of(self, token: str) -> str | None:
         """The token's ``user`` field, or None."""
-        return self._read(token, lambda key: self.client.hget(key, "user"), None)
+        return self._read(token, lambda key: maybe_text(self.client.hget(key, "user")), None)
 
     def _read(self, token: str, read: Callable[[str], _T], none: _T) -> _T:
         """``read(key)`` of the token's key; ``none`` when that key is not a hash."""
@@ -92,9 +94,10 @@ class TokenStore:
         ``same(stored, token)`` (the API passes a constant-time comparison). ``SSCAN`` may
         yield a VM twice."""
         for pool in pools:
-            cursor: int | str = 0
+            cursor = 0
             while True:
-                cursor, vms = self.client.sscan(schema.running(pool), cursor, count=BATCH)
+                cursor, found = self.client.sscan(schema.running(pool), cursor, count=BATCH)
+                vms = text_list(found)
                 if vms:
                     pipe = self.client.pipeline(transaction=False)
                     for vm in vms:

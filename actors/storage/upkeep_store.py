@@ -17,20 +17,23 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 
 from vmpooler.actors.storage import schema, timefmt
 from vmpooler.actors.storage.dlq import QUEUES, DeadLetter, parse_member
 from vmpooler.actors.storage.lease_store import Fence, Fenced
+from vmpooler.actors.storage.queues import Queue
 from vmpooler.actors.storage.redis_errors import WrongTypeKeys, tolerant_results
+from vmpooler.actors.storage.replies import maybe_text, scored
 from vmpooler.actors.storage.schema import UpkeepScripts
 from vmpooler.actors.storage.schema.lease_scripts import FENCED, fenced
 
 __all__ = ["QueueAges", "ReplayOutcome", "UpkeepStore", "VmHash"]
 
 _SCAN_COUNT = 1000
-_QUEUE_NAMES = ("pending", "ready", "running", "completed", "discovered", "migrating")
+_QUEUE_NAMES = tuple(Queue)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +67,7 @@ class ReplayOutcome:
 
 
 def _pool_queue_keys(pool: str) -> list[str]:
-    return [getattr(schema, name)(pool) for name in _QUEUE_NAMES]
+    return [schema.queue(name, pool) for name in _QUEUE_NAMES]
 
 
 class UpkeepStore:
@@ -90,7 +93,8 @@ class UpkeepStore:
     # -- purge --------------------------------------------------------------------------------
     def purge_completed(self, pool: str, vm: str, *, ttl: int) -> bool:
         """Take a stale VM out of completed (its hash gets ``ttl`` if it had no expiry)."""
-        keys, args = [schema.completed(pool), schema.active(pool), schema.vm(vm)], [vm, ttl]
+        keys = [schema.completed(pool), schema.active(pool), schema.vm(vm)]
+        args: list[str | int] = [vm, ttl]
         if self.fence is None:
             return bool(self._scripts["PURGE_COMPLETED"](keys=keys, args=args))
         held = self.fence.held()
@@ -155,7 +159,9 @@ class UpkeepStore:
             pipe.smembers(schema.ready(pool))
             pipe.scard(schema.completed(pool))
             keys += [schema.pending(pool), schema.ready(pool), schema.completed(pool)]
-        sets = [reply or set() for reply in tolerant_results(pipe, keys, "set", self.wrong_type)]
+        # SMEMBERS, SMEMBERS, SCARD per pool
+        sets: list[Any] = [reply or set()
+                           for reply in tolerant_results(pipe, keys, "set", self.wrong_type)]
         pipe = self.client.pipeline(transaction=False)
         keys = []
         for n, _ in enumerate(names):
@@ -217,11 +223,12 @@ class UpkeepStore:
         """The entries of ``queues``, oldest first within each queue, queues in order."""
         out: list[DeadLetter] = []
         for queue in queues:
-            for member, score in self.client.zrange(schema.dlq(queue), 0, -1, withscores=True):
+            for member, score in scored(self.client.zrange(schema.dlq(queue), 0, -1,
+                                                          withscores=True)):
                 out.append(parse_member(queue, member, score))
         return out
 
-    def replay(self, entry: DeadLetter) -> tuple[str, str | None]:
+    def replay(self, entry: DeadLetter) -> tuple[str, Queue | None]:
         """Replay one entry (see ``REPLAY_DEAD_LETTER``): ``(ReplayOutcome, queue)`` where
         ``queue`` names the queue the VM was already in."""
         code, index = self._scripts["REPLAY_DEAD_LETTER"](
@@ -233,7 +240,7 @@ class UpkeepStore:
             return ReplayOutcome.ALREADY_QUEUED, _QUEUE_NAMES[int(index) - 2]
         return ReplayOutcome.GONE, None
 
-    def queue_of(self, pool: str, vm: str) -> str | None:
+    def queue_of(self, pool: str, vm: str) -> Queue | None:
         """The first of the pool's six queues holding ``vm``, or None (read only)."""
         pipe = self.client.pipeline(transaction=False)
         for key in _pool_queue_keys(pool):
@@ -243,7 +250,7 @@ class UpkeepStore:
 
     def retry_count(self, request_id: str) -> int:
         """The on-demand request's ``retry_count`` (0 when unset)."""
-        return _int(self.client.hget(schema.odrequest(request_id), "retry_count"))
+        return _int(maybe_text(self.client.hget(schema.odrequest(request_id), "retry_count")))
 
 
 def _int(value: str | None) -> int:

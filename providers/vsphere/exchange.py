@@ -261,7 +261,7 @@ def _queued_seconds(info: Any) -> float:
     if queued is None or started is None:
         return 0.0
     try:
-        return max(0.0, (started - queued).total_seconds())
+        return max(0.0, float((started - queued).total_seconds()))
     except (TypeError, AttributeError):
         return 0.0
 

@@ -164,8 +164,9 @@ class Inventory:
         return found
 
     def _create_folder(self, session: Session, placement: PoolPlacement) -> Any:
-        parent = self._root(session, placement.datacenter, "vm")
-        path = f"{placement.datacenter}/vm"
+        dc = placement.resolved_datacenter
+        parent = self._root(session, dc, "vm")
+        path = f"{dc}/vm"
         for part in placement.folder.split("/"):
             path = f"{path}/{part}"
             child = find_by_path(session, path)
@@ -184,7 +185,7 @@ class Inventory:
     def template(self, session: Session, placement: PoolPlacement, name: str | None) -> Any:
         """The VM or template to clone: ``name`` (an override) or the pool's ``template``."""
         template = (name or placement.template).strip("/")
-        dc = placement.datacenter
+        dc = placement.resolved_datacenter
 
         def find() -> Any | None:
             found = find_by_path(session, f"{dc}/vm/{template}")
@@ -201,7 +202,7 @@ class Inventory:
 
     def datastore(self, session: Session, placement: PoolPlacement) -> Any:
         """The pool's datastore, by path below the datastore folder or by name."""
-        dc, name = placement.datacenter, placement.datastore
+        dc, name = placement.resolved_datacenter, placement.datastore
         find = self._finder(session, dc, "datastore", vim.Datastore, name)
         found = self._object(session, ("datastore", dc, name), find)
         if not isinstance(found, vim.Datastore):
@@ -226,7 +227,7 @@ class Inventory:
         """The resource pool clones go to: ``target`` (an override) or the pool's
         ``clone_target`` — a cluster or standalone host (its root pool), a resource pool
         (``Cluster/Resources/Child``), or a name found anywhere below the host folder."""
-        dc, name = placement.datacenter, (target or placement.clone_target).strip("/")
+        dc, name = placement.resolved_datacenter, (target or placement.clone_target).strip("/")
 
         def find() -> Any | None:
             found = find_by_path(session, f"{dc}/host/{name}")
@@ -247,7 +248,7 @@ class Inventory:
 
     def network(self, session: Session, placement: PoolPlacement) -> Any:
         """The pool's network (standard or distributed port group), by path or by name."""
-        dc, name = placement.datacenter, str(placement.network)
+        dc, name = placement.resolved_datacenter, str(placement.network)
         find = self._finder(session, dc, "network", vim.Network, name)
         found = self._object(session, ("network", dc, name), find)
         if not isinstance(found, vim.Network):

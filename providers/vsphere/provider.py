@@ -15,6 +15,7 @@ task in flight (see :mod:`~vmpooler.providers.vsphere.tasks`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import socket
@@ -102,8 +103,9 @@ class VsphereProvider(Provider):
                 context.dns_domains)
         except ValueError as exc:
             raise PermanentProviderError(str(exc)) from exc
-        extra = {} if connect is None else {"connect": connect}
-        self.sessions = SessionPool(self.config, context.metrics, sleep=sleep, **extra)
+        self.sessions = (SessionPool(self.config, context.metrics, sleep=sleep)
+                         if connect is None else
+                         SessionPool(self.config, context.metrics, connect=connect, sleep=sleep))
         self.inventory = Inventory()
         self._sleep = sleep
         self._tcp_connect = tcp_connect
@@ -502,7 +504,7 @@ class VsphereProvider(Provider):
             for vm_id in vms:
                 self._destroy_by_id(vm_id, path)
             log.info("[-] [%s] removing unconfigured folder %s", self.name, path)
-            self.vc.task(lambda s, f=folder_id: s.ref(vim.Folder, f).Destroy_Task(),
+            self.vc.task(functools.partial(_destroy_folder, folder_id),
                          f"removal of folder {path}")
 
     def _destroy_by_id(self, moid: str, where: str) -> None:
@@ -532,3 +534,8 @@ def _is_clone_of(session: Any, ref: Any, vm: str) -> bool:
     except ValueError:
         return False
     return isinstance(data, dict) and data.get("name") == vm
+
+
+def _destroy_folder(folder_id: str, session: Any) -> Any:
+    """Submit the removal of the folder ``folder_id`` (and what it holds); its task."""
+    return session.ref(vim.Folder, folder_id).Destroy_Task()

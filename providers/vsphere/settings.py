@@ -84,6 +84,14 @@ class PoolPlacement:
     extra_config: tuple[tuple[str, str], ...] = ()
 
     @property
+    def resolved_datacenter(self) -> str:
+        """The datacenter of a placement :meth:`with_datacenter` resolved. ``ValueError``
+        when it is still None (an inventory path would name no datacenter)."""
+        if self.datacenter is None:
+            raise ValueError(f"pool {self.name}: the datacenter is not resolved yet")
+        return self.datacenter
+
+    @property
     def folder_path(self) -> str:
         """The folder's inventory path: ``<datacenter>/vm/<folder>``."""
         return f"{self.datacenter}/vm/{self.folder.strip('/')}"

@@ -177,7 +177,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self.connection.settimeout(self.server.read_timeout)
         if head is None:
-            self.command, self.request_version, self.requestline = None, "HTTP/1.0", ""
+            self.command, self.request_version, self.requestline = "", "HTTP/1.0", ""
             self._send(*json_answer(431, {"ok": False, "error": "request too large"}))
             _drain(self.connection, self.server.read_timeout)
             return

@@ -66,6 +66,7 @@ import falcon
 from vmpooler.actors.config import Config, PoolConfig
 from vmpooler.actors.storage.checkout_store import CheckoutStore
 from vmpooler.actors.storage.history_store import HistoryStore, Point
+from vmpooler.actors.storage.queues import Queue
 from vmpooler.actors.storage.status_store import StatusStore
 from vmpooler.web.api_context import ApiContext
 from vmpooler.web.api_errors import ApiError, json_body
@@ -247,16 +248,17 @@ class RunningStats(_Stats):
     """``GET /dashboard/stats/vmpooler/running``: ``{major: {running[, history]}}``."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        reading = self._store.status([pool.name for pool in self._pools], queues=("running",))
-        running = reading.counts["running"]
+        reading = self._store.status([pool.name for pool in self._pools],
+                                     queues=(Queue.RUNNING,))
+        running = reading.counts[Queue.RUNNING]
         body: dict[str, Any] = {}
         for pool in self._pools:
             entry = body.setdefault(major(pool.name), {"running": 0})
             entry["running"] += running[pool.name]
         if _history(req):
             sums: dict[str, dict[int, int]] = {}
-            for pool, points in self._last_hour().items():
-                per_t = sums.setdefault(major(pool), {})
+            for pool_name, points in self._last_hour().items():
+                per_t = sums.setdefault(major(pool_name), {})
                 for p in points:
                     per_t[p.t] = per_t.get(p.t, 0) + p.running
             for name, entry in body.items():

@@ -109,7 +109,7 @@ class Activity:
                 **({"user": r.user or ""} if shown else {}), "requested": r.requested or "",
             })
         errors = [{"queue": e.queue, "vm": e.vm, "pool": e.pool, "error_class": e.error_class,
-                   "error_message": e.error_message, "at": e.epoch} for e in letters]
-        errors.sort(key=lambda e: -e["at"])
+                   "error_message": e.error_message, "at": e.epoch}
+                  for e in sorted(letters, key=lambda e: -e.epoch)]
         json_body(resp, 200, {"now": int(now), "requesters": shown, "requests": requests,
                               "errors": errors[:_ERRORS]})

@@ -99,7 +99,7 @@ class Readiness:
             return {"ok": False, "errors": [error], "redis": {"ok": False, "error": str(exc)}}
         now = self.ctx.clock.now()
         holders = Counter(lease.holder for lease in held.values() if lease is not None)
-        members = [{"id": beat.manager, "age": _age(now, beat.at),
+        members: list[dict[str, Any]] = [{"id": beat.manager, "age": _age(now, beat.at),
                     "pools": holders.get(beat.manager, 0)} for beat in beats]
         live = sum(1 for m in members if m["age"] <= self.max_age)
         errors: list[str] = []

@@ -62,6 +62,7 @@ from vmpooler.actors.config import Config, PoolConfig
 from vmpooler.actors.config.overrides import effective_size
 from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.config_error_store import parse_config_error
+from vmpooler.actors.storage.queues import Queue
 from vmpooler.actors.storage.status_store import StatusReading, StatusStore
 from vmpooler.web import stats
 from vmpooler.web.alias_failover import failover_pools, failover_section
@@ -160,11 +161,11 @@ class Status(_Resource):
         config = self._ctx.config
         pools = config.pools
         names = [pool.name for pool in pools]
-        queues = ["ready"]
+        queues = [Queue.READY]
         if wanted & {"pools", "queue"}:
-            queues += ["running", "pending"]
+            queues += [Queue.RUNNING, Queue.PENDING]
         if "queue" in wanted:
-            queues.append("completed")
+            queues.append(Queue.COMPLETED)
         today = timefmt.date_bucket(self._ctx.clock.now())
         reading = self._store.status(
             names, queues=queues, last_boot="pools" in wanted, queue_totals="queue" in wanted,
@@ -191,7 +192,7 @@ class Status(_Resource):
         shared by the requests that shared ``reading``."""
         sizes = {pool.name: _size(self._ctx.config, pool, reading.size_overrides)
                  for pool in pools}
-        ready = reading.counts["ready"]
+        ready = reading.counts[Queue.READY]
         result: dict[str, Any] = {}
         if "boot" in wanted:
             result["boot"] = stats.duration_metrics(reading.durations["boot"])
@@ -219,8 +220,8 @@ class Status(_Resource):
         ``braked`` has a mass-failure brake and gets its ``brake`` entry, one of
         ``failovers`` has ``failover: true`` and gets its ``failover`` entry (both ours)."""
         body: dict[str, Any] = {}
-        ready, running = reading.counts["ready"], reading.counts["running"]
-        pending, last_boot = reading.counts["pending"], reading.last_boot
+        ready, running = reading.counts[Queue.READY], reading.counts[Queue.RUNNING]
+        pending, last_boot = reading.counts[Queue.PENDING], reading.last_boot
         for pool, aka in zip(pools, aliases, strict=True):
             name = pool.name
             entry: dict[str, Any] = {
@@ -317,7 +318,7 @@ def _queue(reading: StatusReading) -> dict[str, int]:
     """The ``queue`` section from per-pool counts, clone counters and on-demand queues."""
     requested = stats.ondemand_requested(reading.ondemand_tasks)
     return stats.queue(
-        {queue: sum(counts.values()) for queue, counts in reading.counts.items()},
+        {queue.value: sum(counts.values()) for queue, counts in reading.counts.items()},
         reading.clones_in_flight + reading.ondemand_clones_in_flight, requested)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 
+from vmpooler.actors.storage.queues import Queue
 from vmpooler.actors.storage.schema.brake_scripts import BrakeScripts
 from vmpooler.actors.storage.schema.failover_scripts import FailoverScripts
 from vmpooler.actors.storage.schema.lease_scripts import LeaseScripts
@@ -74,6 +75,7 @@ __all__ = [
     "provider_health",
     "provisioning_processing",
     "provisioning_request",
+    "queue",
     "ratelimit",
     "ready",
     "request_vms",
@@ -128,6 +130,11 @@ def discovered(pool: str) -> str:
 def migrating(pool: str) -> str:
     """Set of checked-out VMs the provider may migrate (a side set: they stay in running)."""
     return f"{_P}migrating__{pool}"
+
+
+def queue(name: Queue, pool: str) -> str:
+    """The key of ``pool``'s queue ``name`` (``queue(Queue.READY, p) == ready(p)``)."""
+    return f"{_P}{name}__{pool}"
 
 
 def held(pool: str) -> str:
