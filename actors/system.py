@@ -9,8 +9,9 @@
 ``start`` connects to Redis (or starts the embedded redis-server when none is configured),
 publishes the pools, zeroes the clone counters, and starts one provider actor per provider,
 one pool actor per pool, the task actor, the housekeeper and the heartbeat, all under one
-supervisor. The on-demand request actors share one bounded actor executor (a few threads
-for all of them), which the system starts first and stops last. ``stop`` stops them
+supervisor. The pool actors and the on-demand request actors share one bounded actor
+executor (a few threads for all of them, however many pools and requests there are), which
+the system starts first and stops last. ``stop`` stops them
 in reverse order and releases every resource; it is idempotent. Every other method is
 thread-safe and never blocks on an actor.
 """
@@ -127,7 +128,7 @@ class PoolerSystem:
         nothing is left running then. With
         ``consume_commands`` a consumer actor reads the API's command stream
         (:mod:`vmpooler.actors.service.command_stream`), for an API in another process.
-        ``actor_executor`` runs the pooled actors (the request actors); by default the system
+        ``actor_executor`` runs the pooled actors (pool and request actors); by default the system
         starts its own (:data:`~vmpooler.actors.runtime.executor.DEFAULT_THREADS` threads)
         and stops it last; one passed in is started if need be and never stopped. Likewise
         a ``redis_client`` or ``metrics`` passed in is never closed, a failed start included

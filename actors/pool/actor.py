@@ -70,8 +70,9 @@ from vmpooler.actors.pool.ownership import OwnershipSettings
 from vmpooler.actors.pool.purge import StalePurge
 from vmpooler.actors.pool.upkeep import PoolUpkeep
 from vmpooler.actors.runtime.clock import Clock, Scheduler, Timer
+from vmpooler.actors.runtime.executor import ActorExecutor
 from vmpooler.actors.runtime.remote import LocalOnly, Remote
-from vmpooler.actors.runtime.supervisor import ActorDirectory, SupervisedActor
+from vmpooler.actors.runtime.supervisor import ActorDirectory, PooledSupervisedActor
 from vmpooler.actors.storage.lease_store import POOL, Fenced
 from vmpooler.actors.storage.request_store import RequestStore
 from vmpooler.actors.storage.store import Store
@@ -81,8 +82,13 @@ __all__ = ["LOST_REASONS", "PoolActor"]
 log = logging.getLogger(__name__)
 
 
-class PoolActor(SupervisedActor):
-    """Owns the VMs of one pool. Construct with :meth:`pykka.ThreadingActor.start`."""
+class PoolActor(PooledSupervisedActor):
+    """Owns the VMs of one pool. Construct with :meth:`pykka.Actor.start`.
+
+    It has no thread of its own: its mailbox runs on ``executor``, shared with every other
+    pooled actor of the system, one message at a time (see
+    :mod:`vmpooler.actors.runtime.pooled`). Its handlers wait on Redis only, never on
+    another actor; provider calls go to provider actors as messages."""
 
     def __init__(
         self,
@@ -96,6 +102,7 @@ class PoolActor(SupervisedActor):
         scheduler: Scheduler,
         metrics: Metrics,
         hostnames: HostnameGenerator,
+        executor: ActorExecutor,
         requests: RequestStore | None = None,
         supervisor: pykka.ActorRef[Any] | None = None,
         ownership: OwnershipSettings | None = None,
@@ -103,7 +110,7 @@ class PoolActor(SupervisedActor):
         max_size: int | None = None,
         failover: FailoverGroup | None = None,
     ) -> None:
-        super().__init__(name=f"pool:{pool.name}", supervisor=supervisor)
+        super().__init__(name=f"pool:{pool.name}", supervisor=supervisor, executor=executor)
         self.remote: Remote = remote or LocalOnly()
         ctx = self.ctx = PoolContext.create(
             pool=pool, settings=settings, data_ttl_hours=data_ttl_hours, store=store,
