@@ -7,9 +7,11 @@ come back as messages. At most one provider call per VM is outstanding
 (:class:`~vmpooler.actors.pool.calls.ProviderCalls`), so two calls never act on one VM at
 once, and nothing blocks this mailbox but Redis.
 
-The actor itself is a short list of message handlers. The work is done by its
-collaborators, plain objects it builds, which share one
-:class:`~vmpooler.actors.pool.context.PoolContext` and run only inside this mailbox:
+The actor itself is a short list of message handlers and the routing of provider answers
+to the part that sent the call. The work is done by its collaborators, plain objects it
+builds and runs only inside this mailbox, each given what it uses of
+:mod:`~vmpooler.actors.pool.context` (the frozen ``PoolPolicy``, the ``PoolIO`` services,
+and the provider calls and VM caches where it uses them):
 
 * :class:`~vmpooler.actors.pool.cycle.PoolCycle` — the cycle (reference §4.2), its timer and
   back-off; :class:`~vmpooler.actors.pool.checks.PoolChecks` — running, ready and vanished
@@ -18,7 +20,7 @@ collaborators, plain objects it builds, which share one
   the empty flag; :class:`~vmpooler.actors.pool.clones.Clones` — refill, clone starts and
   their answers, with :class:`~vmpooler.actors.pool.config_error.ConfigError` (the pool's
   configuration-error state after a permanent clone failure);
-* :class:`~vmpooler.actors.pool.outcomes.Outcomes` — the other provider answers;
+* :class:`~vmpooler.actors.pool.outcomes.Outcomes` — the answers of checks and destroys;
   :class:`~vmpooler.actors.pool.migrations.Migrations`,
   :class:`~vmpooler.actors.pool.ondemand.OnDemandVms` (requests' VMs),
   :class:`~vmpooler.actors.pool.purge.StalePurge`,
@@ -134,9 +136,14 @@ class PoolActor(PooledSupervisedActor):
                              upkeep=self.upkeep, ondemand=self.ondemand,
                              dead_letters=dead_letters)
         self.migrations = Migrations(policy, io, calls=calls)
-        self.outcomes = Outcomes(policy, io, calls=calls, vms=vms, ondemand=self.ondemand,
-                                 dead_letters=dead_letters, clones=self.clones,
-                                 upkeep=self.upkeep, migrations=self.migrations, brake=brake)
+        upkeep = self.upkeep
+        outcomes = Outcomes(policy, io, calls=calls, vms=vms, ondemand=self.ondemand,
+                            dead_letters=dead_letters, brake=brake, size=lambda: upkeep.size)
+        self.answers: dict[ProviderOp, Callable[[ProviderCallFinished], None]] = {
+            **outcomes.handlers(), ProviderOp.CLONE: self.clones.cloned,
+            ProviderOp.MIGRATE: self.migrations.migrated,
+            ProviderOp.PREPARE_TEMPLATE: self._template_prepared,
+        }
         self.purge = StalePurge(policy, io, vms=vms, ondemand=self.ondemand,
                                 dead_letters=dead_letters)
         checks = PoolChecks(policy, io, calls=calls, vms=vms, ondemand=self.ondemand,
@@ -173,7 +180,7 @@ class PoolActor(PooledSupervisedActor):
             if message.op is ProviderOp.LIST_VMS:
                 self._guard(self.cycle.listed, message)
             else:
-                self._guard(self.outcomes.on_outcome, message)
+                self._guard(self._answered, message)
         elif isinstance(message, RunPoolCycle):
             if message.generation in (0, self.cycle.generation):
                 self.cycle.request()
@@ -212,6 +219,25 @@ class PoolActor(PooledSupervisedActor):
                 self._guard(self.purge.purge, message)
             self.purge.answer(message)  # always: the housekeeper waits for every pool
         return None
+
+    def _answered(self, msg: ProviderCallFinished) -> None:
+        """Route a provider answer (not ``LIST_VMS``) to the part that sent the call. A
+        ``busy`` refusal changes nothing: another call for the VM is running, and the next
+        cycle looks again (a migration forgets it asked)."""
+        if msg.failure is not None and msg.failure.busy:
+            if msg.op is ProviderOp.MIGRATE:
+                self.migrations.migrated(msg)
+            return
+        handler = self.answers.get(msg.op)
+        if handler is not None:
+            handler(msg)
+        elif msg.failure is not None:
+            log.error("[!] [%s] %s of '%s' failed: %s", self.policy.name, msg.op.value, msg.vm,
+                      msg.failure.message)
+
+    def _template_prepared(self, msg: ProviderCallFinished) -> None:
+        self.upkeep.template_prepared(msg)
+        self.clones.refill()
 
     def _guard(self, fn: Callable[..., Any], *args: Any) -> None:
         try:

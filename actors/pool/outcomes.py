@@ -1,10 +1,10 @@
-"""How a pool actor acts on the answers of its provider calls (all but ``LIST_VMS``, which
-runs the cycle: :mod:`~vmpooler.actors.pool.cycle`).
+"""How a pool actor acts on the answers of its checks and destroys.
 
-:class:`Outcomes` dispatches each :class:`~vmpooler.actors.messages.ProviderCallFinished` to
-the collaborator that sent the call (clones, migrations, template preparation) or handles it
-itself (pending, ready and running checks, destroys). Each handler runs on the pool actor's
-thread, one at a time, and applies its transition through a compare-and-set script: an
+:class:`Outcomes` handles the :class:`~vmpooler.actors.messages.ProviderCallFinished` of
+pending, ready and running checks and of destroys (:meth:`Outcomes.handlers`); the pool
+actor routes the other answers to the collaborator that sent the call (clones, migrations,
+template preparation, the cycle's ``LIST_VMS``). Each handler runs inside the pool actor's
+mailbox, one at a time, and applies its transition through a compare-and-set script: an
 answer about a VM that has since moved (drained, checked out, reaped) changes nothing.
 """
 
@@ -21,13 +21,10 @@ from vmpooler.actors.messages import (
 )
 from vmpooler.actors.pool.brake import Brake
 from vmpooler.actors.pool.calls import ProviderCalls, log_failure
-from vmpooler.actors.pool.clones import Clones
 from vmpooler.actors.pool.context import PoolIO, PoolPolicy
 from vmpooler.actors.pool.dead_letters import DeadLetters
-from vmpooler.actors.pool.migrations import Migrations
 from vmpooler.actors.pool.ondemand import OnDemandVms
 from vmpooler.actors.pool.policy import PendingVerdict, hostname_mismatch, pending_verdict
-from vmpooler.actors.pool.upkeep import PoolUpkeep
 from vmpooler.actors.pool.vm_cache import VmCache
 from vmpooler.actors.storage import timefmt
 
@@ -40,38 +37,22 @@ class Outcomes:
     """Handlers for :class:`ProviderCallFinished`, by operation."""
 
     def __init__(self, policy: PoolPolicy, io: PoolIO, *, calls: ProviderCalls, vms: VmCache,
-                 ondemand: OnDemandVms, dead_letters: DeadLetters, clones: Clones,
-                 upkeep: PoolUpkeep, migrations: Migrations, brake: Brake) -> None:
+                 ondemand: OnDemandVms, dead_letters: DeadLetters, brake: Brake,
+                 size: Callable[[], int]) -> None:
         self.policy, self.io, self.calls, self.vms = policy, io, calls, vms
         self.brake = brake
         self.ondemand = ondemand
         self.dead_letters = dead_letters
-        self.clones = clones
-        self.upkeep = upkeep
-        self.migrations = migrations
-        self._handlers: dict[ProviderOp, Callable[[ProviderCallFinished], None]] = {
-            ProviderOp.CLONE: clones.cloned,
+        self.size = size  # the pool's size in effect (overrides included)
+
+    def handlers(self) -> dict[ProviderOp, Callable[[ProviderCallFinished], None]]:
+        """The answers this object handles, by operation."""
+        return {
             ProviderOp.CHECK_PENDING: self._pending_checked,
             ProviderOp.CHECK_READY: self._ready_checked,
             ProviderOp.CHECK_RUNNING: self._running_checked,
             ProviderOp.DESTROY: self._destroyed,
-            ProviderOp.PREPARE_TEMPLATE: self._template_prepared,
-            ProviderOp.MIGRATE: migrations.migrated,
         }
-
-    def on_outcome(self, msg: ProviderCallFinished) -> None:
-        """Dispatch one provider answer (not ``LIST_VMS``). A ``busy`` refusal changes
-        nothing: another call for the VM is running, and the next cycle looks again."""
-        if msg.failure is not None and msg.failure.busy:
-            if msg.op is ProviderOp.MIGRATE:
-                self.migrations.migrated(msg)
-            return
-        handler = self._handlers.get(msg.op)
-        if handler is not None:
-            handler(msg)
-        elif msg.failure is not None:
-            log.error("[!] [%s] %s of '%s' failed: %s", self.policy.name, msg.op.value, msg.vm,
-                      msg.failure.message)
 
     # -- pending --------------------------------------------------------------------------------
     def _pending_checked(self, msg: ProviderCallFinished) -> None:
@@ -139,10 +120,10 @@ class Outcomes:
             return
         result: ReadyCheckResult = msg.result
         if vm in self.brake.held:  # checked again after the brake released
-            self.brake.rechecked(vm, result.ready, self.upkeep.size)
+            self.brake.rechecked(vm, result.ready, self.size())
             return
         failing = hostname_mismatch(vm, result.hostname) or not result.ready
-        if failing and self.brake.failed(vm, self.upkeep.size):
+        if failing and self.brake.failed(vm, self.size()):
             if result.reason:
                 store.set_vm_fields(vm, {"open_socket_error": result.reason})
             self.brake.hold(vm)
@@ -175,7 +156,7 @@ class Outcomes:
         result: RunningCheckResult = msg.result
         if result.tagged:
             store.set_vm_fields(vm, {"user_tagged": "true"})
-        if not result.exists and self.brake.failed(vm, self.upkeep.size):
+        if not result.exists and self.brake.failed(vm, self.size()):
             log.info("[!] [%s] '%s' is no longer in inventory, but the brake is engaged: "
                      "left in 'running'", name, vm)
             return
@@ -184,7 +165,7 @@ class Outcomes:
                      vm)
             self.vms.forget(vm)
 
-    # -- destroy and template -------------------------------------------------------------------
+    # -- destroy -------------------------------------------------------------------------
     def _destroyed(self, msg: ProviderCallFinished) -> None:
         name = self.policy.name
         vm = msg.vm or ""
@@ -196,7 +177,3 @@ class Outcomes:
         self.vms.forget(vm)
         self.io.metrics.gauge("vmpooler_destroy", msg.seconds, tags={"pool": name})
         log.info("[-] [%s] '%s' destroyed in %.2f seconds", name, vm, msg.seconds)
-
-    def _template_prepared(self, msg: ProviderCallFinished) -> None:
-        self.upkeep.template_prepared(msg)
-        self.clones.refill()
