@@ -238,21 +238,22 @@ class PoolerSystem:
         self._stopped = True
         res = self._res
         names = self.directory.names()
-        order = (
-            ["heartbeat", "history", "commands", "housekeeping", "ondemand"]
-            + [n for n in names if n.startswith("request:")]
-            + [n for n in names if n.startswith("pool:")] + ["tasks", "slots"]
-            + [n for n in names if n.startswith("provider:")]
-        )
+        # Stopped group by group, in this order; the actors of one group all at once (the
+        # pooled ones share the executor's threads: one by one, each stop would wait for
+        # its turn behind every other actor's mail).
+        groups = [
+            ["heartbeat"], ["history"], ["commands"], ["housekeeping"], ["ondemand"],
+            [n for n in names if n.startswith("request:")],
+            [n for n in names if n.startswith("pool:")], ["tasks"], ["slots"],
+            [n for n in names if n.startswith("provider:")],
+        ]
         # The blocking asks and stops below run on the caller's thread, never in a mailbox.
         if self._supervisor is not None:  # it restarts nothing while its children stop
             with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
                 self._supervisor.ask(StopSupervising(), timeout=timeout)
-        for name in order:
-            ref = self.directory.get(name)
-            if ref is not None:
-                with contextlib.suppress(pykka.ActorDeadError):
-                    ref.stop(block=True, timeout=timeout)
+        for group in groups:
+            _stop_together([ref for ref in map(self.directory.get, group) if ref is not None],
+                           timeout)
         if self._supervisor is not None:
             self._supervisor.stop(block=True, timeout=timeout)
         self.relay.stop(timeout=timeout)
@@ -393,6 +394,18 @@ def _published(pool: PoolConfig) -> dict[str, str]:
     if pool.domain:
         fields["domain"] = pool.domain
     return fields
+
+
+def _stop_together(refs: list[pykka.ActorRef[Any]], timeout: float) -> None:
+    """Ask every actor of ``refs`` to stop at once, then wait for each up to ``timeout``
+    seconds (one that does not stop in time is left to stop on its own)."""
+    futures: list[pykka.Future[bool]] = []
+    for ref in refs:
+        with contextlib.suppress(pykka.ActorDeadError):
+            futures.append(ref.stop(block=False))
+    for future in futures:
+        with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
+            future.get(timeout=timeout)
 
 
 def _quietly(fn: Callable[[], Any]) -> None:
