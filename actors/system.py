@@ -230,9 +230,10 @@ class PoolerSystem:
                  len(res.providers))
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop every actor (pools first, then tasks, providers, supervisor), then the actor
-        executor, and release what the system made: the Redis client, the embedded server,
-        the providers, the metrics backend. Idempotent."""
+        """Stop every actor (the service actors, then requests, pools, tasks, providers, the
+        supervisor; the actors of one group all at once, each waited for up to ``timeout``
+        seconds), then the actor executor, and release what the system made: the Redis
+        client, the embedded server, the providers, the metrics backend. Idempotent."""
         if self._stopped:
             return
         self._stopped = True
