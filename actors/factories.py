@@ -62,7 +62,7 @@ class SystemResources:
     client: redis.Redis
     owns_client: bool
     embedded: EmbeddedRedis | None
-    executor: ActorExecutor = field(default_factory=ActorExecutor)  # runs the request actors
+    executor: ActorExecutor = field(default_factory=ActorExecutor)  # runs pool and request actors
     owns_executor: bool = True
     owns_metrics: bool = True
     providers: dict[str, Provider] = field(default_factory=dict)
@@ -173,8 +173,9 @@ class ActorFactories:
                 pool=pool, settings=cfg.settings, data_ttl_hours=cfg.redis.data_ttl,
                 store=self.store, directory=self.directory, clock=self.clock,
                 scheduler=res.scheduler, metrics=res.metrics, hostnames=own,
-                requests=self.requests, supervisor=supervisor, ownership=ownership,
-                remote=self.remote, max_size=cfg.max_pool_size(pool), failover=failover,
+                executor=res.executor, requests=self.requests, supervisor=supervisor,
+                ownership=ownership, remote=self.remote, max_size=cfg.max_pool_size(pool),
+                failover=failover,
             )
 
         return factory

@@ -9,8 +9,9 @@
 ``start`` connects to Redis (or starts the embedded redis-server when none is configured),
 publishes the pools, zeroes the clone counters, and starts one provider actor per provider,
 one pool actor per pool, the task actor, the housekeeper and the heartbeat, all under one
-supervisor. The on-demand request actors share one bounded actor executor (a few threads
-for all of them), which the system starts first and stops last. ``stop`` stops them
+supervisor. The pool actors and the on-demand request actors share one bounded actor
+executor (a few threads for all of them, however many pools and requests there are), which
+the system starts first and stops last. ``stop`` stops them
 in reverse order and releases every resource; it is idempotent. Every other method is
 thread-safe and never blocks on an actor.
 """
@@ -134,7 +135,7 @@ class PoolerSystem:
         nothing is left running then. With
         ``consume_commands`` a consumer actor reads the API's command stream
         (:mod:`vmpooler.actors.service.command_stream`), for an API in another process.
-        ``actor_executor`` runs the pooled actors (the request actors); by default the system
+        ``actor_executor`` runs the pooled actors (pool and request actors); by default the system
         starts its own (:data:`~vmpooler.actors.runtime.executor.DEFAULT_THREADS` threads)
         and stops it last; one passed in is started if need be and never stopped. Likewise
         a ``redis_client`` or ``metrics`` passed in is never closed, a failed start included
@@ -236,29 +237,31 @@ class PoolerSystem:
                  len(res.providers))
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop every actor (pools first, then tasks, providers, supervisor), then the actor
-        executor, and release what the system made: the Redis client, the embedded server,
-        the providers, the metrics backend. Idempotent."""
+        """Stop every actor (the service actors, then requests, pools, tasks, providers, the
+        supervisor; the actors of one group all at once, each waited for up to ``timeout``
+        seconds), then the actor executor, and release what the system made: the Redis
+        client, the embedded server, the providers, the metrics backend. Idempotent."""
         if self._stopped:
             return
         self._stopped = True
         res = self._res
         names = self.directory.names()
-        order = (
-            ["heartbeat", "history", "commands", "housekeeping", "ondemand"]
-            + [n for n in names if n.startswith("request:")]
-            + [n for n in names if n.startswith("pool:")] + ["tasks", "slots"]
-            + [n for n in names if n.startswith("provider:")]
-        )
+        # Stopped group by group, in this order; the actors of one group all at once (the
+        # pooled ones share the executor's threads: one by one, each stop would wait for
+        # its turn behind every other actor's mail).
+        groups = [
+            ["heartbeat"], ["history"], ["commands"], ["housekeeping"], ["ondemand"],
+            [n for n in names if n.startswith("request:")],
+            [n for n in names if n.startswith("pool:")], ["tasks"], ["slots"],
+            [n for n in names if n.startswith("provider:")],
+        ]
         # The blocking asks and stops below run on the caller's thread, never in a mailbox.
         if self._supervisor is not None:  # it restarts nothing while its children stop
             with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
                 self._supervisor.ask(StopSupervising(), timeout=timeout)
-        for name in order:
-            ref = self.directory.get(name)
-            if ref is not None:
-                with contextlib.suppress(pykka.ActorDeadError):
-                    ref.stop(block=True, timeout=timeout)
+        for group in groups:
+            _stop_together([ref for ref in map(self.directory.get, group) if ref is not None],
+                           timeout)
         if self._supervisor is not None:
             self._supervisor.stop(block=True, timeout=timeout)
         self.relay.stop(timeout=timeout)
@@ -399,6 +402,18 @@ def _published(pool: PoolConfig) -> dict[str, str]:
     if pool.domain:
         fields["domain"] = pool.domain
     return fields
+
+
+def _stop_together(refs: list[pykka.ActorRef[Any]], timeout: float) -> None:
+    """Ask every actor of ``refs`` to stop at once, then wait for each up to ``timeout``
+    seconds (one that does not stop in time is left to stop on its own)."""
+    futures: list[pykka.Future[bool]] = []
+    for ref in refs:
+        with contextlib.suppress(pykka.ActorDeadError):
+            futures.append(ref.stop(block=False))
+    for future in futures:
+        with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
+            future.get(timeout=timeout)
 
 
 def _quietly(fn: Callable[[], Any]) -> None:

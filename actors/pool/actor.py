@@ -7,9 +7,11 @@ come back as messages. At most one provider call per VM is outstanding
 (:class:`~vmpooler.actors.pool.calls.ProviderCalls`), so two calls never act on one VM at
 once, and nothing blocks this mailbox but Redis.
 
-The actor itself is a short list of message handlers. The work is done by its
-collaborators, plain objects it builds, which share one
-:class:`~vmpooler.actors.pool.context.PoolContext` and run only inside this mailbox:
+The actor itself is a short list of message handlers and the routing of provider answers
+to the part that sent the call. The work is done by its collaborators, plain objects it
+builds and runs only inside this mailbox, each given what it uses of
+:mod:`~vmpooler.actors.pool.context` (the frozen ``PoolPolicy``, the ``PoolIO`` services,
+and the provider calls and VM caches where it uses them):
 
 * :class:`~vmpooler.actors.pool.cycle.PoolCycle` — the cycle (reference §4.2), its timer and
   back-off; :class:`~vmpooler.actors.pool.checks.PoolChecks` — running, ready and vanished
@@ -18,7 +20,7 @@ collaborators, plain objects it builds, which share one
   the empty flag; :class:`~vmpooler.actors.pool.clones.Clones` — refill, clone starts and
   their answers, with :class:`~vmpooler.actors.pool.config_error.ConfigError` (the pool's
   configuration-error state after a permanent clone failure);
-* :class:`~vmpooler.actors.pool.outcomes.Outcomes` — the other provider answers;
+* :class:`~vmpooler.actors.pool.outcomes.Outcomes` — the answers of checks and destroys;
   :class:`~vmpooler.actors.pool.migrations.Migrations`,
   :class:`~vmpooler.actors.pool.ondemand.OnDemandVms` (requests' VMs),
   :class:`~vmpooler.actors.pool.purge.StalePurge`,
@@ -58,7 +60,7 @@ from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.pool.brake import Brake
 from vmpooler.actors.pool.checks import PoolChecks
 from vmpooler.actors.pool.clones import Clones
-from vmpooler.actors.pool.context import LOST_REASONS, PoolContext
+from vmpooler.actors.pool.context import LOST_REASONS, PoolPolicy, build
 from vmpooler.actors.pool.cycle import PoolCycle
 from vmpooler.actors.pool.dead_letters import DeadLetters
 from vmpooler.actors.pool.failover_watch import Failover, FailoverGroup
@@ -70,8 +72,9 @@ from vmpooler.actors.pool.ownership import OwnershipSettings
 from vmpooler.actors.pool.purge import StalePurge
 from vmpooler.actors.pool.upkeep import PoolUpkeep
 from vmpooler.actors.runtime.clock import Clock, Scheduler, Timer
+from vmpooler.actors.runtime.executor import ActorExecutor
 from vmpooler.actors.runtime.remote import LocalOnly, Remote
-from vmpooler.actors.runtime.supervisor import ActorDirectory, SupervisedActor
+from vmpooler.actors.runtime.supervisor import ActorDirectory, PooledSupervisedActor
 from vmpooler.actors.storage.lease_store import POOL, Fenced
 from vmpooler.actors.storage.queues import Queue
 from vmpooler.actors.storage.request_store import RequestStore
@@ -82,8 +85,13 @@ __all__ = ["LOST_REASONS", "PoolActor"]
 log = logging.getLogger(__name__)
 
 
-class PoolActor(SupervisedActor):
-    """Owns the VMs of one pool. Construct with :meth:`pykka.ThreadingActor.start`."""
+class PoolActor(PooledSupervisedActor):
+    """Owns the VMs of one pool. Construct with :meth:`pykka.Actor.start`.
+
+    It has no thread of its own: its mailbox runs on ``executor``, shared with every other
+    pooled actor of the system, one message at a time (see
+    :mod:`vmpooler.actors.runtime.pooled`). Its handlers wait on Redis only, never on
+    another actor; provider calls go to provider actors as messages."""
 
     def __init__(
         self,
@@ -97,6 +105,7 @@ class PoolActor(SupervisedActor):
         scheduler: Scheduler,
         metrics: Metrics,
         hostnames: HostnameGenerator,
+        executor: ActorExecutor,
         requests: RequestStore | None = None,
         supervisor: pykka.ActorRef[Any] | None = None,
         ownership: OwnershipSettings | None = None,
@@ -104,45 +113,57 @@ class PoolActor(SupervisedActor):
         max_size: int | None = None,
         failover: FailoverGroup | None = None,
     ) -> None:
-        super().__init__(name=f"pool:{pool.name}", supervisor=supervisor)
+        super().__init__(name=f"pool:{pool.name}", supervisor=supervisor, executor=executor)
         self.remote: Remote = remote or LocalOnly()
-        ctx = self.ctx = PoolContext.create(
-            pool=pool, settings=settings, data_ttl_hours=data_ttl_hours, store=store,
-            requests=requests or RequestStore(store.client), directory=directory, clock=clock,
-            scheduler=scheduler, metrics=metrics, hostnames=hostnames, self_ref=self.actor_ref,
-            ownership=ownership, max_size=max_size,
-        )
+        policy = PoolPolicy.of(pool, settings, data_ttl_hours=data_ttl_hours,
+                               max_size=max_size)
+        parts = build(policy=policy, store=store,
+                      requests=requests or RequestStore(store.client), directory=directory,
+                      clock=clock, scheduler=scheduler, metrics=metrics,
+                      self_ref=self.actor_ref, ownership=ownership)
+        io, calls, vms = parts.io, parts.calls, parts.vms
+        self.policy, self.io, self.calls = policy, io, calls
         self.renew_timer: Timer | None = None
-        if ctx.ownership is not None:  # the new owner takes the lease as soon as it is free
-            ctx.ownership.on_handed_over = lambda owner: self.remote.to_manager(
+        if io.ownership is not None:  # the new owner takes the lease as soon as it is free
+            io.ownership.on_handed_over = lambda owner: self.remote.to_manager(
                 owner, f"pool:{pool.name}", PoolHandedOver(pool.name))
         self.ondemand = OnDemandVms(
-            pool=pool.name, store=ctx.store, requests=ctx.requests, directory=directory,
-            busy=ctx.calls.busy, forget=ctx.vms.forget, lost=ctx.lost, remote=self.remote)
-        dead_letters = DeadLetters(ctx, self.ondemand)
-        brake = Brake(ctx)
-        self.upkeep = PoolUpkeep(ctx, on_drain=brake.drain)
-        self.clones = Clones(ctx, self.upkeep, self.ondemand, dead_letters)
-        self.migrations = Migrations(ctx)
-        self.outcomes = Outcomes(ctx, ondemand=self.ondemand, dead_letters=dead_letters,
-                                 clones=self.clones, upkeep=self.upkeep,
-                                 migrations=self.migrations, brake=brake)
-        self.purge = StalePurge(ctx, self.ondemand, dead_letters)
-        self.cycle = PoolCycle(ctx, checks=PoolChecks(ctx, self.ondemand, dead_letters, brake),
-                               upkeep=self.upkeep, clones=self.clones, ondemand=self.ondemand,
-                               migrations=self.migrations,
-                               failover=Failover(ctx, self.upkeep, self.clones, failover))
+            pool=pool.name, store=io.store, requests=io.requests, directory=directory,
+            busy=calls.busy, forget=vms.forget, lost=io.lost, remote=self.remote)
+        dead_letters = DeadLetters(policy, io, self.ondemand)
+        brake = Brake(policy, io, calls=calls, vms=vms)
+        self.upkeep = PoolUpkeep(policy, io, calls=calls, on_drain=brake.drain)
+        self.clones = Clones(policy, io, calls=calls, vms=vms, hostnames=hostnames,
+                             upkeep=self.upkeep, ondemand=self.ondemand,
+                             dead_letters=dead_letters)
+        self.migrations = Migrations(policy, io, calls=calls)
+        upkeep = self.upkeep
+        outcomes = Outcomes(policy, io, calls=calls, vms=vms, ondemand=self.ondemand,
+                            dead_letters=dead_letters, brake=brake, size=lambda: upkeep.size)
+        self.answers: dict[ProviderOp, Callable[[ProviderCallFinished], None]] = {
+            **outcomes.handlers(), ProviderOp.CLONE: self.clones.cloned,
+            ProviderOp.MIGRATE: self.migrations.migrated,
+            ProviderOp.PREPARE_TEMPLATE: self._template_prepared,
+        }
+        self.purge = StalePurge(policy, io, vms=vms, ondemand=self.ondemand,
+                                dead_letters=dead_letters)
+        checks = PoolChecks(policy, io, calls=calls, vms=vms, ondemand=self.ondemand,
+                            dead_letters=dead_letters, brake=brake)
+        watch = Failover(policy, io, upkeep=self.upkeep, clones=self.clones, group=failover)
+        self.cycle = PoolCycle(policy, io, calls=calls, vms=vms, checks=checks, upkeep=self.upkeep,
+                               clones=self.clones, ondemand=self.ondemand,
+                               migrations=self.migrations, failover=watch)
 
     # -- mailbox ----------------------------------------------------------------------------
     def setup(self) -> None:
         # Know the request VMs before any message: a clone answer addressed to a crashed
         # predecessor may arrive before the first cycle.
         try:
-            self.ondemand.load(self.ctx.store.members(self.ctx.name, Queue.PENDING))
+            self.ondemand.load(self.io.store.members(self.policy.name, Queue.PENDING))
         except redis.RedisError as exc:
-            log.warning("[!] [%s] could not read pending VMs at start: %s", self.ctx.name, exc)
+            log.warning("[!] [%s] could not read pending VMs at start: %s", self.policy.name, exc)
         self.actor_ref.tell(RunPoolCycle(generation=0))
-        if self.ctx.ownership is not None:
+        if self.io.ownership is not None:
             self._arm_renewal()
 
     def on_stop(self) -> None:
@@ -150,38 +171,38 @@ class PoolActor(SupervisedActor):
         self.clones.config_error.cancel()
         if self.renew_timer is not None:
             self.renew_timer.cancel()
-        if self.ctx.ownership is not None:
-            self.ctx.ownership.release()  # the next owner need not wait for the TTL
+        if self.io.ownership is not None:
+            self.io.ownership.release()  # the next owner need not wait for the TTL
 
     def handle(self, message: Any) -> Any:
         if isinstance(message, ProviderCallFinished):
             if message.vm is not None:
-                self.ctx.calls.finished(message.vm)
+                self.calls.finished(message.vm)
             if message.op is ProviderOp.LIST_VMS:
                 self._guard(self.cycle.listed, message)
             else:
-                self._guard(self.outcomes.on_outcome, message)
+                self._guard(self._answered, message)
         elif isinstance(message, RunPoolCycle):
             if message.generation in (0, self.cycle.generation):
                 self.cycle.request()
         elif isinstance(message, PoolChanged):
-            log.debug("[%s] woken: %s", self.ctx.name, message.reason)
+            log.debug("[%s] woken: %s", self.policy.name, message.reason)
             self.upkeep.changed()  # the override keys may have changed: read them
             self.cycle.request()
             if not self._acting() and not message.forwarded:  # the news is for its owner
-                self.remote.to_lease_holder(POOL, self.ctx.name, f"pool:{self.ctx.name}",
+                self.remote.to_lease_holder(POOL, self.policy.name, f"pool:{self.policy.name}",
                                             replace(message, forwarded=True))
         elif isinstance(message, RenewLease):
             self._arm_renewal()
             self._refresh()
         elif isinstance(message, PoolHandedOver):
-            log.debug("[%s] handed over by its former owner: taking the lease", self.ctx.name)
+            log.debug("[%s] handed over by its former owner: taking the lease", self.policy.name)
             self._refresh()
         elif isinstance(message, RefillPool):
             # A slot is offered; if this pool no longer needs it, refill passes it on.
             if self._acting():
                 self._guard(lambda: self.clones.refill(freed=1))
-            elif (broker := self.ctx.directory.get("slots")) is not None:
+            elif (broker := self.io.directory.get("slots")) is not None:
                 broker.tell(CloneSlotFreed(1))
         elif isinstance(message, StartDrain):
             self._guard(self.upkeep.drain, message.reason or "drain requested")
@@ -189,7 +210,7 @@ class PoolActor(SupervisedActor):
             if self._acting():
                 self._guard(self.clones.for_request, message)
             elif message.forwarded or not self.remote.to_lease_holder(
-                    POOL, self.ctx.name, f"pool:{self.ctx.name}",
+                    POOL, self.policy.name, f"pool:{self.policy.name}",
                     replace(message, forwarded=True)):
                 self.ondemand.clone_answered(message, None)  # nobody here owns the pool
         elif isinstance(message, PurgeStaleVms):
@@ -200,27 +221,46 @@ class PoolActor(SupervisedActor):
             self.purge.answer(message)  # always: the housekeeper waits for every pool
         return None
 
+    def _answered(self, msg: ProviderCallFinished) -> None:
+        """Route a provider answer (not ``LIST_VMS``) to the part that sent the call. A
+        ``busy`` refusal changes nothing: another call for the VM is running, and the next
+        cycle looks again (a migration forgets it asked)."""
+        if msg.failure is not None and msg.failure.busy:
+            if msg.op is ProviderOp.MIGRATE:
+                self.migrations.migrated(msg)
+            return
+        handler = self.answers.get(msg.op)
+        if handler is not None:
+            handler(msg)
+        elif msg.failure is not None:
+            log.error("[!] [%s] %s of '%s' failed: %s", self.policy.name, msg.op.value, msg.vm,
+                      msg.failure.message)
+
+    def _template_prepared(self, msg: ProviderCallFinished) -> None:
+        self.upkeep.template_prepared(msg)
+        self.clones.refill()
+
     def _guard(self, fn: Callable[..., Any], *args: Any) -> None:
         try:
             fn(*args)
         except redis.RedisError as exc:
             self.cycle.redis_failed(exc)
         except Fenced as exc:  # the lease was lost: nothing was written
-            if self.ctx.ownership is not None:
-                self.ctx.ownership.fenced(exc)
+            if self.io.ownership is not None:
+                self.io.ownership.fenced(exc)
 
     # -- ownership ----------------------------------------------------------------------------
     def _acting(self) -> bool:
-        return self.ctx.ownership is None or self.ctx.ownership.acting
+        return self.io.ownership is None or self.io.ownership.acting
 
     def _arm_renewal(self) -> None:
-        assert self.ctx.ownership is not None
-        self.renew_timer = self.ctx.scheduler.tell_later(
-            self.ctx.ownership.renew_interval, self.actor_ref, RenewLease())
+        assert self.io.ownership is not None
+        self.renew_timer = self.io.scheduler.tell_later(
+            self.io.ownership.renew_interval, self.actor_ref, RenewLease())
 
     def _refresh(self) -> None:
         """Refresh the lease; a lease just taken starts a cycle at once."""
-        own = self.ctx.ownership
+        own = self.io.ownership
         if own is None:
             return
         was = own.acting

@@ -22,7 +22,9 @@ from dataclasses import dataclass
 import redis
 
 from vmpooler.actors.messages import ProviderOp
-from vmpooler.actors.pool.context import PoolContext
+from vmpooler.actors.pool.calls import ProviderCalls
+from vmpooler.actors.pool.context import PoolIO, PoolPolicy
+from vmpooler.actors.pool.vm_cache import VmCache
 from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.brake_store import BrakeStore
 from vmpooler.actors.storage.lease_store import Fenced
@@ -71,27 +73,28 @@ class FailureWindow:
 
 class Brake:
     """One pool's brake. ``engaged`` and the failure window live in memory; the held VMs in
-    Redis (mirrored in ``ctx.vms.held``), so a restarted actor that finds held VMs starts
+    Redis (mirrored in ``self.vms.held``), so a restarted actor that finds held VMs starts
     engaged and releases them one window later."""
 
-    def __init__(self, ctx: PoolContext, store: BrakeStore | None = None) -> None:
-        self.ctx = ctx
-        self.store = store or BrakeStore(ctx.store.client, fence=ctx.store.fence)
-        share, window = ctx.pool.brake(ctx.settings)
+    def __init__(self, policy: PoolPolicy, io: PoolIO, *, calls: ProviderCalls, vms: VmCache,
+                 store: BrakeStore | None = None) -> None:
+        self.policy, self.io, self.calls, self.vms = policy, io, calls, vms
+        self.store = store or BrakeStore(self.io.store.client, fence=self.io.store.fence)
+        share, window = self.policy.pool.brake(self.policy.settings)
         self.rule = BrakeRule(share, window) if share is not None else None
         self.window = FailureWindow(window)
         self.engaged = False
-        self.loaded = False  # ctx.vms.held mirrors Redis
+        self.loaded = False  # self.vms.held mirrors Redis
         self.published: tuple[bool, int, int] | None = None  # the state last written
 
     @property
     def held(self) -> set[str]:
         """The pool's held VMs (as last read or written)."""
-        return self.ctx.vms.held
+        return self.vms.held
 
     def failures(self) -> int:
         """VMs that failed a check within the window."""
-        return self.window.count(self.ctx.clock.monotonic())
+        return self.window.count(self.io.clock.monotonic())
 
     # -- a check failed ---------------------------------------------------------------------
     def failed(self, vm: str, size: int) -> bool:
@@ -100,30 +103,29 @@ class Brake:
         Always False while the brake is off."""
         if self.rule is None:
             return False
-        mono = self.ctx.clock.monotonic()
+        mono = self.io.clock.monotonic()
         self.window.record(vm, mono)
         count = self.window.count(mono)
         if not self.engaged and self.rule.over(count, size):
             self.engaged = True
-            self.ctx.metrics.increment("brake.engagements", tags={"pool": self.ctx.name})
+            self.io.metrics.increment("brake.engagements", tags={"pool": self.policy.name})
             log.warning(
                 "[!] [%s] mass-failure brake engaged: %d VMs failed checks within %.0fs, more "
                 "than max_unhealthy %s of size %d; failing VMs are held, not destroyed or "
-                "replaced, until the failures stop", self.ctx.name, count, self.rule.window,
+                "replaced, until the failures stop", self.policy.name, count, self.rule.window,
                 _percent(self.rule.share), size)
         return self.engaged
 
     def hold(self, vm: str) -> bool:
         """Move a failing ready VM to the held set; False if it was no longer ready."""
-        ctx = self.ctx
         moved = self._write(lambda: self.store.hold(
-            ctx.name, vm, now=timefmt.format_epoch(ctx.clock.now())))
+            self.policy.name, vm, now=timefmt.format_epoch(self.io.clock.now())))
         if moved:
             self.held.add(vm)
-            ctx.vms.next_check.pop(vm, None)
-            ctx.metrics.increment("brake.held", tags={"pool": ctx.name})
+            self.vms.next_check.pop(vm, None)
+            self.io.metrics.increment("brake.held", tags={"pool": self.policy.name})
             log.info("[!] [%s] '%s' failed its check while the brake is engaged: held, not "
-                     "destroyed", ctx.name, vm)
+                     "destroyed", self.policy.name, vm)
         return moved
 
     # -- every cycle ------------------------------------------------------------------------
@@ -132,13 +134,12 @@ class Brake:
         is not known, release the brake when the failures stopped, re-check held VMs while
         released, emit ``brake.engaged``. Returns the held VMs (in no other queue, so not
         to be discovered). May raise ``redis.RedisError``."""
-        ctx = self.ctx
         if not self.loaded:
-            ctx.vms.held = self.store.held(ctx.name)
+            self.vms.held = self.store.held(self.policy.name)
             self.loaded = True
             if self.held and not self.engaged and self.rule is not None:
                 self.engaged = True  # held by an earlier actor: wait one window
-                mono = ctx.clock.monotonic()
+                mono = self.io.clock.monotonic()
                 for vm in self.held:
                     self.window.record(vm, mono)
         if self.engaged and (self.rule is None
@@ -146,56 +147,54 @@ class Brake:
             self.engaged = False
             log.warning(
                 "[*] [%s] mass-failure brake released: %d VMs failed checks within the last "
-                "%.0fs; checking %d held VMs again", ctx.name, self.failures(),
+                "%.0fs; checking %d held VMs again", self.policy.name, self.failures(),
                 self.window.window, len(self.held))
         if not self.engaged:
-            for vm in sorted(self.held - ctx.calls.busy):
-                ctx.calls.send(ProviderOp.CHECK_READY, vm, False)
+            for vm in sorted(self.held - self.calls.busy):
+                self.calls.send(ProviderOp.CHECK_READY, vm, False)
         if self.rule is not None:
-            ctx.metrics.gauge("brake.engaged", 1 if self.engaged else 0,
-                              tags={"pool": ctx.name})
+            self.io.metrics.gauge("brake.engaged", 1 if self.engaged else 0,
+                              tags={"pool": self.policy.name})
             self.publish()
         return set(self.held)
 
     def publish(self) -> None:
         """Write the brake's state for ``/status`` when it changed since the last write."""
-        ctx = self.ctx
         state = (self.engaged, self.failures(), len(self.held))
         if state != self.published:
-            self.store.publish(ctx.name, engaged=state[0], failures=state[1], held=state[2],
-                               updated=timefmt.format_epoch(ctx.clock.now()))
+            self.store.publish(self.policy.name, engaged=state[0], failures=state[1], held=state[2],
+                               updated=timefmt.format_epoch(self.io.clock.now()))
             self.published = state
 
     def rechecked(self, vm: str, healthy: bool, size: int) -> None:
         """The answer to a held VM's check: back to ready when healthy; otherwise held again
         if its failure engages the brake, else destroyed (``vm.lost{reason=check_failed}``)."""
-        ctx = self.ctx
         if healthy:
-            if self._write(lambda: self.store.unhold(ctx.name, vm, to_ready=True)):
+            if self._write(lambda: self.store.unhold(self.policy.name, vm, to_ready=True)):
                 self.held.discard(vm)
-                ctx.vms.next_check[vm] = (ctx.clock.monotonic()
-                                          + ctx.settings.vm_checktime * 60)
+                self.vms.next_check[vm] = (self.io.clock.monotonic()
+                                          + self.policy.settings.vm_checktime * 60)
                 log.info("[>] [%s] '%s' passed its check after the brake: back to 'ready'",
-                         ctx.name, vm)
+                         self.policy.name, vm)
             return
         if self.failed(vm, size):
             return  # engaged again: stays held
-        if self._write(lambda: self.store.unhold(ctx.name, vm, to_ready=False)):
+        if self._write(lambda: self.store.unhold(self.policy.name, vm, to_ready=False)):
             self.held.discard(vm)
-            ctx.lost("check_failed")
-            ctx.vms.forget(vm)
+            self.io.lost("check_failed")
+            self.vms.forget(vm)
             log.info("[>] [%s] '%s' failed its check after the brake, moved to 'completed'",
-                     ctx.name, vm)
+                     self.policy.name, vm)
 
     def drain(self) -> int:
         """The pool drained (reset, template change): every held VM goes to completed.
         Returns how many moved."""
-        ctx, moved = self.ctx, 0
+        moved = 0
         for vm in sorted(self.held):
-            if self._write(lambda vm=vm: self.store.unhold(ctx.name, vm, to_ready=False)):
+            if self._write(lambda vm=vm: self.store.unhold(self.policy.name, vm, to_ready=False)):
                 moved += 1
             self.held.discard(vm)
-        ctx.lost("drained", moved)
+        self.io.lost("drained", moved)
         return moved
 
     def _write(self, op: Callable[[], bool]) -> bool:

@@ -1,6 +1,6 @@
 """Per-queue checks of a pool cycle (reference §4.3–§4.6): running lifetimes, ready TTL and
 re-checks, pending VMs that vanished. Used only on the pool actor's thread; provider work is
-sent as messages (``ctx.calls``).
+sent as messages (``self.calls``).
 """
 
 from __future__ import annotations
@@ -9,9 +9,11 @@ import logging
 
 from vmpooler.actors.messages import ProviderOp
 from vmpooler.actors.pool.brake import Brake
-from vmpooler.actors.pool.context import PoolContext
+from vmpooler.actors.pool.calls import ProviderCalls
+from vmpooler.actors.pool.context import PoolIO, PoolPolicy
 from vmpooler.actors.pool.dead_letters import DeadLetters
 from vmpooler.actors.pool.ondemand import OnDemandVms
+from vmpooler.actors.pool.vm_cache import VmCache
 from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.pool_snapshot import PoolSnapshot
 
@@ -25,12 +27,12 @@ _MISMATCH_GRACE = 60.0  # seconds a VM must be ready before its hostname is chec
 class PoolChecks:
     """Checks of running, ready and vanished pending VMs."""
 
-    def __init__(self, ctx: PoolContext, ondemand: OnDemandVms,
-                 dead_letters: DeadLetters, brake: Brake | None = None) -> None:
-        self.ctx = ctx
+    def __init__(self, policy: PoolPolicy, io: PoolIO, *, calls: ProviderCalls, vms: VmCache,
+                 ondemand: OnDemandVms, dead_letters: DeadLetters, brake: Brake) -> None:
+        self.policy, self.io, self.calls, self.vms = policy, io, calls, vms
         self.ondemand = ondemand
         self.dead_letters = dead_letters
-        self.brake = brake or Brake(ctx)
+        self.brake = brake
         self.suspects: dict[str, int] = {}  # pending VM -> the listing that first missed it
 
     def check_held(self, size: int) -> set[str]:
@@ -42,10 +44,10 @@ class PoolChecks:
     def check_running(self, snap: PoolSnapshot, inventory: set[str], now: float) -> None:
         """Retire running VMs gone from the inventory, without an ``active`` entry or past
         their lifetime; send ``CHECK_RUNNING`` to the others every ``vm_checktime``."""
-        ctx, store, name, vms = self.ctx, self.ctx.store, self.ctx.name, self.ctx.vms
+        store, name, vms = self.io.store, self.policy.name, self.vms
         due = []
-        mono = ctx.clock.monotonic()
-        for vm in snap.running - ctx.calls.busy:
+        mono = self.io.clock.monotonic()
+        for vm in snap.running - self.calls.busy:
             if vm not in inventory:
                 if store.retire(name, vm, "running"):
                     log.info("[>] [%s] '%s' not in inventory, moved to 'completed'", name, vm)
@@ -57,28 +59,28 @@ class PoolChecks:
         fields = store.vm_fields(due, ["checkout", "lifetime", "user_tagged", "token:user"])
         active = store.active_members(name, due)
         for vm in due:
-            vms.next_running_check[vm] = mono + ctx.settings.vm_checktime * 60
+            vms.next_running_check[vm] = mono + self.policy.settings.vm_checktime * 60
             checkout, lifetime, tagged, user = fields[vm]
             if vm not in active:
                 if store.retire(name, vm, "running"):
                     log.info("[>] [%s] '%s' has no active entry, moved to 'completed'",
                              name, vm)
                 continue
-            hours = ctx.lifetime.hours(lifetime)
+            hours = self.policy.lifetime.hours(lifetime)
             started = timefmt.parse_epoch(checkout)
             if hours > 0 and started is not None and int((now - started) // 3600) >= hours:
                 if store.retire(name, vm, "running"):
                     log.info("[>] [%s] '%s' reached its lifetime of %dh, moved to 'completed'",
                              name, vm, hours)
                 continue
-            ctx.calls.send(ProviderOp.CHECK_RUNNING, vm, tagged != "true", user)
+            self.calls.send(ProviderOp.CHECK_RUNNING, vm, tagged != "true", user)
 
     def check_ready(self, snap: PoolSnapshot, inventory: set[str], now: float) -> set[str]:
         """Retire ready VMs gone from the inventory or past ``ready_ttl``; stamp ``check`` on
         the due ones and send them ``CHECK_READY``. Returns the ready VMs still ready."""
-        ctx, store, name, vms = self.ctx, self.ctx.store, self.ctx.name, self.ctx.vms
+        store, name, vms = self.io.store, self.policy.name, self.vms
         ready = set(snap.ready)
-        mono = ctx.clock.monotonic()
+        mono = self.io.clock.monotonic()
         unknown = [vm for vm in snap.ready if vm not in vms.ready_since]
         if unknown:
             for vm, (since, check) in store.vm_fields(unknown, ["ready", "check"]).items():
@@ -86,31 +88,31 @@ class PoolChecks:
                 vms.ready_since[vm] = started if started is not None else 0.0
                 last = timefmt.parse_epoch(check)
                 age = now - last if last is not None else None
-                checktime = ctx.settings.vm_checktime * 60
+                checktime = self.policy.settings.vm_checktime * 60
                 vms.next_check[vm] = mono + (checktime - age if age is not None and
                                              age < checktime else 0.0)
         stamps: dict[str, str] = {}
-        for vm in snap.ready - ctx.calls.busy:
+        for vm in snap.ready - self.calls.busy:
             if vm not in inventory:
                 if store.retire(name, vm, "ready"):
                     ready.discard(vm)
-                    ctx.lost("vanished")
+                    self.io.lost("vanished")
                     log.info("[>] [%s] '%s' not in inventory, moved to 'completed'", name, vm)
                 continue
             if vms.next_check.get(vm, 0.0) > mono:
                 continue
-            vms.next_check[vm] = mono + ctx.settings.vm_checktime * 60
+            vms.next_check[vm] = mono + self.policy.settings.vm_checktime * 60
             stamps[vm] = timefmt.format_epoch(now)
             since = vms.ready_since.get(vm) or None
-            if since is None or (now - since) / 60.0 > ctx.pool.ready_ttl:
+            if since is None or (now - since) / 60.0 > self.policy.pool.ready_ttl:
                 if store.retire(name, vm, "ready"):
                     ready.discard(vm)
-                    ctx.lost("ready_ttl")
+                    self.io.lost("ready_ttl")
                     log.info("[>] [%s] '%s' reached its ready TTL of %s min, moved to "
-                             "'completed'", name, vm, ctx.pool.ready_ttl)
+                             "'completed'", name, vm, self.policy.pool.ready_ttl)
                 continue
-            check_name = bool(ctx.check_hostname) and now - since > _MISMATCH_GRACE
-            ctx.calls.send(ProviderOp.CHECK_READY, vm, check_name)
+            check_name = bool(self.policy.check_hostname) and now - since > _MISMATCH_GRACE
+            self.calls.send(ProviderOp.CHECK_READY, vm, check_name)
         store.set_check_times(stamps)
         return ready
 
@@ -131,25 +133,25 @@ class PoolChecks:
         requested shows up in the next one. True if the VM is no longer the pool's pending
         VM.
         """
-        ctx, name = self.ctx, self.ctx.name
-        reserved = ctx.vms.reserved_at.get(vm)
+        name = self.policy.name
+        reserved = self.vms.reserved_at.get(vm)
         if reserved is not None and reserved >= listed_at:
             return False
-        if ctx.store.clone_in_flight(vm):
+        if self.io.store.clone_in_flight(vm):
             self.suspects.pop(vm, None)
             return False
         if self.suspects.setdefault(vm, listing) >= listing:
             return False
         del self.suspects[vm]
-        if ctx.store.clone_failed(name, vm, error="VM is not in the provider's inventory",
-                                  error_class="VmNotFound", ttl=ctx.data_ttl,
+        if self.io.store.clone_failed(name, vm, error="VM is not in the provider's inventory",
+                                  error_class="VmNotFound", ttl=self.policy.data_ttl,
                                   release_slot=False):
-            ctx.lost("vanished")
+            self.io.lost("vanished")
             log.info("[!] [%s] '%s' is pending but not in the provider's inventory and no clone "
                      "is running for it; removed from 'pending'", name, vm)
-            ctx.metrics.increment("vmpooler_errors.markedasfailed", tags={"pool": name})
+            self.io.metrics.increment("vmpooler_errors.markedasfailed", tags={"pool": name})
             self.dead_letters.add("pending", vm, "VmNotFound",
                                   "VM is not in the provider's inventory")
         self.ondemand.failed(vm, "VM is not in the provider's inventory")
-        ctx.vms.forget(vm)
+        self.vms.forget(vm)
         return True

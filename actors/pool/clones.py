@@ -20,12 +20,14 @@ from vmpooler.actors.messages import (
     ProviderOp,
     WantCloneSlot,
 )
-from vmpooler.actors.pool.calls import log_failure
+from vmpooler.actors.pool.calls import ProviderCalls, log_failure
 from vmpooler.actors.pool.config_error import ConfigError
-from vmpooler.actors.pool.context import PoolContext
+from vmpooler.actors.pool.context import PoolIO, PoolPolicy
 from vmpooler.actors.pool.dead_letters import DeadLetters
+from vmpooler.actors.pool.hostnames import HostnameGenerator
 from vmpooler.actors.pool.ondemand import OnDemandVms
 from vmpooler.actors.pool.upkeep import PoolUpkeep
+from vmpooler.actors.pool.vm_cache import VmCache
 from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.queues import Queue
 from vmpooler.actors.storage.store import CloneReservation
@@ -38,9 +40,11 @@ log = logging.getLogger(__name__)
 class Clones:
     """Clone starts and clone answers of one pool."""
 
-    def __init__(self, ctx: PoolContext, upkeep: PoolUpkeep, ondemand: OnDemandVms,
+    def __init__(self, policy: PoolPolicy, io: PoolIO, *, calls: ProviderCalls, vms: VmCache,
+                 hostnames: HostnameGenerator, upkeep: PoolUpkeep, ondemand: OnDemandVms,
                  dead_letters: DeadLetters) -> None:
-        self.ctx = ctx
+        self.policy, self.io, self.calls, self.vms = policy, io, calls, vms
+        self.hostnames = hostnames
         self.upkeep = upkeep
         self.ondemand = ondemand
         self.dead_letters = dead_letters
@@ -49,7 +53,7 @@ class Clones:
         self.failures = 0  # consecutive failed clones
         self.retry_at = 0.0  # monotonic: no clone starts before this
         self.owed_slots: dict[str, bool] = {}  # vm -> on-demand: releases Redis missed
-        self.config_error = ConfigError(ctx)
+        self.config_error = ConfigError(policy, io, busy=calls.busy)
 
     # -- refill -------------------------------------------------------------------------------
     def repay_slots(self) -> None:
@@ -57,7 +61,7 @@ class Clones:
         slot already given back, by a fold say, is not given twice)."""
         while self.owed_slots:
             vm, ondemand = next(iter(self.owed_slots.items()))
-            self.ctx.store.release_clone_slot(vm, ondemand=ondemand)
+            self.io.store.release_clone_slot(vm, ondemand=ondemand)
             del self.owed_slots[vm]
 
     def repopulate(self, ready: int, pending: int) -> bool:
@@ -66,7 +70,7 @@ class Clones:
             self.failures, self.retry_at = 0, 0.0  # a new placement: no back-off from the old
         if self.upkeep.preparing:
             return False
-        if self.ctx.clock.monotonic() < self.retry_at:
+        if self.io.clock.monotonic() < self.retry_at:
             return False  # clones failed just now; the periodic cycle tries again
         want = self.upkeep.size - ready - pending
         started = 0
@@ -81,20 +85,19 @@ class Clones:
     def refill(self, *, freed: int = 0) -> None:
         """Start clones if the pool is short. ``freed`` clone slots were just released by
         this pool: those it does not reuse go to pools waiting for one."""
-        ctx = self.ctx
         self.waiting_for_slot = False
         started = 0
-        backing_off = ctx.clock.monotonic() < self.retry_at
+        backing_off = self.io.clock.monotonic() < self.retry_at
         if not self.upkeep.preparing and self.upkeep.initialised and not backing_off:
-            counts = ctx.store.counts(ctx.name, (Queue.READY, Queue.PENDING))
+            counts = self.io.store.counts(self.policy.name, (Queue.READY, Queue.PENDING))
             pooled_pending = counts[Queue.PENDING]
             if pooled_pending and len(self.ondemand):
                 # a request's VMs are not the pool's: those pending are left out (counting
                 # them as len(ondemand) also took off request VMs already delivered, and
                 # over-cloned)
-                pending = ctx.store.members(ctx.name, Queue.PENDING)
+                pending = self.io.store.members(self.policy.name, Queue.PENDING)
                 pooled_pending = sum(1 for vm in pending if vm not in self.ondemand)
-            want = self.upkeep.size - counts[Queue.READY] - len(ctx.vms.held) - pooled_pending
+            want = self.upkeep.size - counts[Queue.READY] - len(self.vms.held) - pooled_pending
             for _ in range(max(0, want)):
                 if not self.start(None):
                     break
@@ -102,16 +105,16 @@ class Clones:
             else:
                 self.slot_wait_since = None  # no clone is waiting for a slot any more
         if freed > started and not self.waiting_for_slot:
-            broker = ctx.directory.get("slots")
+            broker = self.io.directory.get("slots")
             if broker is not None:
                 broker.tell(CloneSlotFreed(freed - started))
 
     def _want_slot(self) -> None:
         if not self.waiting_for_slot:
             self.waiting_for_slot = True
-            broker = self.ctx.directory.get("slots")
+            broker = self.io.directory.get("slots")
             if broker is not None:
-                broker.tell(WantCloneSlot(self.ctx.name))
+                broker.tell(WantCloneSlot(self.policy.name))
 
     def for_request(self, msg: CloneForRequest) -> None:
         """Clone one VM for an on-demand request with an on-demand slot; the on-demand
@@ -131,20 +134,20 @@ class Clones:
         ``request_fence`` (the request's lease value the grant was made under) nothing
         starts once the request's lease holds another value.
         """
-        ctx, name = self.ctx, self.ctx.name
-        settings = ctx.settings
+        name = self.policy.name
+        settings = self.policy.settings
         if request is None and not self.config_error.allows_pool_clone():
             return None
-        provider = ctx.calls.provider()
+        provider = self.calls.provider()
         if provider is None:
             return None
         limit = settings.task_limit if request is None else settings.ondemand_clone_limit
         for _ in range(3):
-            vm = ctx.hostnames.candidate(settings.prefix)
-            now = ctx.clock.now()
-            code = ctx.store.reserve_clone(
+            vm = self.hostnames.candidate(settings.prefix)
+            now = self.io.clock.now()
+            code = self.io.store.reserve_clone(
                 name, vm, limit=limit, clone_time=timefmt.format_epoch(now),
-                domain=ctx.pool.domain, request=request, request_fence=request_fence,
+                domain=self.policy.pool.domain, request=request, request_fence=request_fence,
             )
             if code == CloneReservation.REQUEST_MOVED:
                 log.info("[*] [%s] clone for request '%s' not started: the request moved to "
@@ -153,25 +156,25 @@ class Clones:
             if code == CloneReservation.NO_SLOT:
                 if request is None:
                     if self.slot_wait_since is None:
-                        self.slot_wait_since = ctx.clock.monotonic()
+                        self.slot_wait_since = self.io.clock.monotonic()
                     self._want_slot()
                 return None
             if code == CloneReservation.NAME_TAKEN:
-                ctx.metrics.increment("vmpooler_errors.duplicatehostname", tags={"pool": name})
+                self.io.metrics.increment("vmpooler_errors.duplicatehostname", tags={"pool": name})
                 continue
-            ctx.vms.clone_started[vm] = now
-            reserved = ctx.vms.reserved_at[vm] = ctx.clock.monotonic()
+            self.vms.clone_started[vm] = now
+            reserved = self.vms.reserved_at[vm] = self.io.clock.monotonic()
             if request is None:  # a request's wait is timed by the on-demand manager
                 waited = self.slot_wait_since
-                ctx.metrics.timing(
+                self.io.metrics.timing(
                     "clone.queue_wait", 0.0 if waited is None else max(0.0, reserved - waited),
                     tags={"pool": name, "kind": "pool"})
             if request is not None:
                 self.ondemand.adopt(vm, request)
             template, target = self.upkeep.template, self.upkeep.clone_target
-            if not ctx.calls.send(ProviderOp.CLONE, vm, template, target):
-                ctx.store.clone_failed(name, vm, error="provider unavailable",
-                                       error_class="ProviderUnavailable", ttl=ctx.data_ttl,
+            if not self.calls.send(ProviderOp.CLONE, vm, template, target):
+                self.io.store.clone_failed(name, vm, error="provider unavailable",
+                                       error_class="ProviderUnavailable", ttl=self.policy.data_ttl,
                                        release_slot=True, ondemand=request is not None)
                 self.ondemand.drop(vm)
                 return None
@@ -188,26 +191,26 @@ class Clones:
         """The answer to ``CLONE``: success → ``CLONE_SUCCEEDED`` and a pending check at
         once; failure → back-off, dead letter, ``CLONE_FAILED``. Either way the slot is
         reused or handed on (a request's to the on-demand manager)."""
-        ctx, name = self.ctx, self.ctx.name
+        name = self.policy.name
         vm = msg.vm or ""
         ondemand = vm in self.ondemand
         if msg.failure is None:
             result: CloneResult = msg.result
             try:
-                ctx.store.clone_succeeded(
+                self.io.store.clone_succeeded(
                     name, vm, seconds=result.seconds, ip=result.ip,
-                    date=timefmt.date_bucket(ctx.clock.now()), ondemand=ondemand,
+                    date=timefmt.date_bucket(self.io.clock.now()), ondemand=ondemand,
                 )
             except Exception:
                 self.owed_slots[vm] = ondemand
                 raise
             self.failures = 0
             self.config_error.succeeded(vm)
-            ctx.metrics.increment("clone.outcome", tags={
-                "pool": name, "provider": ctx.pool.provider, "result": "success"})
-            ctx.metrics.gauge("vmpooler_clone", result.seconds, tags={"pool": name})
+            self.io.metrics.increment("clone.outcome", tags={
+                "pool": name, "provider": self.policy.pool.provider, "result": "success"})
+            self.io.metrics.gauge("vmpooler_clone", result.seconds, tags={"pool": name})
             log.info("[+] [%s] '%s' cloned in %.2f seconds", name, vm, result.seconds)
-            ctx.calls.send(ProviderOp.CHECK_PENDING, vm)
+            self.calls.send(ProviderOp.CHECK_PENDING, vm)
             if ondemand:
                 self.ondemand.slot_freed()
             else:
@@ -215,26 +218,26 @@ class Clones:
             return
         failure = msg.failure
         self.failures += 1
-        backoff = ctx.backoff
-        self.retry_at = ctx.clock.monotonic() + min(
+        backoff = self.policy.backoff
+        self.retry_at = self.io.clock.monotonic() + min(
             backoff.max, backoff.min * 2 ** (self.failures - 1))
         if failure.error_class == "StaleDnsError":
-            ctx.metrics.increment("vmpooler_errors.staledns", tags={"pool": name})
+            self.io.metrics.increment("vmpooler_errors.staledns", tags={"pool": name})
         if not failure.circuit_open:  # refused before reaching the provider: nothing died
             self.dead_letters.add("clone", vm, failure.error_class, failure.message)
-            ctx.metrics.increment("clone.outcome", tags={
-                "pool": name, "provider": ctx.pool.provider, "result": "failure"})
+            self.io.metrics.increment("clone.outcome", tags={
+                "pool": name, "provider": self.policy.pool.provider, "result": "failure"})
         try:
-            was_pending = ctx.store.clone_failed(name, vm, error=failure.message,
+            was_pending = self.io.store.clone_failed(name, vm, error=failure.message,
                                                  error_class=failure.error_class,
-                                                 ttl=ctx.data_ttl, release_slot=True,
+                                                 ttl=self.policy.data_ttl, release_slot=True,
                                                  ondemand=ondemand)
         except Exception:
             self.owed_slots[vm] = ondemand
             raise
         if was_pending and not failure.circuit_open:
-            ctx.lost("clone_failed")
-        ctx.vms.forget(vm)
+            self.io.lost("clone_failed")
+        self.vms.forget(vm)
         explained = self.config_error.failed(vm, failure, template=self.upkeep.template,
                                              clone_target=self.upkeep.clone_target)
         log_failure(failure, "[!] [%s] '%s' clone failed: %s: %s", name, vm,

@@ -31,10 +31,11 @@ injected clock. Used only on the pool actor's thread.
 from __future__ import annotations
 
 import logging
+from collections.abc import KeysView
 from dataclasses import dataclass
 
 from vmpooler.actors.messages import ProviderFailure, RunPoolCycle
-from vmpooler.actors.pool.context import PoolContext
+from vmpooler.actors.pool.context import PoolIO, PoolPolicy
 from vmpooler.actors.runtime.clock import Timer
 from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.config_error_store import ConfigErrorStore
@@ -63,10 +64,12 @@ class ConfigError:
     (None when none is), ``trial_at`` the monotonic time from which the next may start.
     """
 
-    def __init__(self, ctx: PoolContext, store: ConfigErrorStore | None = None) -> None:
-        self.ctx = ctx
-        self.store = store or ConfigErrorStore(ctx.store.client)
-        self.interval = ctx.settings.config_error_retry_interval
+    def __init__(self, policy: PoolPolicy, io: PoolIO, *, busy: KeysView[str],
+                 store: ConfigErrorStore | None = None) -> None:
+        self.policy, self.io = policy, io
+        self.busy = busy  # the VMs with a provider call in flight (a live view)
+        self.store = store or ConfigErrorStore(self.io.store.client)
+        self.interval = self.policy.settings.config_error_retry_interval
         self.state: ConfigErrorState | None = None
         self.trial: str | None = None
         self.trial_at = 0.0
@@ -86,15 +89,15 @@ class ConfigError:
         flight. The caller reports the clone it then starts with :meth:`started`."""
         if self.state is None:
             return True
-        if self.trial is not None and self.trial not in self.ctx.calls.busy:
+        if self.trial is not None and self.trial not in self.busy:
             self.trial = None  # its answer was presumed lost (ProviderCalls.expire_lost)
-        return self.trial is None and self.ctx.clock.monotonic() >= self.trial_at
+        return self.trial is None and self.io.clock.monotonic() >= self.trial_at
 
     def started(self, vm: str) -> None:
         """A clone of the pool's own was sent: in the state, it is the trial."""
         if self.state is not None:
             self.trial = vm
-            log.info("[*] [%s] configuration error: trial clone '%s'", self.ctx.name, vm)
+            log.info("[*] [%s] configuration error: trial clone '%s'", self.policy.name, vm)
 
     # -- answers ------------------------------------------------------------------------------
     def succeeded(self, vm: str) -> None:
@@ -102,7 +105,7 @@ class ConfigError:
         if self.state is not None:
             self._leave(f"'{vm}' cloned")
         elif self.stale_field:
-            self.store.clear(self.ctx.name)
+            self.store.clear(self.policy.name)
             self.stale_field = False
 
     def failed(self, vm: str, failure: ProviderFailure, *, template: str,
@@ -121,23 +124,23 @@ class ConfigError:
         if state is not None and (state.error_class, state.message) == (
                 failure.error_class, failure.message):
             log.debug("[%s] configuration error persists: '%s' failed the same way",
-                      self.ctx.name, vm)
+                      self.policy.name, vm)
             return True
         self.state = ConfigErrorState(
             error_class=failure.error_class, message=failure.message,
-            since=state.since if state is not None else self.ctx.clock.now(),
+            since=state.since if state is not None else self.io.clock.now(),
             template=template, clone_target=clone_target or "")
         self._publish()
         if state is None:
             log.error("[!] [%s] configuration error: clone of '%s' failed permanently: %s: %s; "
                       "the pool clones nothing but trial clones (growing to one every %.0fs) "
                       "until a clone succeeds or its template or clone target changes",
-                      self.ctx.name, vm, failure.error_class, failure.message, self.interval)
+                      self.policy.name, vm, failure.error_class, failure.message, self.interval)
             self.delay = 0.0
             self._arm()
         else:
             log.error("[!] [%s] configuration error changed: clone of '%s' failed "
-                      "permanently: %s: %s", self.ctx.name, vm, failure.error_class,
+                      "permanently: %s: %s", self.policy.name, vm, failure.error_class,
                       failure.message)
         self._gauge()
         return True
@@ -169,31 +172,31 @@ class ConfigError:
         self.state = None
         self.trial = None
         self.cancel()
-        self.store.clear(self.ctx.name)
+        self.store.clear(self.policy.name)
         self.stale_field = False
         self._gauge()
-        log.info("[*] [%s] configuration error cleared after %.0fs: %s", self.ctx.name,
-                 max(0.0, self.ctx.clock.now() - state.since), why)
+        log.info("[*] [%s] configuration error cleared after %.0fs: %s", self.policy.name,
+                 max(0.0, self.io.clock.now() - state.since), why)
 
     def _arm(self) -> None:
         """The next trial may start after the next delay (``check_loop_delay_min``, then
         doubling up to ``interval``); a cycle is asked for then."""
         if self.state is None:
             return
-        self.delay = min(self.interval, max(self.ctx.backoff.min, self.delay * 2))
-        self.trial_at = self.ctx.clock.monotonic() + self.delay
+        self.delay = min(self.interval, max(self.policy.backoff.min, self.delay * 2))
+        self.trial_at = self.io.clock.monotonic() + self.delay
         self.cancel()
-        self.timer = self.ctx.scheduler.tell_later(self.delay, self.ctx.self_ref,
+        self.timer = self.io.scheduler.tell_later(self.delay, self.io.self_ref,
                                                    RunPoolCycle(generation=0))
 
     def _publish(self) -> None:
         state = self.state
         assert state is not None
-        self.store.publish(self.ctx.name, error_class=state.error_class, message=state.message,
+        self.store.publish(self.policy.name, error_class=state.error_class, message=state.message,
                            since=timefmt.format_epoch(state.since), template=state.template,
                            clone_target=state.clone_target)
         self.stale_field = False
 
     def _gauge(self) -> None:
-        self.ctx.metrics.gauge("pool.config_error", 1 if self.state is not None else 0,
-                               tags={"pool": self.ctx.name})
+        self.io.metrics.gauge("pool.config_error", 1 if self.state is not None else 0,
+                               tags={"pool": self.policy.name})

@@ -1,11 +1,19 @@
-"""What every part of one pool actor is given: the pool's configuration and settings in
-effect, the stores, clock, metrics, the actor directory, the provider calls in flight and the
-per-VM caches.
+"""What the parts of one pool actor are given, in three kinds.
 
-The pool actor builds one :class:`PoolContext` and hands it to each of its collaborators
-(:mod:`~vmpooler.actors.pool.cycle`, :mod:`~vmpooler.actors.pool.checks`, …). Those run
-only inside the pool actor's mailbox, one message at a time, so the mutable parts
-(``calls``, ``vms``) have a single writer and need no lock.
+* :class:`PoolPolicy` — frozen values: the pool's configuration and the settings in effect
+  for it (back-off, timeouts, lifetime, size limit). Safe to share, never changes.
+* :class:`PoolIO` — the services it talks to: its stores (fenced by its lease when it has
+  one), the clock and scheduler, metrics, the actor directory, its own ref and its lease.
+  Frozen: the references never change (what they reach does).
+* Two mutable tables, each with a single writer: the provider calls in flight
+  (:class:`~vmpooler.actors.pool.calls.ProviderCalls`) and the per-VM caches
+  (:class:`~vmpooler.actors.pool.vm_cache.VmCache`). They are passed explicitly to the
+  collaborators that use them, and to no others.
+
+:func:`build` makes all four for the pool actor; its collaborators
+(:mod:`~vmpooler.actors.pool.cycle`, :mod:`~vmpooler.actors.pool.checks`, …) each take the
+ones they use and run only inside the pool actor's mailbox, one message at a time, so the
+tables need no lock.
 """
 
 from __future__ import annotations
@@ -18,7 +26,6 @@ import pykka
 from vmpooler.actors.config import GlobalSettings, PoolConfig
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.pool.calls import ProviderCalls
-from vmpooler.actors.pool.hostnames import HostnameGenerator
 from vmpooler.actors.pool.ownership import Ownership, OwnershipSettings
 from vmpooler.actors.pool.policy import Backoff, LifetimePolicy
 from vmpooler.actors.pool.vm_cache import VmCache
@@ -29,7 +36,7 @@ from vmpooler.actors.storage.request_store import RequestStore
 from vmpooler.actors.storage.store import Store
 from vmpooler.actors.storage.upkeep_store import UpkeepStore
 
-__all__ = ["LOST_REASONS", "PoolContext"]
+__all__ = ["LOST_REASONS", "PoolIO", "PoolParts", "PoolPolicy", "build"]
 
 LOST_REASONS = frozenset({
     "ready_ttl", "check_failed", "pending_timeout", "clone_failed", "purged", "drained",
@@ -38,71 +45,35 @@ LOST_REASONS = frozenset({
 """The ``reason`` tag values of ``vm.lost`` (docs/architecture.md, "Service-level metrics")."""
 
 
-@dataclass(frozen=True)
-class PoolContext:
-    """One pool actor's dependencies and settings in effect (read-only after construction).
-
-    Build it with :meth:`create`. ``self_ref`` is the pool actor's own ref (answers and
-    wake-ups are addressed to it).
-    """
+@dataclass(frozen=True, slots=True)
+class PoolPolicy:
+    """The pool's configuration and the settings in effect for it; pool settings fall back
+    to the global ones (:meth:`of`)."""
 
     pool: PoolConfig
     settings: GlobalSettings
     data_ttl: int  # seconds a finished VM's hash is kept
-    store: Store
-    requests: RequestStore
-    provider_store: ProviderStore
-    upkeep_store: UpkeepStore
-    directory: ActorDirectory
-    clock: Clock
-    scheduler: Scheduler
-    metrics: Metrics
-    hostnames: HostnameGenerator
-    self_ref: pykka.ActorRef[Any]
-    calls: ProviderCalls
-    vms: VmCache
     backoff: Backoff
     lifetime: LifetimePolicy
     check_hostname: bool
     timeout_min: float
     notify_min: float
     max_size: int  # the pool's max_pool_size: no override makes it larger
-    ownership: Ownership | None = None  # None: this actor owns the pool unconditionally
+    lost_after: float  # seconds after which an unanswered provider call is presumed lost
 
     @classmethod
-    def create(
-        cls, *, pool: PoolConfig, settings: GlobalSettings, data_ttl_hours: int, store: Store,
-        requests: RequestStore, directory: ActorDirectory, clock: Clock, scheduler: Scheduler,
-        metrics: Metrics, hostnames: HostnameGenerator, self_ref: pykka.ActorRef[Any],
-        ownership: OwnershipSettings | None = None, max_size: int | None = None,
-    ) -> PoolContext:
-        """The context of the pool actor ``self_ref``: pool settings fall back to the global
-        ones; a provider answer older than ``2 x provider_call_timeout + 60`` s is presumed
-        lost (its provider actor crashed): a call may wait ``provider_call_timeout`` in the
-        provider's own queue (vCenter's) and then run as long again. With ``ownership`` the
-        pool is acted on only while this manager holds its lease, and ``store`` and
-        ``upkeep_store`` write behind the lease's fence; without it (a lone embedded system,
-        tests) as before. ``max_size`` is
-        the pool's ``max_pool_size`` (``Config.max_pool_size``; the global setting when
-        None)."""
+    def of(cls, pool: PoolConfig, settings: GlobalSettings, *, data_ttl_hours: int,
+           max_size: int | None = None) -> PoolPolicy:
+        """The policy of ``pool``. A provider answer older than ``2 x provider_call_timeout
+        + 60`` s is presumed lost (its provider actor crashed): a call may wait
+        ``provider_call_timeout`` in the provider's own queue (vCenter's) and then run as
+        long again. ``max_size`` is the pool's ``max_pool_size`` (``Config.max_pool_size``;
+        the global setting when None)."""
         def either(own: Any, default: Any) -> Any:
             return own if own is not None else default
 
-        calls = ProviderCalls(pool=pool.name, provider=pool.provider, directory=directory,
-                              clock=clock, reply_to=self_ref,
-                              lost_after=2 * settings.provider_call_timeout + 60.0)
-        owner = None if ownership is None else ownership.build(
-            pool.name, store.client, clock, busy=lambda: bool(calls.busy))
-        upkeep_store = UpkeepStore(store.client)
-        if owner is not None:
-            store, upkeep_store = store.with_fence(owner), upkeep_store.with_fence(owner)
         return cls(
-            pool=pool, settings=settings, data_ttl=int(data_ttl_hours) * 3600, store=store,
-            requests=requests, provider_store=ProviderStore(store.client),
-            upkeep_store=upkeep_store, directory=directory, clock=clock,
-            scheduler=scheduler, metrics=metrics, hostnames=hostnames, self_ref=self_ref,
-            calls=calls, ownership=owner,
-            vms=VmCache(store),
+            pool=pool, settings=settings, data_ttl=int(data_ttl_hours) * 3600,
             backoff=Backoff.of(
                 either(pool.check_loop_delay_min, settings.check_loop_delay_min),
                 either(pool.check_loop_delay_max, settings.check_loop_delay_max),
@@ -114,6 +85,7 @@ class PoolContext:
             timeout_min=either(pool.timeout, settings.timeout),
             notify_min=either(pool.timeout_notification, settings.timeout_notification),
             max_size=either(max_size, settings.max_pool_size),
+            lost_after=2 * settings.provider_call_timeout + 60.0,
         )
 
     @property
@@ -121,18 +93,65 @@ class PoolContext:
         """The pool's name."""
         return self.pool.name
 
-    @property
-    def lost_after(self) -> float:
-        """Seconds after which an unanswered provider call is presumed lost."""
-        return self.calls.lost_after
+    def fqdn(self, vm: str) -> str | None:
+        """The VM's fully qualified name in the pool's domain, or None without a domain."""
+        return f"{vm}.{self.pool.domain}" if self.pool.domain else None
+
+
+@dataclass(frozen=True, slots=True)
+class PoolIO:
+    """The services one pool actor's parts talk to. ``store`` and ``upkeep_store`` write
+    behind the lease's fence when there is an ``ownership``; ``self_ref`` is the pool
+    actor's own ref (answers and wake-ups are addressed to it)."""
+
+    pool: str  # the pool's name, for metric tags
+    store: Store
+    requests: RequestStore
+    provider_store: ProviderStore
+    upkeep_store: UpkeepStore
+    directory: ActorDirectory
+    clock: Clock
+    scheduler: Scheduler
+    metrics: Metrics
+    self_ref: pykka.ActorRef[Any]
+    ownership: Ownership | None = None  # None: this actor owns the pool unconditionally
 
     def lost(self, reason: str, count: int = 1) -> None:
         """Count ``count`` VMs of this pool that left for good without ever being checked
         out (``vm.lost``, tags ``pool`` and ``reason``, one of :data:`LOST_REASONS`)."""
         if count > 0:
-            self.metrics.increment("vm.lost", tags={"pool": self.name, "reason": reason},
+            self.metrics.increment("vm.lost", tags={"pool": self.pool, "reason": reason},
                                    value=count)
 
-    def fqdn(self, vm: str) -> str | None:
-        """The VM's fully qualified name in the pool's domain, or None without a domain."""
-        return f"{vm}.{self.pool.domain}" if self.pool.domain else None
+
+@dataclass(frozen=True, slots=True)
+class PoolParts:
+    """What :func:`build` makes: the policy, the I/O and the two mutable tables."""
+
+    policy: PoolPolicy
+    io: PoolIO
+    calls: ProviderCalls
+    vms: VmCache
+
+
+def build(
+    *, policy: PoolPolicy, store: Store, requests: RequestStore, directory: ActorDirectory,
+    clock: Clock, scheduler: Scheduler, metrics: Metrics, self_ref: pykka.ActorRef[Any],
+    ownership: OwnershipSettings | None = None,
+) -> PoolParts:
+    """The parts of the pool actor ``self_ref``. With ``ownership`` the pool is acted on
+    only while this manager holds its lease, and ``store`` and ``upkeep_store`` write behind
+    the lease's fence; without it (a lone embedded system, tests) unconditionally."""
+    pool = policy.pool
+    calls = ProviderCalls(pool=pool.name, provider=pool.provider, directory=directory,
+                          clock=clock, reply_to=self_ref, lost_after=policy.lost_after)
+    owner = None if ownership is None else ownership.build(
+        pool.name, store.client, clock, busy=lambda: bool(calls.busy))
+    upkeep_store = UpkeepStore(store.client)
+    if owner is not None:
+        store, upkeep_store = store.with_fence(owner), upkeep_store.with_fence(owner)
+    io = PoolIO(pool=pool.name, store=store, requests=requests,
+                provider_store=ProviderStore(store.client), upkeep_store=upkeep_store,
+                directory=directory, clock=clock, scheduler=scheduler, metrics=metrics,
+                self_ref=self_ref, ownership=owner)
+    return PoolParts(policy=policy, io=io, calls=calls, vms=VmCache(store))

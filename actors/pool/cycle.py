@@ -15,13 +15,15 @@ import logging
 import redis
 
 from vmpooler.actors.messages import ProviderCallFinished, ProviderOp, RunPoolCycle
+from vmpooler.actors.pool.calls import ProviderCalls
 from vmpooler.actors.pool.checks import PoolChecks
 from vmpooler.actors.pool.clones import Clones
-from vmpooler.actors.pool.context import PoolContext
+from vmpooler.actors.pool.context import PoolIO, PoolPolicy
 from vmpooler.actors.pool.failover_watch import Failover
 from vmpooler.actors.pool.migrations import Migrations
 from vmpooler.actors.pool.ondemand import OnDemandVms
 from vmpooler.actors.pool.upkeep import PoolUpkeep
+from vmpooler.actors.pool.vm_cache import VmCache
 from vmpooler.actors.runtime.clock import Timer
 from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.lease_store import Fenced
@@ -36,18 +38,18 @@ log = logging.getLogger(__name__)
 class PoolCycle:
     """Runs one pool's cycles and keeps its timer armed."""
 
-    def __init__(self, ctx: PoolContext, *, checks: PoolChecks, upkeep: PoolUpkeep,
-                 clones: Clones, ondemand: OnDemandVms, migrations: Migrations,
-                 failover: Failover | None = None) -> None:
-        self.ctx = ctx
+    def __init__(self, policy: PoolPolicy, io: PoolIO, *, calls: ProviderCalls, vms: VmCache,
+                 checks: PoolChecks, upkeep: PoolUpkeep, clones: Clones, ondemand: OnDemandVms,
+                 migrations: Migrations, failover: Failover) -> None:
+        self.policy, self.io, self.calls, self.vms = policy, io, calls, vms
         self.checks = checks
         self.upkeep = upkeep
         self.clones = clones
         self.ondemand = ondemand
         self.migrations = migrations
-        self.failover = failover or Failover(ctx, upkeep, clones, None)
+        self.failover = failover
         self.refused = False  # the last listing was refused by the provider's open breaker
-        self.delay = ctx.backoff.min
+        self.delay = self.policy.backoff.min
         self.generation = 0  # of the armed timer; an older RunPoolCycle is ignored
         self.timer: Timer | None = None
         self.listing = False  # a LIST_VMS is outstanding
@@ -60,33 +62,33 @@ class PoolCycle:
     def request(self) -> None:
         """Start a cycle: send ``LIST_VMS`` (the cycle runs when the inventory arrives), or,
         if a listing is outstanding, cycle again once it is answered."""
-        ctx = self.ctx
-        mono = ctx.clock.monotonic()
-        if self.listing and mono - self.list_sent_at <= ctx.lost_after:
+        mono = self.io.clock.monotonic()
+        if self.listing and mono - self.list_sent_at <= self.policy.lost_after:
             self.cycle_again = True
             self.schedule()  # in case the answer never comes
             return
         if self.listing:
-            log.warning("[!] [%s] no inventory answer for %.0fs; asking again", ctx.name,
+            log.warning("[!] [%s] no inventory answer for %.0fs; asking again", self.policy.name,
                         mono - self.list_sent_at)
-        ctx.calls.expire_lost(mono)
+        self.calls.expire_lost(mono)
         self.upkeep.expire_preparing(mono)
-        if ctx.ownership is not None and not ctx.ownership.refresh():
-            if ctx.ownership.elsewhere:  # another's: its timer backs off like an idle pool's
-                self.delay = ctx.backoff.next(self.delay, busy=False)
+        if self.io.ownership is not None and not self.io.ownership.refresh():
+            if self.io.ownership.elsewhere:  # another's: its timer backs off like an idle pool's
+                self.delay = self.policy.backoff.next(self.delay, busy=False)
             # not ours (or not yet): left alone, asked again next time (or when it expires)
-            self.schedule(within=ctx.ownership.free_in)
+            self.schedule(within=self.io.ownership.free_in)
             return
-        provider = ctx.calls.provider()
+        provider = self.calls.provider()
         if provider is None:
-            log.warning("[!] [%s] provider '%s' is not running", ctx.name, ctx.pool.provider)
+            log.warning("[!] [%s] provider '%s' is not running", self.policy.name,
+                        self.policy.pool.provider)
             self.schedule()
             return
         self.listing = True
-        self.list_sent_at = ctx.clock.monotonic()
+        self.list_sent_at = self.io.clock.monotonic()
         self.listings += 1
         self.cycle_again = False
-        provider.tell(ctx.calls.call(ProviderOp.LIST_VMS, None))
+        provider.tell(self.calls.call(ProviderOp.LIST_VMS, None))
         self.schedule()  # a safety net, replaced when the inventory arrives
 
     def schedule(self, within: float | None = None) -> None:
@@ -96,15 +98,15 @@ class PoolCycle:
             self.timer.cancel()
         self.generation += 1
         after = self.delay if within is None else min(self.delay, max(0.0, within))
-        self.timer = self.ctx.scheduler.tell_later(
-            after, self.ctx.self_ref, RunPoolCycle(generation=self.generation))
+        self.timer = self.io.scheduler.tell_later(
+            after, self.io.self_ref, RunPoolCycle(generation=self.generation))
 
     def hurry(self, within: float | None = None) -> None:
         """Cycle again after the shortest delay, or ``within`` seconds if sooner (a pool
         that just became this manager's, while its timer was backed off as another's and
         its lease, still held, expires in ``within``)."""
-        if self.delay > self.ctx.backoff.min or within is not None:
-            self.delay = min(self.delay, self.ctx.backoff.min)
+        if self.delay > self.policy.backoff.min or within is not None:
+            self.delay = min(self.delay, self.policy.backoff.min)
             self.schedule(within=within)
 
     def cancel(self) -> None:
@@ -114,10 +116,10 @@ class PoolCycle:
 
     def redis_failed(self, exc: redis.RedisError) -> None:
         """Redis failed a handler: log, back off, and cycle again after the delay."""
-        log.error("[!] [%s] %s: %s; retrying in %.0fs", self.ctx.name, redis_failure(exc),
+        log.error("[!] [%s] %s: %s; retrying in %.0fs", self.policy.name, redis_failure(exc),
                   exc, self.delay)
         self.upkeep.redis_failed()
-        self.delay = self.ctx.backoff.next(self.delay, busy=False)
+        self.delay = self.policy.backoff.next(self.delay, busy=False)
         self.schedule()
 
     # -- the inventory ---------------------------------------------------------------------------
@@ -131,40 +133,39 @@ class PoolCycle:
 
     def on_inventory(self, inventory: tuple[str, ...] | None, error: str | None) -> None:
         """Run one cycle over the inventory (None: the listing failed with ``error``)."""
-        ctx = self.ctx
         self.listing = False
         if inventory is None:
             if not self.inventory_failures:  # one line per outage, not one per cycle
                 log.error("[!] [%s] inventory failed: %s (logged again when it recovers)",
-                          ctx.name, error)
+                          self.policy.name, error)
             else:
-                log.debug("[%s] inventory failed again: %s", ctx.name, error)
+                log.debug("[%s] inventory failed again: %s", self.policy.name, error)
             self.inventory_failures += 1
             self._failover_down()
-            self.delay = ctx.backoff.next(self.delay, busy=False)
+            self.delay = self.policy.backoff.next(self.delay, busy=False)
             self.schedule()
             return
         if self.inventory_failures:
             log.warning("[*] [%s] inventory available again after %d failed cycles",
-                        ctx.name, self.inventory_failures)
+                        self.policy.name, self.inventory_failures)
             self.inventory_failures = 0
-        if ctx.ownership is not None and not ctx.ownership.acting:
+        if self.io.ownership is not None and not self.io.ownership.acting:
             self.schedule()  # the lease went while listing: no inventory writes
             return
-        started = ctx.clock.monotonic()
+        started = self.io.clock.monotonic()
         try:
             busy = self._cycle(set(inventory))
         except redis.RedisError as exc:
-            log.error("[!] [%s] %s: %s", ctx.name, redis_failure(exc), exc)
+            log.error("[!] [%s] %s: %s", self.policy.name, redis_failure(exc), exc)
             self.upkeep.redis_failed()
             busy = False
         except Fenced as exc:  # the lease was lost mid-cycle: the rest was not written
-            if ctx.ownership is not None:
-                ctx.ownership.fenced(exc)
+            if self.io.ownership is not None:
+                self.io.ownership.fenced(exc)
             busy = False
-        ctx.metrics.gauge("vmpooler_performance.check_pool",
-                          ctx.clock.monotonic() - started, tags={"pool": ctx.name})
-        self.delay = ctx.backoff.next(self.delay, busy=busy)
+        self.io.metrics.gauge("vmpooler_performance.check_pool",
+                          self.io.clock.monotonic() - started, tags={"pool": self.policy.name})
+        self.delay = self.policy.backoff.next(self.delay, busy=busy)
         if self.cycle_again:
             self.request()
         else:
@@ -174,9 +175,9 @@ class PoolCycle:
     def _cycle(self, inventory: set[str]) -> bool:
         """One pass over the pool's queues; True if it was busy (discovered a VM, sent a
         pending check, started a clone or drained)."""
-        ctx, store, name, busy_vms = self.ctx, self.ctx.store, self.ctx.name, self.ctx.calls.busy
+        store, name, busy_vms = self.io.store, self.policy.name, self.calls.busy
         self.clones.repay_slots()
-        mono = ctx.clock.monotonic()
+        mono = self.io.clock.monotonic()
         overrides, flags = self.upkeep.reads_due(mono)
         snap = store.snapshot(name, overrides=overrides, flags=flags)
         self.upkeep.adopt(snap, mono)
@@ -200,23 +201,23 @@ class PoolCycle:
             store.leave_migrating(name, vm)
             if vm in inventory:
                 self.migrations.start(vm)
-        now = ctx.clock.now()
+        now = self.io.clock.now()
         self.checks.check_running(snap, inventory, now)
         ready = self.checks.check_ready(snap, inventory, now)
         pending = set(snap.pending) - self.ondemand.owners.keys()  # requests' VMs: not ours
         for vm in sorted(snap.pending - busy_vms, reverse=True):
             if vm in inventory:
-                activity |= ctx.calls.send(ProviderOp.CHECK_PENDING, vm)
+                activity |= self.calls.send(ProviderOp.CHECK_PENDING, vm)
             elif self.checks.pending_vanished(vm, self.list_sent_at, self.listings):
                 pending.discard(vm)
         self.checks.keep_suspects(snap.pending - inventory)
         for vm in snap.completed - busy_vms:
             if vm in inventory:
                 if store.begin_destroy(name, vm, now=timefmt.format_epoch(now),
-                                       ttl=ctx.data_ttl):
-                    ctx.calls.send(ProviderOp.DESTROY, vm, ctx.fqdn(vm))
+                                       ttl=self.policy.data_ttl):
+                    self.calls.send(ProviderOp.DESTROY, vm, self.policy.fqdn(vm))
             elif store.forget(name, vm, delete_hash=True):
-                ctx.vms.forget(vm)
+                self.vms.forget(vm)
         if self.upkeep.apply_overrides():
             return True
         self.failover.cycle(inventory_ok=True, inventory_failures=0, breaker_open=False,
@@ -225,27 +226,27 @@ class PoolCycle:
         self.upkeep.remove_excess(ready, pending)
         self.upkeep.flag_empty(len(ready))
         size = self.upkeep.size
-        ctx.metrics.gauge("ready", len(ready), tags={"pool": name})
-        ctx.metrics.gauge("running", len(snap.running), tags={"pool": name})
+        self.io.metrics.gauge("ready", len(ready), tags={"pool": name})
+        self.io.metrics.gauge("running", len(snap.running), tags={"pool": name})
         # ours: what dashboards draw the queues against
-        ctx.metrics.gauge("pending", len(pending), tags={"pool": name})
-        ctx.metrics.gauge("size", size, tags={"pool": name})
+        self.io.metrics.gauge("pending", len(pending), tags={"pool": name})
+        self.io.metrics.gauge("size", size, tags={"pool": name})
         return activity
 
     def _failover_down(self) -> None:
         """Alias failover after a failed inventory (the pool's own state is published even
         though the cycle does not run)."""
-        if not self.failover.enabled or (self.ctx.ownership is not None
-                                         and not self.ctx.ownership.acting):
+        if not self.failover.enabled or (self.io.ownership is not None
+                                         and not self.io.ownership.acting):
             return
         try:
             self.failover.cycle(inventory_ok=False, inventory_failures=self.inventory_failures,
                                 breaker_open=self.refused, ready=0)
         except redis.RedisError as exc:
-            log.debug("[%s] failover state not published: %s", self.ctx.name, exc)
+            log.debug("[%s] failover state not published: %s", self.policy.name, exc)
         except Fenced as exc:
-            if self.ctx.ownership is not None:
-                self.ctx.ownership.fenced(exc)
+            if self.io.ownership is not None:
+                self.io.ownership.fenced(exc)
 
     def _initialise(self, snap: PoolSnapshot) -> None:
         if not self.ondemand.loaded:  # Redis was away when the actor started

@@ -12,7 +12,7 @@ import logging
 
 import redis
 
-from vmpooler.actors.pool.context import PoolContext
+from vmpooler.actors.pool.context import PoolIO, PoolPolicy
 from vmpooler.actors.pool.ondemand import OnDemandVms
 from vmpooler.actors.storage.dlq import DeadLetter
 
@@ -24,8 +24,8 @@ log = logging.getLogger(__name__)
 class DeadLetters:
     """Writes one pool's dead letters (only with ``dlq_enabled``)."""
 
-    def __init__(self, ctx: PoolContext, ondemand: OnDemandVms) -> None:
-        self.ctx = ctx
+    def __init__(self, policy: PoolPolicy, io: PoolIO, ondemand: OnDemandVms) -> None:
+        self.policy, self.io = policy, io
         self.ondemand = ondemand
 
     def add(self, queue: str, vm: str, error_class: str, message: str, *,
@@ -34,22 +34,24 @@ class DeadLetters:
         alias and retry count if it was cloned for one; ``count`` the
         ``vmpooler_dlq.<queue>.count`` metric (not for purges, as vmpooler). A Redis
         failure is logged, never raised: the transition it records has happened."""
-        ctx, settings = self.ctx, self.ctx.settings
+        settings = self.policy.settings
         if not settings.dlq_enabled:
             return
         request_id, alias = self.ondemand.owner(vm) or (None, None)
         try:
-            retries = ctx.upkeep_store.retry_count(request_id) if request_id else 0
-            entry = DeadLetter.now(vm=vm, pool=ctx.name, queue=queue, error_class=error_class,
-                                   error_message=message, epoch=ctx.clock.now(),
+            retries = self.io.upkeep_store.retry_count(request_id) if request_id else 0
+            entry = DeadLetter.now(vm=vm, pool=self.policy.name, queue=queue,
+                                   error_class=error_class,
+                                   error_message=message, epoch=self.io.clock.now(),
                                    retry_count=retries, request_id=request_id,
                                    pool_alias=alias)
-            ctx.store.dlq_add(queue, entry.member(), entry.epoch,
+            self.io.store.dlq_add(queue, entry.member(), entry.epoch,
                               ttl=settings.dlq_ttl * 3600,
                               max_entries=settings.dlq_max_entries)
         except redis.RedisError as exc:
             log.error("[!] [dlq] failed to move '%s' to the dead-letter queue: %s", vm, exc)
             return
         if count:
-            ctx.metrics.increment(f"vmpooler_dlq.{queue}.count", tags={"pool": ctx.name})
+            self.io.metrics.increment(f"vmpooler_dlq.{queue}.count",
+                                      tags={"pool": self.policy.name})
         log.debug("[!] [dlq] moved '%s' from '%s' queue to DLQ: %s", vm, queue, message)

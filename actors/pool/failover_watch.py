@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from vmpooler.actors.config import Config
 from vmpooler.actors.messages import PoolChanged
 from vmpooler.actors.pool.clones import Clones
-from vmpooler.actors.pool.context import PoolContext
+from vmpooler.actors.pool.context import PoolIO, PoolPolicy
 from vmpooler.actors.pool.failover import Health, HealthTracker, Member, State, plan
 from vmpooler.actors.pool.upkeep import PoolUpkeep
 from vmpooler.actors.storage.failover_store import FailoverState, FailoverStore
@@ -70,18 +70,18 @@ def failover_group(config: Config, pool: str) -> FailoverGroup | None:
 class Failover:
     """One pool's part in alias failover (inert without a group)."""
 
-    def __init__(self, ctx: PoolContext, upkeep: PoolUpkeep, clones: Clones,
+    def __init__(self, policy: PoolPolicy, io: PoolIO, *, upkeep: PoolUpkeep, clones: Clones,
                  group: FailoverGroup | None) -> None:
-        self.ctx = ctx
+        self.policy, self.io = policy, io
         self.upkeep = upkeep
         self.clones = clones
         self.group = group
-        store = FailoverStore(ctx.store.client)
-        self.store = store if ctx.ownership is None else store.with_fence(ctx.ownership)
+        store = FailoverStore(self.io.store.client)
+        self.store = store if self.io.ownership is None else store.with_fence(self.io.ownership)
         self.tracker = HealthTracker(group.threshold if group else 1)
-        self.since = ctx.clock.now()
+        self.since = self.io.clock.now()
         self.covering: Mapping[str, int] = {}
-        self.ttl = max(MIN_TTL, 3 * ctx.backoff.max)
+        self.ttl = max(MIN_TTL, 3 * self.policy.backoff.max)
 
     @property
     def enabled(self) -> bool:
@@ -98,7 +98,6 @@ class Failover:
         group = self.group
         if group is None:
             return
-        ctx = self.ctx
         before = self.tracker.state
         health = self.tracker.observe(
             inventory_ok=inventory_ok, inventory_failures=inventory_failures,
@@ -112,15 +111,15 @@ class Failover:
                     ceiling=group.me.ceiling)
         members = [me, *(self._member(m, published.get(m.name)) for m in group.siblings)]
         cover = plan(members)[me.name]
-        extra = max(0, min(cover.extra, ctx.max_size - self.upkeep.base))
+        extra = max(0, min(cover.extra, self.policy.max_size - self.upkeep.base))
         self._announce(dict(cover.by_pool), published, self.upkeep.size,
                        self.upkeep.base + extra)
         self.upkeep.extra = extra
         self.store.publish(FailoverState(
-            pool=ctx.name, state=health.state.value, reason=health.reason, since=self.since,
+            pool=self.policy.name, state=health.state.value, reason=health.reason, since=self.since,
             size=self.upkeep.base, ready=health.deliverable, effective=self.upkeep.size,
-            covering=self.covering, updated=ctx.clock.now()), ttl=self.ttl)
-        ctx.metrics.gauge("failover.size", self.upkeep.size, tags={"pool": ctx.name})
+            covering=self.covering, updated=self.io.clock.now()), ttl=self.ttl)
+        self.io.metrics.gauge("failover.size", self.upkeep.size, tags={"pool": self.policy.name})
 
     @staticmethod
     def _member(configured: Member, state: FailoverState | None) -> Member:
@@ -131,27 +130,28 @@ class Failover:
                       ceiling=configured.ceiling)
 
     def _changed(self, before: State, health: Health) -> None:
-        ctx = self.ctx
-        self.since = ctx.clock.now()
+        self.since = self.io.clock.now()
         if health.state is State.DOWN:
             log.warning("[!] [%s] cannot deliver (%s): its alias siblings take over its share",
-                        ctx.name, health.reason)
+                        self.policy.name, health.reason)
         elif health.state is State.RECOVERING:
             log.warning("[*] [%s] delivers again: refilling, its siblings give back its share "
-                        "as it does", ctx.name)
+                        "as it does", self.policy.name)
         else:
-            log.info("[*] [%s] back to its size: its siblings hold no share of it", ctx.name)
+            log.info("[*] [%s] back to its size: its siblings hold no share of it",
+                     self.policy.name)
         assert self.group is not None
         for sibling in self.group.siblings:  # their owners act on it at once, not next cycle
-            ref = ctx.directory.get(f"pool:{sibling.name}")
+            ref = self.io.directory.get(f"pool:{sibling.name}")
             if ref is not None:
-                ref.tell(PoolChanged(sibling.name, f"failover: {ctx.name} {health.state.value}"))
+                ref.tell(PoolChanged(sibling.name,
+                                     f"failover: {self.policy.name} {health.state.value}"))
 
     def _announce(self, covering: dict[str, int], published: Mapping[str, FailoverState],
                   old: int, new: int) -> None:
         """Log and count what starts and stops being covered (the size goes ``old`` ->
         ``new``)."""
-        ctx, name = self.ctx, self.ctx.name
+        name = self.policy.name
         for sibling, count in covering.items():
             if sibling not in self.covering:
                 state = published.get(sibling)
@@ -159,13 +159,13 @@ class Failover:
                     state.state if state else "down")
                 log.warning("[*] [%s] grows by %d for '%s' (%s): size %d -> %d", name, count,
                             sibling, why, old, new)
-                ctx.metrics.increment("failover.takeover",
+                self.io.metrics.increment("failover.takeover",
                                       tags={"sibling": sibling, "pool": name})
         for sibling in self.covering:
             if sibling not in covering:
                 log.warning("[*] [%s] gives back the share of '%s' (%s): size %d -> %d", name,
                             sibling, published[sibling].state if sibling in published
                             else "no state published", old, new)
-                ctx.metrics.increment("failover.giveback",
+                self.io.metrics.increment("failover.giveback",
                                       tags={"sibling": sibling, "pool": name})
         self.covering = covering

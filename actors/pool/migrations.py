@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 
 from vmpooler.actors.messages import ProviderCallFinished, ProviderOp
-from vmpooler.actors.pool.context import PoolContext
+from vmpooler.actors.pool.calls import ProviderCalls
+from vmpooler.actors.pool.context import PoolIO, PoolPolicy
 from vmpooler.actors.storage import timefmt
 from vmpooler.providers.base import MigrationResult
 
@@ -24,34 +25,33 @@ log = logging.getLogger(__name__)
 class Migrations:
     """``MIGRATE`` calls of one pool and their answers."""
 
-    def __init__(self, ctx: PoolContext) -> None:
-        self.ctx = ctx
+    def __init__(self, policy: PoolPolicy, io: PoolIO, *, calls: ProviderCalls) -> None:
+        self.policy, self.io, self.calls = policy, io, calls
         self.asked: dict[str, str] = {}  # vm -> why: "moving", "limit" or "off"
 
     def start(self, vm: str) -> None:
         """Ask the provider where a checked-out VM runs, letting it move the VM when
         ``migration_limit`` allows one more migration (reserved in Redis, atomically)."""
-        ctx = self.ctx
-        limit = ctx.settings.migration_limit or 0
+        limit = self.policy.settings.migration_limit or 0
         if limit <= 0:
             why = "off"
-        elif ctx.provider_store.reserve_migration(vm, limit):
+        elif self.io.provider_store.reserve_migration(vm, limit):
             why = "moving"
         else:
             why = "limit"
-        if ctx.calls.send(ProviderOp.MIGRATE, vm, why == "moving"):
+        if self.calls.send(ProviderOp.MIGRATE, vm, why == "moving"):
             self.asked[vm] = why
         elif why == "moving":
-            ctx.provider_store.release_migration(vm)
+            self.io.provider_store.release_migration(vm)
 
     def migrated(self, msg: ProviderCallFinished) -> None:
         """The answer to ``MIGRATE`` (a ``busy`` refusal included): release the migration
         slot, record the host (and the move) in the VM hash, count and log it."""
-        ctx, name = self.ctx, self.ctx.name
+        name = self.policy.name
         vm = msg.vm or ""
         why = self.asked.pop(vm, "off")
         if why == "moving":
-            ctx.provider_store.release_migration(vm)
+            self.io.provider_store.release_migration(vm)
         if msg.failure is not None:
             if msg.failure.busy:
                 log.info("[%s] migration check of '%s' skipped: another call on it runs",
@@ -65,13 +65,13 @@ class Migrations:
             return
         fields = {"host": result.host}
         if result.moved_from:
-            checkout = timefmt.parse_epoch(ctx.store.vm_field(vm, "checkout"))
+            checkout = timefmt.parse_epoch(self.io.store.vm_field(vm, "checkout"))
             fields.update(migrated="true", migration_time=f"{result.seconds:.2f}")
             if checkout is not None:
-                fields["checkout_to_migration"] = f"{ctx.clock.now() - checkout:.2f}"
-            ctx.metrics.timing("migrate", result.seconds, tags={"pool": name})
-            ctx.metrics.increment("migrate_from", tags={"host": result.moved_from})
-            ctx.metrics.increment("migrate_to", tags={"host": result.host})
+                fields["checkout_to_migration"] = f"{self.io.clock.now() - checkout:.2f}"
+            self.io.metrics.timing("migrate", result.seconds, tags={"pool": name})
+            self.io.metrics.increment("migrate_from", tags={"host": result.moved_from})
+            self.io.metrics.increment("migrate_to", tags={"host": result.host})
             log.info("[>] [%s] '%s' migrated from %s to %s in %.2f seconds", name, vm,
                      result.moved_from, result.host, result.seconds)
         elif why == "moving":
@@ -82,4 +82,4 @@ class Migrations:
                      "the migration_limit has been reached", name, vm, result.host)
         else:
             log.info("[ ] [%s] '%s' is running on %s", name, vm, result.host)
-        ctx.provider_store.record_migration(vm, fields)
+        self.io.provider_store.record_migration(vm, fields)

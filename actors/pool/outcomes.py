@@ -1,10 +1,10 @@
-"""How a pool actor acts on the answers of its provider calls (all but ``LIST_VMS``, which
-runs the cycle: :mod:`~vmpooler.actors.pool.cycle`).
+"""How a pool actor acts on the answers of its checks and destroys.
 
-:class:`Outcomes` dispatches each :class:`~vmpooler.actors.messages.ProviderCallFinished` to
-the collaborator that sent the call (clones, migrations, template preparation) or handles it
-itself (pending, ready and running checks, destroys). Each handler runs on the pool actor's
-thread, one at a time, and applies its transition through a compare-and-set script: an
+:class:`Outcomes` handles the :class:`~vmpooler.actors.messages.ProviderCallFinished` of
+pending, ready and running checks and of destroys (:meth:`Outcomes.handlers`); the pool
+actor routes the other answers to the collaborator that sent the call (clones, migrations,
+template preparation, the cycle's ``LIST_VMS``). Each handler runs inside the pool actor's
+mailbox, one at a time, and applies its transition through a compare-and-set script: an
 answer about a VM that has since moved (drained, checked out, reaped) changes nothing.
 """
 
@@ -20,14 +20,12 @@ from vmpooler.actors.messages import (
     RunningCheckResult,
 )
 from vmpooler.actors.pool.brake import Brake
-from vmpooler.actors.pool.calls import log_failure
-from vmpooler.actors.pool.clones import Clones
-from vmpooler.actors.pool.context import PoolContext
+from vmpooler.actors.pool.calls import ProviderCalls, log_failure
+from vmpooler.actors.pool.context import PoolIO, PoolPolicy
 from vmpooler.actors.pool.dead_letters import DeadLetters
-from vmpooler.actors.pool.migrations import Migrations
 from vmpooler.actors.pool.ondemand import OnDemandVms
 from vmpooler.actors.pool.policy import PendingVerdict, hostname_mismatch, pending_verdict
-from vmpooler.actors.pool.upkeep import PoolUpkeep
+from vmpooler.actors.pool.vm_cache import VmCache
 from vmpooler.actors.storage import timefmt
 
 __all__ = ["Outcomes"]
@@ -38,45 +36,29 @@ log = logging.getLogger(__name__)
 class Outcomes:
     """Handlers for :class:`ProviderCallFinished`, by operation."""
 
-    def __init__(self, ctx: PoolContext, *, ondemand: OnDemandVms, dead_letters: DeadLetters,
-                 clones: Clones, upkeep: PoolUpkeep, migrations: Migrations,
-                 brake: Brake | None = None) -> None:
-        self.ctx = ctx
-        self.brake = brake or Brake(ctx)
+    def __init__(self, policy: PoolPolicy, io: PoolIO, *, calls: ProviderCalls, vms: VmCache,
+                 ondemand: OnDemandVms, dead_letters: DeadLetters, brake: Brake,
+                 size: Callable[[], int]) -> None:
+        self.policy, self.io, self.calls, self.vms = policy, io, calls, vms
+        self.brake = brake
         self.ondemand = ondemand
         self.dead_letters = dead_letters
-        self.clones = clones
-        self.upkeep = upkeep
-        self.migrations = migrations
-        self._handlers: dict[ProviderOp, Callable[[ProviderCallFinished], None]] = {
-            ProviderOp.CLONE: clones.cloned,
+        self.size = size  # the pool's size in effect (overrides included)
+
+    def handlers(self) -> dict[ProviderOp, Callable[[ProviderCallFinished], None]]:
+        """The answers this object handles, by operation."""
+        return {
             ProviderOp.CHECK_PENDING: self._pending_checked,
             ProviderOp.CHECK_READY: self._ready_checked,
             ProviderOp.CHECK_RUNNING: self._running_checked,
             ProviderOp.DESTROY: self._destroyed,
-            ProviderOp.PREPARE_TEMPLATE: self._template_prepared,
-            ProviderOp.MIGRATE: migrations.migrated,
         }
-
-    def on_outcome(self, msg: ProviderCallFinished) -> None:
-        """Dispatch one provider answer (not ``LIST_VMS``). A ``busy`` refusal changes
-        nothing: another call for the VM is running, and the next cycle looks again."""
-        if msg.failure is not None and msg.failure.busy:
-            if msg.op is ProviderOp.MIGRATE:
-                self.migrations.migrated(msg)
-            return
-        handler = self._handlers.get(msg.op)
-        if handler is not None:
-            handler(msg)
-        elif msg.failure is not None:
-            log.error("[!] [%s] %s of '%s' failed: %s", self.ctx.name, msg.op.value, msg.vm,
-                      msg.failure.message)
 
     # -- pending --------------------------------------------------------------------------------
     def _pending_checked(self, msg: ProviderCallFinished) -> None:
-        ctx, store, name, vms = self.ctx, self.ctx.store, self.ctx.name, self.ctx.vms
+        store, name, vms = self.io.store, self.policy.name, self.vms
         vm = msg.vm or ""
-        now = ctx.clock.now()
+        now = self.io.clock.now()
         if msg.failure is None and msg.result and vm in self.ondemand:
             self.ondemand.ready(vm)
             return
@@ -92,11 +74,12 @@ class Outcomes:
                 return
             if moved:
                 vms.ready_since[vm] = now
-                vms.next_check[vm] = ctx.clock.monotonic() + ctx.settings.vm_checktime * 60
+                vms.next_check[vm] = (self.io.clock.monotonic()
+                                      + self.policy.settings.vm_checktime * 60)
                 vms.clone_started.pop(vm, None)
                 vms.reserved_at.pop(vm, None)
                 vms.notified.discard(vm)
-                ctx.metrics.timing("time_to_ready_state", boot, tags={"pool": name})
+                self.io.metrics.timing("time_to_ready_state", boot, tags={"pool": name})
                 log.info("[>] [%s] '%s' moved from 'pending' to 'ready' queue", name, vm)
             return
         if vm in self.ondemand and self.ondemand.settle_if_orphaned(vm):
@@ -104,31 +87,32 @@ class Outcomes:
         if msg.failure is not None:
             store.set_vm_fields(vm, {"open_socket_error": msg.failure.message})
         verdict = pending_verdict(
-            now=now, clone_started=vms.clone_started_at(vm), timeout_min=ctx.timeout_min,
-            notification_min=ctx.notify_min, already_notified=vm in vms.notified,
+            now=now, clone_started=vms.clone_started_at(vm), timeout_min=self.policy.timeout_min,
+            notification_min=self.policy.notify_min, already_notified=vm in vms.notified,
         )
         if verdict == PendingVerdict.NOTIFY:
             vms.notified.add(vm)
             store.set_vm_fields(vm, {"timeout_notification": "1"})
             log.warning("[!] [%s] '%s' has been pending for over %s minutes and will fail "
-                        "after %s minutes", name, vm, ctx.notify_min, ctx.timeout_min)
+                        "after %s minutes", name, vm, self.policy.notify_min,
+                        self.policy.timeout_min)
         elif verdict == PendingVerdict.FAIL:
             if store.retire(name, vm, "pending"):
-                ctx.lost("pending_timeout")
+                self.io.lost("pending_timeout")
                 self.dead_letters.add("pending", vm, "Timeout", msg.failure.message
                                       if msg.failure is not None
                                       else "VM timed out during pending phase")
-                ctx.metrics.increment("vmpooler_errors.markedasfailed", tags={"pool": name})
+                self.io.metrics.increment("vmpooler_errors.markedasfailed", tags={"pool": name})
                 reason = msg.failure.message if msg.failure is not None else "not ready"
                 log.error("[>] [%s] '%s' marked as 'failed' after %s minutes (%s)", name,
-                          vm, ctx.timeout_min, reason)
-                ctx.calls.send(ProviderOp.LOG_FAILURE_EVENTS, vm)  # why, when configured
-            self.ondemand.failed(vm, f"not ready after {ctx.timeout_min} minutes")
+                          vm, self.policy.timeout_min, reason)
+                self.calls.send(ProviderOp.LOG_FAILURE_EVENTS, vm)  # why, when configured
+            self.ondemand.failed(vm, f"not ready after {self.policy.timeout_min} minutes")
             vms.forget(vm)
 
     # -- ready ----------------------------------------------------------------------------------
     def _ready_checked(self, msg: ProviderCallFinished) -> None:
-        ctx, store, name = self.ctx, self.ctx.store, self.ctx.name
+        store, name = self.io.store, self.policy.name
         vm = msg.vm or ""
         if msg.failure is not None:
             log_failure(msg.failure, "[!] [%s] could not check ready VM '%s': %s", name,
@@ -136,34 +120,34 @@ class Outcomes:
             return
         result: ReadyCheckResult = msg.result
         if vm in self.brake.held:  # checked again after the brake released
-            self.brake.rechecked(vm, result.ready, self.upkeep.size)
+            self.brake.rechecked(vm, result.ready, self.size())
             return
         failing = hostname_mismatch(vm, result.hostname) or not result.ready
-        if failing and self.brake.failed(vm, self.upkeep.size):
+        if failing and self.brake.failed(vm, self.size()):
             if result.reason:
                 store.set_vm_fields(vm, {"open_socket_error": result.reason})
             self.brake.hold(vm)
             return
         if hostname_mismatch(vm, result.hostname):
             if store.retire(name, vm, "ready"):
-                ctx.lost("check_failed")
+                self.io.lost("check_failed")
                 log.info("[>] [%s] '%s' has mismatched hostname '%s', moved to 'completed'",
                          name, vm, result.hostname)
-                ctx.vms.forget(vm)
+                self.vms.forget(vm)
             return
         if not result.ready:
             if result.reason:
                 store.set_vm_fields(vm, {"open_socket_error": result.reason})
             if store.retire(name, vm, "ready"):
-                ctx.lost("check_failed")
+                self.io.lost("check_failed")
                 self.dead_letters.add("ready", vm, "NotReady",
                                       result.reason or "VM became unreachable in ready queue")
                 log.info("[>] [%s] '%s' is unreachable, moved to 'completed'", name, vm)
-                ctx.vms.forget(vm)
+                self.vms.forget(vm)
 
     # -- running --------------------------------------------------------------------------------
     def _running_checked(self, msg: ProviderCallFinished) -> None:
-        ctx, store, name = self.ctx, self.ctx.store, self.ctx.name
+        store, name = self.io.store, self.policy.name
         vm = msg.vm or ""
         if msg.failure is not None:
             log_failure(msg.failure, "[!] [%s] could not check running VM '%s': %s",
@@ -172,28 +156,24 @@ class Outcomes:
         result: RunningCheckResult = msg.result
         if result.tagged:
             store.set_vm_fields(vm, {"user_tagged": "true"})
-        if not result.exists and self.brake.failed(vm, self.upkeep.size):
+        if not result.exists and self.brake.failed(vm, self.size()):
             log.info("[!] [%s] '%s' is no longer in inventory, but the brake is engaged: "
                      "left in 'running'", name, vm)
             return
         if not result.exists and store.retire(name, vm, "running"):
             log.info("[>] [%s] '%s' is no longer in inventory, moved to 'completed'", name,
                      vm)
-            ctx.vms.forget(vm)
+            self.vms.forget(vm)
 
-    # -- destroy and template -------------------------------------------------------------------
+    # -- destroy -------------------------------------------------------------------------
     def _destroyed(self, msg: ProviderCallFinished) -> None:
-        ctx, name = self.ctx, self.ctx.name
+        name = self.policy.name
         vm = msg.vm or ""
         if msg.failure is not None:
             log_failure(msg.failure, "[!] [%s] '%s' destroy failed: %s", name, vm,
                         msg.failure.message)
             return
-        ctx.store.forget(name, vm, delete_hash=False)
-        ctx.vms.forget(vm)
-        ctx.metrics.gauge("vmpooler_destroy", msg.seconds, tags={"pool": name})
+        self.io.store.forget(name, vm, delete_hash=False)
+        self.vms.forget(vm)
+        self.io.metrics.gauge("vmpooler_destroy", msg.seconds, tags={"pool": name})
         log.info("[-] [%s] '%s' destroyed in %.2f seconds", name, vm, msg.seconds)
-
-    def _template_prepared(self, msg: ProviderCallFinished) -> None:
-        self.upkeep.template_prepared(msg)
-        self.clones.refill()

@@ -26,9 +26,10 @@ import logging
 import pykka
 
 from vmpooler.actors.messages import PoolPurged, PurgeStaleVms
-from vmpooler.actors.pool.context import PoolContext
+from vmpooler.actors.pool.context import PoolIO, PoolPolicy
 from vmpooler.actors.pool.dead_letters import DeadLetters
 from vmpooler.actors.pool.ondemand import OnDemandVms
+from vmpooler.actors.pool.vm_cache import VmCache
 from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.queues import Queue
 
@@ -40,9 +41,9 @@ log = logging.getLogger(__name__)
 class StalePurge:
     """One pool's answer to :class:`PurgeStaleVms`."""
 
-    def __init__(self, ctx: PoolContext, ondemand: OnDemandVms,
+    def __init__(self, policy: PoolPolicy, io: PoolIO, *, vms: VmCache, ondemand: OnDemandVms,
                  dead_letters: DeadLetters) -> None:
-        self.ctx = ctx
+        self.policy, self.io, self.vms = policy, io, vms
         self.ondemand = ondemand
         self.dead_letters = dead_letters
         self.counts: dict[str, int] = {}
@@ -51,15 +52,14 @@ class StalePurge:
         """Move (or, in a dry run, count) the pool's stale VMs; the caller then sends
         :meth:`answer` (also when this raised: a Redis error or a lost lease stop the round
         with what was done)."""
-        ctx = self.ctx
-        s, name, now = ctx.settings, ctx.name, ctx.clock.now()
+        s, name, now = self.policy.settings, self.policy.name, self.io.clock.now()
         counts = self.counts = {"pending": 0, "ready": 0, "completed": 0}
         rules = ((Queue.PENDING, ("clone",), s.max_pending_age),
                  (Queue.READY, ("ready",), s.max_ready_age),
                  (Queue.COMPLETED, ("destroy", "checkout"), s.max_completed_age))
         for queue, stamps, limit in rules:
-            vms = sorted(ctx.store.members(name, queue))
-            for vm, values in ctx.store.vm_fields(vms, list(stamps)).items():
+            vms = sorted(self.io.store.members(name, queue))
+            for vm, values in self.io.store.vm_fields(vms, list(stamps)).items():
                 stamp = next((timefmt.parse_epoch(v) for v in values if v), None)
                 if stamp is None or now - stamp <= limit:
                     continue
@@ -70,29 +70,29 @@ class StalePurge:
                              "max: %.0fs)", name, queue, vm, age, limit)
                 elif self._purge_one(queue, vm, age, limit):
                     counts[queue] += 1
-                    ctx.metrics.increment(f"vmpooler_purge.{queue}.count", tags={"pool": name})
+                    self.io.metrics.increment(f"vmpooler_purge.{queue}.count", tags={"pool": name})
 
     def answer(self, msg: PurgeStaleVms) -> None:
         """Answer ``PoolPurged`` with what :meth:`purge` did this round (nothing, when this
         manager does not own the pool: its owner's housekeeper purges it)."""
         counts, self.counts = self.counts, {}
         with contextlib.suppress(pykka.ActorDeadError):
-            msg.reply_to.tell(PoolPurged(msg.round, self.ctx.name,
+            msg.reply_to.tell(PoolPurged(msg.round, self.policy.name,
                                          pending=counts.get("pending", 0),
                                          ready=counts.get("ready", 0),
                                          completed=counts.get("completed", 0)))
 
     def _purge_one(self, queue: str, vm: str, age: float, limit: float) -> bool:
-        ctx, name = self.ctx, self.ctx.name
+        name = self.policy.name
         if queue == "completed":
-            if not ctx.upkeep_store.purge_completed(name, vm, ttl=ctx.data_ttl):
+            if not self.io.upkeep_store.purge_completed(name, vm, ttl=self.policy.data_ttl):
                 return False
             log.info("[!] [purge] [%s] removed stale completed VM '%s' (age: %.0fs)", name, vm,
                      age)
         else:
-            if not ctx.store.retire(name, vm, queue):
+            if not self.io.store.retire(name, vm, queue):
                 return False
-            ctx.lost("purged")
+            self.io.lost("purged")
             log.info("[!] [purge] [%s] moved stale %s VM '%s' to 'completed' (age: %.0fs)", name,
                      queue, vm, age)
             if queue == "pending":
@@ -100,5 +100,5 @@ class StalePurge:
                                       f"Stale pending VM (age: {age:.0f}s > max: {limit:.0f}s)",
                                       count=False)
                 self.ondemand.failed(vm, f"purged: pending for {age:.0f}s")
-        ctx.vms.forget(vm)
+        self.vms.forget(vm)
         return True

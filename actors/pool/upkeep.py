@@ -28,7 +28,8 @@ from collections.abc import Callable
 
 from vmpooler.actors.config.overrides import effective_size, size_override
 from vmpooler.actors.messages import PoolChanged, ProviderCallFinished, ProviderOp
-from vmpooler.actors.pool.context import PoolContext
+from vmpooler.actors.pool.calls import ProviderCalls
+from vmpooler.actors.pool.context import PoolIO, PoolPolicy
 from vmpooler.actors.storage.pool_snapshot import PoolFlags, PoolOverrides, PoolSnapshot
 
 __all__ = ["OVERRIDE_REFRESH_CYCLES", "PoolUpkeep"]
@@ -51,19 +52,20 @@ class PoolUpkeep:
     drain (a restarted manager must not drain every overridden pool).
     """
 
-    def __init__(self, ctx: PoolContext, on_drain: Callable[[], int] | None = None) -> None:
-        self.ctx = ctx
+    def __init__(self, policy: PoolPolicy, io: PoolIO, *, calls: ProviderCalls,
+                 on_drain: Callable[[], int] | None = None) -> None:
+        self.policy, self.io, self.calls = policy, io, calls
         self.on_drain = on_drain  # also drains what the pool holds aside (the brake's VMs)
-        self.base = min(ctx.pool.size, ctx.max_size)  # configured, or its override
+        self.base = min(self.policy.pool.size, self.policy.max_size)  # configured, or its override
         self.extra = 0  # taken over from alias siblings (alias failover; never below 0)
-        self.template = ctx.pool.template
-        self.clone_target = ctx.pool.clone_target
+        self.template = self.policy.pool.template
+        self.clone_target = self.policy.pool.clone_target
         self.initialised = False
         self.preparing = False
         self.preparing_since = 0.0  # monotonic
         self.overrides = PoolOverrides()  # as last read, less what this actor acknowledged
         self.flags = PoolFlags()  # as last read, with what this actor wrote since
-        self.refresh_period = OVERRIDE_REFRESH_CYCLES * ctx.backoff.max
+        self.refresh_period = OVERRIDE_REFRESH_CYCLES * self.policy.backoff.max
         self._read_at: float | None = None  # monotonic, of the last read of both; None: now
         self._overrides_stale = False  # told of a change since the override keys were read
         self._warned_size: object = _NOT_YET  # the last size override logged as refused
@@ -115,7 +117,7 @@ class PoolUpkeep:
     def apply_overrides(self) -> bool:
         """Apply the size/template/clone-target overrides and resets last read. True if the
         pool drained."""
-        ctx, store, name, ov = self.ctx, self.ctx.store, self.ctx.name, self.overrides
+        store, name, ov = self.io.store, self.policy.name, self.overrides
         drained = False
         if ov.undo_size:
             store.ack_undo(name, size=True)
@@ -127,13 +129,13 @@ class PoolUpkeep:
         if ov.undo_template:
             store.ack_undo(name, template=True)
             self._acknowledged(undo_template=False)
-        template = ov.template or ctx.pool.template
+        template = ov.template or self.policy.pool.template
         if template != self.template:
             log.info("[*] [%s] template changed from '%s' to '%s'", name, self.template,
                      template)
             self.template = template
             drained |= self.drain(f"template changed to '{template}'") >= 0
-        target = ov.clone_target or ctx.pool.clone_target
+        target = ov.clone_target or self.policy.pool.clone_target
         if target != self.clone_target:
             self.clone_target = target
             drained |= self.drain(f"clone target changed to '{target}'") >= 0
@@ -150,16 +152,17 @@ class PoolUpkeep:
         """The size in effect for the override last read (None: none): never above
         ``max_size``. An override that is no integer or above the limit is logged once per
         value it takes (whoever wrote it: our API refuses both)."""
-        ctx, name = self.ctx, self.ctx.name
-        size = effective_size(ctx.pool.size, override)
+        name = self.policy.name
+        size = effective_size(self.policy.pool.size, override)
         shown = override if override is None or len(override) <= 40 else f"{override[:40]}..."
         if override is not None and size_override(override) is None:
             self._warn_once(override, "[!] [%s] ignoring size override %r: not an integer",
                             name, shown)
-        elif size > ctx.max_size:
+        elif size > self.policy.max_size:
             self._warn_once(override, "[!] [%s] size %s is above max_pool_size %d: the pool "
-                            "is kept at %d", name, shown or size, ctx.max_size, ctx.max_size)
-            size = ctx.max_size
+                            "is kept at %d", name, shown or size, self.policy.max_size,
+                            self.policy.max_size)
+            size = self.policy.max_size
         return size
 
     def _warn_once(self, value: object, message: str, *args: object) -> None:
@@ -168,34 +171,32 @@ class PoolUpkeep:
             log.warning(message, *args)
 
     def _prepared(self, template: str) -> None:
-        self.ctx.store.set_prepared_template(self.ctx.name, template)
+        self.io.store.set_prepared_template(self.policy.name, template)
         self.flags = dataclasses.replace(self.flags, prepared_template=template)
 
     def drain(self, reason: str) -> int:
         """Move every ready and pending VM of the pool's own to completed, then wake the
         pool actor (``PoolChanged``). Returns how many moved."""
-        ctx = self.ctx
-        moved = ctx.store.drain(ctx.name)
-        ctx.lost("drained", moved)
+        moved = self.io.store.drain(self.policy.name)
+        self.io.lost("drained", moved)
         if self.on_drain is not None:
             moved += self.on_drain()
-        log.info("[*] [%s] %s: %d ready and pending VMs moved to 'completed'", ctx.name, reason,
-                 moved)
-        ctx.self_ref.tell(PoolChanged(ctx.name, "drained"))
+        log.info("[*] [%s] %s: %d ready and pending VMs moved to 'completed'", self.policy.name,
+                 reason, moved)
+        self.io.self_ref.tell(PoolChanged(self.policy.name, "drained"))
         return moved
 
     def prepare_template(self) -> None:
         """Prepare the template in effect: ``PREPARE_TEMPLATE`` when delta disks are wanted
         and the template has none yet, else just record it as prepared."""
-        ctx = self.ctx
-        if ctx.settings.create_template_delta_disks and not ctx.store.has_delta_disks(
+        if self.policy.settings.create_template_delta_disks and not self.io.store.has_delta_disks(
             self.template
         ):
-            provider = ctx.calls.provider()
+            provider = self.calls.provider()
             if provider is not None:
                 self.preparing = True
-                self.preparing_since = ctx.clock.monotonic()
-                provider.tell(ctx.calls.call(ProviderOp.PREPARE_TEMPLATE,
+                self.preparing_since = self.io.clock.monotonic()
+                provider.tell(self.calls.call(ProviderOp.PREPARE_TEMPLATE,
                                              f"template:{self.template}"))
                 return
         self._prepared(self.template)
@@ -203,45 +204,43 @@ class PoolUpkeep:
     def template_prepared(self, msg: ProviderCallFinished) -> None:
         """The answer to ``PREPARE_TEMPLATE``: record the delta disks (on success) and the
         prepared template (always)."""
-        ctx = self.ctx
         self.preparing = False
         if msg.failure is not None:
-            log.error("[!] [%s] failed while preparing template '%s': %s", ctx.name,
+            log.error("[!] [%s] failed while preparing template '%s': %s", self.policy.name,
                       self.template, msg.failure.message)
         else:
-            ctx.store.add_delta_disks(self.template)
+            self.io.store.add_delta_disks(self.template)
         self._prepared(self.template)
 
     def expire_preparing(self, mono: float) -> None:
         """Stop waiting for a template preparation whose answer is overdue."""
-        if self.preparing and mono - self.preparing_since > self.ctx.lost_after:
+        if self.preparing and mono - self.preparing_since > self.policy.lost_after:
             self.preparing = False
 
     # -- excess and the empty flag ---------------------------------------------------------------
     def remove_excess(self, ready: set[str], pending: set[str]) -> None:
         """When ``ready`` exceeds the size, retire the surplus (sorted, not busy) and, as
         vmpooler does, drain every pending VM too. ``ready`` is updated in place."""
-        ctx, name = self.ctx, self.ctx.name
+        name = self.policy.name
         surplus = len(ready) - self.size
         if surplus <= 0:
             return
-        for vm in sorted(ready - ctx.calls.busy)[:surplus]:
-            if ctx.store.retire(name, vm, "ready"):
+        for vm in sorted(ready - self.calls.busy)[:surplus]:
+            if self.io.store.retire(name, vm, "ready"):
                 ready.discard(vm)
-                ctx.lost("excess")
+                self.io.lost("excess")
                 log.info("[>] [%s] '%s' is surplus to the pool size, moved to 'completed'",
                          name, vm)
         if pending:
-            ctx.lost("excess", ctx.store.drain(name, include_ready=False))
+            self.io.lost("excess", self.io.store.drain(name, include_ready=False))
 
     def flag_empty(self, ready: int) -> None:
         """Set ``vmpooler__empty__<pool>`` (logging once) when nothing is ready, else clear it."""
-        ctx = self.ctx
         if ready == 0 and self.size > 0:
             if not self.flags.empty:
-                ctx.store.set_empty_flag(ctx.name, True)
+                self.io.store.set_empty_flag(self.policy.name, True)
                 self.flags = dataclasses.replace(self.flags, empty=True)
-                log.info("[!] [%s] is empty", ctx.name)
+                log.info("[!] [%s] is empty", self.policy.name)
         elif self.flags.empty:
-            ctx.store.set_empty_flag(ctx.name, False)
+            self.io.store.set_empty_flag(self.policy.name, False)
             self.flags = dataclasses.replace(self.flags, empty=False)
