@@ -1,0 +1,110 @@
+"""The request actor's phases and their one table of transitions, its back-off, the
+manager's one record per request, and what a request actor's start reads: a request
+claimed for the first time reads none of the VMs pending in its pools, so starting many
+requests together costs each the same."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from tests.harness import wait_until
+from tests.test_request_race import POOL, RID, Rig, add_pending_vm, rig  # noqa: F401
+from vmpooler.actors.messages import RequestChanged, RequestFinished, WantRequestVms
+from vmpooler.actors.ondemand.lifecycle import (
+    BACKOFF_MAX,
+    TRANSITIONS,
+    IllegalTransitionError,
+    Phase,
+    backoff,
+    check_transition,
+)
+from vmpooler.actors.ondemand.tracking import Tracker
+from vmpooler.actors.runtime.restart_policy import RestartHistory
+from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.request_store import Entry
+
+ALLOWED = {
+    (Phase.CLAIMING, Phase.ACTIVE), (Phase.CLAIMING, Phase.FINISHED),
+    (Phase.ACTIVE, Phase.GRACE), (Phase.ACTIVE, Phase.FINISHED),
+    (Phase.GRACE, Phase.FINISHED),
+}
+
+
+@pytest.mark.parametrize(("old", "new"), list(itertools.product(Phase, Phase)))
+def test_only_the_tabled_transitions_are_allowed(old: Phase, new: Phase) -> None:
+    assert (new in TRANSITIONS[old]) == ((old, new) in ALLOWED)
+    if (old, new) in ALLOWED:
+        assert check_transition(RID, old, new) is new
+    else:
+        with pytest.raises(IllegalTransitionError, match=f"{old.value} -> {new.value}"):
+            check_transition(RID, old, new)
+
+
+def test_backoff_doubles_up_to_its_bound() -> None:
+    assert [backoff(n) for n in range(1, 8)] == [1.0, 2.0, 4.0, 8.0, 16.0, BACKOFF_MAX,
+                                                 BACKOFF_MAX]
+
+
+def test_a_record_is_kept_while_it_holds_anything() -> None:
+    tracker = Tracker()
+    record = tracker.of(RID)
+    assert tracker.get(RID) is record and not tracker.runs(RID)
+    record.retiring.add("urn:old")
+    record.restarts = RestartHistory()
+    tracker.tidy(RID)
+    assert tracker.get(RID) is record and tracker.running() == set()
+    record.retiring.clear()
+    tracker.tidy(RID)
+    assert tracker.get(RID) is record  # its crashes are still remembered
+    record.restarts = None
+    tracker.tidy(RID)
+    assert tracker.get(RID) is None and len(tracker) == 0
+
+
+# -- what a start reads ---------------------------------------------------------------------
+def test_a_claim_is_fresh_only_when_it_takes_the_request_from_the_waiting_queue(
+    rig: Rig,
+) -> None:
+    assert rig.store.create(RID, [Entry(POOL, POOL, 1)], created=100)
+    assert rig.store.claim(RID, now=200).fresh
+    assert not rig.store.claim(RID, now=300).fresh  # a rebuilt actor: its VMs are read
+    rig.client.zrem(schema.provisioning_processing(), RID)  # in neither queue
+    claim = rig.store.claim(RID, now=400)
+    assert claim.found and not claim.fresh
+
+
+def hmget_calls(rig: Rig) -> int:
+    return int(rig.client.info("commandstats").get("cmdstat_hmget", {}).get("calls", 0))
+
+
+def test_a_fresh_request_reads_no_vm_of_its_pools_at_start(rig: Rig) -> None:
+    """200 VMs of other requests pending in its pool: a new request's start reads none of
+    them (it asks for its VM at once), so N requests starting together cost O(N)."""
+    for n in range(200):
+        add_pending_vm(rig.client, f"other-{n}")  # recorded with another request's id below
+        rig.client.hset(schema.vm(f"other-{n}"), "request_id", f"other-{n}")
+    assert rig.store.create(RID, [Entry(POOL, POOL, 1)], created=int(rig.clock.now()))
+    rig.client.config_resetstat()
+    ref = rig.start()
+    wait_until(rig.in_processing, 5, "the request actor to claim the request")
+    ref.ask("sync", timeout=5)
+    assert hmget_calls(rig) == 0
+    assert WantRequestVms(RID, ((POOL, POOL),)) in rig.told()
+
+
+def test_a_rebuilt_request_still_finds_its_vms_on_their_way(rig: Rig) -> None:
+    """The counterpart: once claimed, a new actor for the request reads its pending VMs (it
+    asks for nothing more, and retires them when it finishes)."""
+    assert rig.store.create(RID, [Entry(POOL, POOL, 1)], created=int(rig.clock.now()))
+    rig.store.claim(RID, now=rig.clock.now())
+    add_pending_vm(rig.client, "vm-0")
+    ref = rig.start()
+    ref.ask("sync", timeout=5)
+    assert not [m for m in rig.told() if isinstance(m, WantRequestVms)]
+    rig.client.hset(schema.odrequest(RID), "status", "deleted")
+    ref.tell(RequestChanged(RID, "deleted"))
+    rig.wait_stopped()
+    assert rig.client.sismember(schema.completed(POOL), "vm-0")
+    assert RequestFinished(RID, "deleted") in rig.told()
