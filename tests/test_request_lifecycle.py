@@ -8,10 +8,18 @@ from __future__ import annotations
 import itertools
 
 import pytest
+import redis
 
 from tests.harness import wait_until
-from tests.test_request_race import POOL, RID, Rig, add_pending_vm, rig  # noqa: F401
-from vmpooler.actors.messages import RequestChanged, RequestFinished, WantRequestVms
+from tests.test_request_race import POOL, RID, TTL_MINUTES, Rig, add_pending_vm, rig  # noqa: F401
+from vmpooler.actors.config import GlobalSettings
+from vmpooler.actors.messages import (
+    RequestChanged,
+    RequestFinished,
+    RequestVmFailed,
+    RequestVmReady,
+    WantRequestVms,
+)
 from vmpooler.actors.ondemand.lifecycle import (
     BACKOFF_MAX,
     TRANSITIONS,
@@ -20,10 +28,12 @@ from vmpooler.actors.ondemand.lifecycle import (
     backoff,
     check_transition,
 )
+from vmpooler.actors.ondemand.request import verify_interval
 from vmpooler.actors.ondemand.tracking import Tracker
 from vmpooler.actors.runtime.restart_policy import RestartHistory
 from vmpooler.actors.storage import schema
-from vmpooler.actors.storage.request_store import Entry
+from vmpooler.actors.storage.lease_store import Fence
+from vmpooler.actors.storage.request_store import Claim, Entry, RequestStore
 
 ALLOWED = {
     (Phase.CLAIMING, Phase.ACTIVE), (Phase.CLAIMING, Phase.FINISHED),
@@ -108,3 +118,98 @@ def test_a_rebuilt_request_still_finds_its_vms_on_their_way(rig: Rig) -> None:
     rig.wait_stopped()
     assert rig.client.sismember(schema.completed(POOL), "vm-0")
     assert RequestFinished(RID, "deleted") in rig.told()
+
+
+# -- the guards of the phases -----------------------------------------------------------------
+def seed_claimed(rig: Rig, count: int, vms: tuple[str, ...]) -> None:
+    """A request a predecessor claimed, with ``vms`` on their way."""
+    assert rig.store.create(RID, [Entry(POOL, POOL, count)], created=int(rig.clock.now()))
+    rig.store.claim(RID, now=rig.clock.now())
+    for vm in vms:
+        add_pending_vm(rig.client, vm)
+
+
+def wants(rig: Rig) -> list[tuple[tuple[str, str], ...]]:
+    return [m.wants for m in rig.told() if isinstance(m, WantRequestVms)]
+
+
+class ClaimFailsOnce(RequestStore):
+    """The real store, its first claim meeting a Redis outage."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        super().__init__(client)
+        self.failures = 1
+
+    def claim(self, request_id: str, *, now: float, fence: Fence | None = None) -> Claim:
+        if self.failures:
+            self.failures -= 1
+            raise redis.ConnectionError("redis away")
+        return super().claim(request_id, now=now, fence=fence)
+
+
+def test_a_message_that_comes_while_claiming_waits_for_the_claim(rig: Rig) -> None:
+    """The claim met an outage: a VM ready meanwhile is attached once the claim is through,
+    not refused as a VM the request never asked for."""
+    seed_claimed(rig, 1, ("vm-0",))
+    rig.store = ClaimFailsOnce(rig.client)
+    ref = rig.start()
+    ref.tell(RequestVmReady(RID, POOL, POOL, "vm-0"))
+    ref.ask("sync", timeout=5)
+    assert rig.client.sismember(schema.pending(POOL), "vm-0") and rig.status() is None
+    rig.clock.advance(backoff(1))  # the claim again
+    rig.wait_stopped()
+    assert rig.status() == "ready"
+    assert rig.delivered() == {"vm-0"}
+
+
+def test_a_failure_told_twice_is_counted_once(rig: Rig) -> None:
+    seed_claimed(rig, 1, ("vm-0",))
+    ref = rig.start()
+    ref.ask("sync", timeout=5)
+    assert wants(rig) == []  # its VM is on its way
+    for _ in range(2):
+        ref.tell(RequestVmFailed(RID, POOL, POOL, "vm-0", "clone failed"))
+    ref.ask("sync", timeout=5)
+    assert rig.client.hget(schema.odrequest(RID), "retry_count") == "1"
+    assert wants(rig) == [((POOL, POOL),)]
+
+
+def test_in_the_grace_window_no_new_clone_is_asked_for(rig: Rig) -> None:
+    """Past the TTL with VMs on their way: a failed one is not replaced, neither at once nor
+    at the next check; the window's end fails the request."""
+    settings = GlobalSettings(ondemand_request_ttl=TTL_MINUTES, max_vm_retries=3,
+                              ondemand_request_grace=int(3 * verify_interval(
+                                  GlobalSettings())))
+    seed_claimed(rig, 2, ("vm-0", "vm-1"))
+    ref = rig.start(settings)
+    ref.ask("sync", timeout=5)
+    rig.clock.advance(TTL_MINUTES * 60)
+    ref.ask("sync", timeout=5)
+    assert wants(rig) == [()]  # entering the window withdraws what was queued
+    ref.tell(RequestVmFailed(RID, POOL, POOL, "vm-0", "clone failed"))
+    ref.ask("sync", timeout=5)
+    assert wants(rig) == [()]  # not replaced at once...
+    rig.clock.advance(verify_interval(settings))
+    ref.ask("sync", timeout=5)
+    assert wants(rig) == [()]  # ...nor at the next check
+    assert rig.status() is None
+    rig.clock.advance(settings.ondemand_request_grace)
+    rig.wait_stopped()
+    assert rig.status() == "failed"
+
+
+def test_in_the_grace_window_the_last_vm_failing_fails_the_request_at_once(
+    rig: Rig,
+) -> None:
+    settings = GlobalSettings(ondemand_request_ttl=TTL_MINUTES, max_vm_retries=3,
+                              ondemand_request_grace=600)
+    seed_claimed(rig, 1, ("vm-0",))
+    ref = rig.start(settings)
+    ref.ask("sync", timeout=5)
+    rig.clock.advance(TTL_MINUTES * 60)
+    ref.ask("sync", timeout=5)
+    assert rig.status() is None  # waiting for vm-0
+    ref.tell(RequestVmFailed(RID, POOL, POOL, "vm-0", "clone failed"))
+    rig.wait_stopped()  # nothing left on its way: no need to wait for the window's end
+    assert rig.status() == "failed"
+    assert "ondemand_request_ttl" in rig.client.hget(schema.odrequest(RID), "failure_reason")

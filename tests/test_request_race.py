@@ -89,10 +89,11 @@ class Rig:
     executor: ActorExecutor
     ref: pykka.ActorRef[Any] | None = None
 
-    def start(self) -> pykka.ActorRef[Any]:
+    def start(self, settings: GlobalSettings | None = None) -> pykka.ActorRef[Any]:
         self.ref = RequestActor.start(
             request_id=RID, store=self.store,
-            settings=GlobalSettings(ondemand_request_ttl=TTL_MINUTES, max_vm_retries=3),
+            settings=settings or GlobalSettings(ondemand_request_ttl=TTL_MINUTES,
+                                                max_vm_retries=3),
             pools=frozenset({POOL}), data_ttl_hours=168, manager=self.manager,
             clock=self.clock, scheduler=self.clock, metrics=self.metrics,
             executor=self.executor,
