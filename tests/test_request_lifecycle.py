@@ -213,3 +213,24 @@ def test_in_the_grace_window_the_last_vm_failing_fails_the_request_at_once(
     rig.wait_stopped()  # nothing left on its way: no need to wait for the window's end
     assert rig.status() == "failed"
     assert "ondemand_request_ttl" in rig.client.hget(schema.odrequest(RID), "failure_reason")
+
+
+class RetireFails(RequestStore):
+    """The real store, Redis gone when a finished request retires its VMs still booting."""
+
+    def retire_pending(self, pool: str, vm: str, *, fence: Fence | None = None) -> bool:
+        raise redis.ConnectionError("redis away")
+
+
+def test_a_request_finishing_while_redis_goes_away_still_stops(rig: Rig) -> None:
+    """Its VMs still booting stay pending (the pool side settles them once it finds the
+    request finished); the actor tells the manager and stops all the same."""
+    seed_claimed(rig, 1, ("vm-0",))
+    rig.store = RetireFails(rig.client)
+    ref = rig.start()
+    ref.ask("sync", timeout=5)
+    rig.clock.advance(TTL_MINUTES * 60)
+    rig.wait_stopped()
+    assert rig.status() == "failed"
+    assert RequestFinished(RID, "failed") in rig.told()
+    assert rig.client.sismember(schema.pending(POOL), "vm-0")

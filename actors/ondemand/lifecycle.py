@@ -1,6 +1,6 @@
 """The life of one on-demand request's actor as an explicit state: :class:`Phase`, the
-transitions it allows (:data:`TRANSITIONS`, the one place they are written), and the
-back-off a request actor waits after a Redis error.
+transitions it allows (:data:`TRANSITIONS`, the one place they are written); and its
+timings: the back-off after a Redis error, the interval between checks of its VMs.
 
 ::
 
@@ -24,7 +24,10 @@ from __future__ import annotations
 
 from enum import Enum
 
-__all__ = ["TRANSITIONS", "IllegalTransitionError", "Phase", "backoff", "check_transition"]
+from vmpooler.actors.config import GlobalSettings
+
+__all__ = ["OUTCOMES", "TRANSITIONS", "VERIFY_MIN", "IllegalTransitionError", "Phase",
+           "backoff", "check_transition", "verify_interval"]
 
 
 class Phase(Enum):
@@ -72,3 +75,20 @@ def backoff(outage: int) -> float:
     """Seconds to wait after the ``outage``-th consecutive Redis error (1, 2, 4, … up to
     :data:`BACKOFF_MAX`); ``outage`` counts from 1."""
     return min(BACKOFF_MAX, 2.0 ** (max(1, outage) - 1))
+
+
+VERIFY_MIN = 5.0
+"""Seconds between two checks that the VMs on their way are still pending, at least
+(``check_loop_delay_max``, at most a minute)."""
+
+
+def verify_interval(settings: GlobalSettings) -> float:
+    """Seconds between two checks of a request's VMs on their way: ``check_loop_delay_max``,
+    between :data:`VERIFY_MIN` and a minute."""
+    return min(60.0, max(VERIFY_MIN, float(settings.check_loop_delay_max)))
+
+
+OUTCOMES = frozenset({"ready", "failed", "deleted"})
+"""The ``result`` tag values of ``ondemand.outcome``: the terminal state a request actor saw
+the request reach (once per request; a request found already finished at start is not
+counted)."""

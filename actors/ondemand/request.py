@@ -4,43 +4,32 @@ Every event that concerns the request arrives here as a message and is handled o
 time: a VM cloning, ready or failed (from the pool actors), the deadline
 (:class:`RequestExpired`, from the scheduler), a deletion through the API
 (:class:`RequestChanged`). Whichever of "last VM ready" and "deadline" is first in the
-mailbox wins; they never interleave, so a request whose VMs all arrived before its deadline
-is never failed (vmpooler's race, seed 002).
+mailbox wins, so a request whose VMs all arrived before its deadline is never failed
+(vmpooler's race, seed 002). Its phases and their transitions: :mod:`.lifecycle`.
 
-Life of the actor (its phases and their transitions: :mod:`.lifecycle`):
+1. **Claim** (``CLAIMING``). It moves the request to ``provisioning__processing`` (keeping
+   its creation time, so the deadline counts from it) and reads what it asks for; an actor
+   rebuilt after a restart also reads what was delivered and which of its VMs are still
+   pending. A request claimed for the first time has none, and reads nothing more. A Redis
+   outage is retried with back-off, the messages meanwhile kept in order.
+2. **Ask** (``ACTIVE``). It asks the manager for the VMs it misses (:class:`WantRequestVms`).
+3. **Attach.** A ready VM is attached by one compare-and-set script (pending → running,
+   recorded, checked out under the request's token); the last one marks the request
+   ``ready``.
+4. **Retry.** A failed clone, or a VM that left pending unannounced (checked every
+   ``check_loop_delay_max``, 5 s to 1 min), is cloned again until ``max_vm_retries``; a
+   permanent provider error fails the request at once.
+5. **Finish** (``FINISHED``). ``ready``, ``failed`` or ``deleted``: the actor retires its VMs
+   still booting, tells the manager (:class:`RequestFinished`) and stops. A VM ready later
+   is moved to completed by the pool actor (``SETTLE_ORPHAN``).
 
-1. **Claim** (``CLAIMING``). On start it moves the request from ``provisioning__request`` to
-   ``provisioning__processing`` (keeping its creation time) and reads what it asks for,
-   what was already delivered and which of its VMs are still pending — so an actor rebuilt
-   after a manager restart carries on where its predecessor stopped, with the deadline
-   still counted from the request's creation. A request claimed for the first time (it
-   never had an actor) has no VM yet: nothing more is read, so starting many requests at
-   once costs each the same. Messages that arrive meanwhile wait, in order.
-2. **Ask** (``ACTIVE``). It asks the on-demand manager for the VMs it still misses
-   (:class:`WantRequestVms`); the manager hands out on-demand clone slots fairly.
-3. **Attach.** A ready VM is attached by one compare-and-set script: pending → running,
-   recorded in the request's set, checked out under the request's token. When every entry
-   is full, another script marks the request ``ready``.
-4. **Retry.** A failed clone or a VM that never became ready is retried (one new clone per
-   failure) until ``max_vm_retries``; a permanent provider error fails the request at once.
-   Every ``check_loop_delay_max`` (5 s to 1 min) the actor also checks that its VMs on their
-   way are still pending: one that left unannounced (the pool's message was lost with a
-   manager that died) counts as failed.
-5. **Finish** (``FINISHED``). ``ready``, ``failed`` (deadline, permanent error, retries
-   exhausted) or ``deleted`` (the API): the actor retires its VMs still booting, tells the manager
-   (:class:`RequestFinished`) and stops. A VM that becomes ready afterwards is moved to
-   completed by the pool actor (``SETTLE_ORPHAN``): it never reaches anyone else.
+With ``ondemand_request_grace`` set, a request with VMs on their way at its deadline enters
+``GRACE``: no new clone; one of them ready completes it, the window's end (or its last VM
+failing) fails it.
 
-Runtime: a request actor has no thread of its own. It is a :class:`PooledSupervisedActor`,
-its mailbox served by the system's shared :class:`ActorExecutor` (a few threads for every
-request actor), with the same one-message-at-a-time guarantee as a thread of its own. So it
-never waits on another actor: everything it sends is a ``tell``. Its supervisor is the
-on-demand manager, which restarts it under the system's restart policy.
-
-Late completion: at the deadline a request with VMs still cloning or booting fails, unless
-``ondemand_request_grace`` (seconds, default 0) is set: then it starts no new clone and
-waits that long for the VMs already on their way (``GRACE``); one arriving within the
-window completes the request, and the window's end fails it.
+Runtime: a :class:`PooledSupervisedActor` (no thread of its own: its mailbox is served one
+message at a time by the system's shared :class:`ActorExecutor`), so it only ever tells.
+Its supervisor is the on-demand manager, which restarts it under the system's restart policy.
 """
 
 from __future__ import annotations
@@ -66,8 +55,16 @@ from vmpooler.actors.messages import (
     request_actor_name,
 )
 from vmpooler.actors.metrics.backends import Metrics
+from vmpooler.actors.ondemand.ending import Ending
 from vmpooler.actors.ondemand.ledger import Ledger, TaskMirror
-from vmpooler.actors.ondemand.lifecycle import Phase, backoff, check_transition
+from vmpooler.actors.ondemand.lifecycle import (
+    OUTCOMES,
+    VERIFY_MIN,
+    Phase,
+    backoff,
+    check_transition,
+    verify_interval,
+)
 from vmpooler.actors.runtime.clock import Clock, Scheduler, Timer
 from vmpooler.actors.runtime.executor import ActorExecutor
 from vmpooler.actors.runtime.supervisor import PooledSupervisedActor
@@ -79,19 +76,6 @@ from vmpooler.actors.storage.request_store import AttachOutcome, Entry, RequestS
 __all__ = ["OUTCOMES", "VERIFY_MIN", "RequestActor", "verify_interval"]
 
 log = logging.getLogger(__name__)
-
-VERIFY_MIN = 5.0
-"""Seconds between two checks that the VMs on their way are still pending, at least
-(``check_loop_delay_max``, at most a minute)."""
-OUTCOMES = frozenset({"ready", "failed", "deleted"})
-"""The ``result`` tag values of ``ondemand.outcome``: the terminal state this actor saw the
-request reach (once per request; a request found already finished at start is not counted)."""
-
-
-def verify_interval(settings: GlobalSettings) -> float:
-    """Seconds between two checks of a request's VMs on their way: ``check_loop_delay_max``,
-    between :data:`VERIFY_MIN` and a minute."""
-    return min(60.0, max(VERIFY_MIN, float(settings.check_loop_delay_max)))
 
 
 class RequestActor(PooledSupervisedActor):
@@ -122,7 +106,8 @@ class RequestActor(PooledSupervisedActor):
         self.store = store
         self.settings = settings
         self.pools = pools
-        self.data_ttl = int(data_ttl_hours) * 3600
+        self.ending = Ending(request_id=request_id, store=store, metrics=metrics, clock=clock,
+                             fence=fence, data_ttl=int(data_ttl_hours) * 3600)
         self.manager = manager
         self.clock = clock
         self.scheduler = scheduler
@@ -268,7 +253,7 @@ class RequestActor(PooledSupervisedActor):
             if self.vms.complete():
                 self._fulfil()
         elif outcome is AttachOutcome.REFUSED:
-            self._lost(msg.pool)
+            self.ending.lost(msg.pool)
             log.info("[>] [%s] '%s' not needed by request '%s', moved to 'completed'",
                      msg.pool, msg.vm, self.request_id)
             status = self.store.status(self.request_id)
@@ -353,28 +338,13 @@ class RequestActor(PooledSupervisedActor):
     # -- outcomes -------------------------------------------------------------------------------
     def _fulfil(self) -> bool:
         """Try the ready transition; True if the request is finished (either way)."""
-        ready, status = self.store.fulfil(self.request_id, list(self.vms.entries.values()),
-                                          fence=self.fence)
-        if ready:
-            self.metrics.increment("vmpooler_ondemand.ready")
-            if self.created is not None:
-                self.metrics.timing("ondemand.time_to_ready",
-                                    max(0.0, self.clock.now() - self.created))
-            log.info("[*] request '%s' is ready", self.request_id)
-            self._finish("ready")
-            return True
+        status = self.ending.fulfil(list(self.vms.entries.values()), self.created)
         if status is not None:
             self._finish(status)
-            return True
-        return False
+        return status is not None
 
     def _fail(self, reason: str) -> None:
-        failed, status = self.store.fail(self.request_id, list(self.vms.entries.values()),
-                                         reason=reason, ttl=self.data_ttl, fence=self.fence)
-        if failed:
-            self.metrics.increment("vmpooler_ondemand.failed")
-            log.error("[!] request '%s' failed: %s", self.request_id, reason)
-        self._finish("failed" if failed else status or "")
+        self._finish(self.ending.fail(list(self.vms.entries.values()), reason))
 
     def _ask_for_missing(self) -> None:
         wants = self.vms.take_missing()
@@ -402,26 +372,13 @@ class RequestActor(PooledSupervisedActor):
         with contextlib.suppress(pykka.ActorDeadError):  # it is being restarted
             self.manager.tell(message)
 
-    def _lost(self, pool: str) -> None:
-        """Count a VM of this request retired before it was delivered (``vm.lost``)."""
-        self.metrics.increment("vm.lost", tags={"pool": pool, "reason": "abandoned"})
-
     def _finish(self, status: str, *, quiet: bool = False) -> None:
         self._enter(Phase.FINISHED)
         self._cancel_timers()
-        try:
-            for vm, (_alias, pool) in self.vms.in_flight.items():
-                if self.store.retire_pending(pool, vm, fence=self.fence):
-                    self._lost(pool)
-                    log.info("[>] [%s] '%s' of finished request '%s' moved to 'completed'",
-                             pool, vm, self.request_id)
-        except Fenced as exc:  # the request's new holder has taken its VMs over
-            log.debug("request '%s': VMs not retired: %s", self.request_id, exc)
+        self.ending.retire(self.vms.in_flight)
         self.vms.in_flight.clear()
         self._sync_tasks()
         if not quiet:
-            log.debug("request '%s' finished: %s", self.request_id, status or "gone")
-            if status in OUTCOMES:
-                self.metrics.increment("ondemand.outcome", tags={"result": status})
+            self.ending.finished(status)
         self._tell_manager(RequestFinished(self.request_id, status))
         self.actor_ref.stop(block=False)
