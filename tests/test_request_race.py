@@ -89,10 +89,11 @@ class Rig:
     executor: ActorExecutor
     ref: pykka.ActorRef[Any] | None = None
 
-    def start(self) -> pykka.ActorRef[Any]:
+    def start(self, settings: GlobalSettings | None = None) -> pykka.ActorRef[Any]:
         self.ref = RequestActor.start(
             request_id=RID, store=self.store,
-            settings=GlobalSettings(ondemand_request_ttl=TTL_MINUTES, max_vm_retries=3),
+            settings=settings or GlobalSettings(ondemand_request_ttl=TTL_MINUTES,
+                                                max_vm_retries=3),
             pools=frozenset({POOL}), data_ttl_hours=168, manager=self.manager,
             clock=self.clock, scheduler=self.clock, metrics=self.metrics,
             executor=self.executor,
@@ -136,8 +137,13 @@ def rig(redis_client: redis.Redis) -> Iterator[Rig]:
 
 
 def seed_request(rig: Rig, count: int = 4, vms: Sequence[str] = VMS) -> None:
-    """What the API and the pool actor's clones write: the request, and its VMs booting."""
-    assert rig.store.create(RID, [Entry(POOL, POOL, count)], created=int(rig.clock.now()))
+    """What the API and the pool actor's clones write: the request, and its VMs booting.
+    With VMs, the request was claimed (its clones were asked for by an actor before this
+    one), so the actor started next rebuilds from them."""
+    created = int(rig.clock.now())
+    assert rig.store.create(RID, [Entry(POOL, POOL, count)], created=created)
+    if vms:
+        assert rig.store.claim(RID, now=created).fresh
     for vm in vms:
         add_pending_vm(rig.client, vm)
 
@@ -244,7 +250,8 @@ def test_claim_without_a_score_uses_now(rig: Rig) -> None:
     left the set looked decades old and was expired at once (``nil.to_i``)."""
     rig.clock.advance(1000)  # "now" is not the request's creation time
     seed_request(rig, count=1, vms=["vm-0"])
-    rig.client.zrem(schema.provisioning_request(), RID)  # in neither queue: no score at all
+    for queue in (schema.provisioning_request(), schema.provisioning_processing()):
+        rig.client.zrem(queue, RID)  # in neither queue: no score at all
     assert rig.client.zscore(schema.provisioning_processing(), RID) is None
     now = rig.clock.now()
 
@@ -256,7 +263,8 @@ def test_claim_without_a_score_uses_now(rig: Rig) -> None:
 
 def test_request_without_a_score_gets_its_full_ttl(rig: Rig) -> None:
     seed_request(rig, count=1, vms=["vm-0"])
-    rig.client.zrem(schema.provisioning_request(), RID)
+    for queue in (schema.provisioning_request(), schema.provisioning_processing()):
+        rig.client.zrem(queue, RID)
     rig.clock.advance(7 * 24 * 3600)  # a week later, the actor is (re)built
     ref = start_and_claim(rig)
     ref.ask("sync", timeout=5)

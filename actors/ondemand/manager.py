@@ -27,13 +27,16 @@ clone slots among them.
   in one round trip every third of the TTL (an actor whose lease was lost is stopped), and
   releases a lease when its request finishes. A request another manager holds, or should
   take, is not started here: a ``RequestChanged`` for it goes on to that manager.
-* **Fair clone slots.** Wanted VMs queue per request in a :class:`FairQueue` and are handed
-  out one per request per turn while ``tasks__ondemandclone`` (counted in Redis by the pool
-  actors' clone scripts) plus grants not yet answered stays under ``ondemand_clone_limit``.
-  A grant goes to the pool actor as :class:`CloneForRequest` (which passes it on to the
-  manager owning the pool) carrying the request's fence, so a grant made under a lease
-  since lost clones nothing; its answer, and each finished clone (:class:`RequestSlotFreed`,
-  from any manager), lets the next one go.
+* **One record per request** (:class:`.tracking.Tracked`): its actor here, its recent
+  crashes, a predecessor's actors being stopped, whether it waits for them or for the
+  restart back-off.
+* **Fair clone slots** (:class:`.slots.CloneSlots`). Wanted VMs queue per request in a
+  :class:`FairQueue` and are handed out one per request per turn while
+  ``tasks__ondemandclone`` (counted in Redis by the pool actors' clone scripts) plus grants
+  not yet answered stays under ``ondemand_clone_limit``. A grant goes to the pool actor as
+  :class:`CloneForRequest` (which passes it on to the manager owning the pool) carrying the
+  request's fence, so a grant made under a lease since lost clones nothing; its answer, and
+  each finished clone (:class:`RequestSlotFreed`, from any manager), lets the next one go.
 """
 
 from __future__ import annotations
@@ -49,7 +52,6 @@ import redis
 from vmpooler.actors.messages import (
     ActorCrashed,
     ActorStopped,
-    CloneForRequest,
     RenewRequestLeases,
     RequestChanged,
     RequestCloneAnswered,
@@ -62,8 +64,9 @@ from vmpooler.actors.messages import (
 )
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.ondemand.leases import KIND, RequestFence, RequestLeases
+from vmpooler.actors.ondemand.slots import CloneSlots
+from vmpooler.actors.ondemand.tracking import Tracker
 from vmpooler.actors.runtime.clock import Clock, Scheduler
-from vmpooler.actors.runtime.fair_queue import FairQueue
 from vmpooler.actors.runtime.pooled import notify_when_stopped
 from vmpooler.actors.runtime.remote import LocalOnly, Remote
 from vmpooler.actors.runtime.restart_policy import RestartHistory, RestartPolicy
@@ -76,7 +79,6 @@ __all__ = ["OnDemandManager", "RequestFactory"]
 
 log = logging.getLogger(__name__)
 
-GRANT_LOST_AFTER = 30.0  # s without an answer from the pool actor (it answers at once): regrant
 _PREFIX = request_actor_name("")
 _RESTART = "restart"  # RequestChanged.reason of the manager's own restart timer
 
@@ -118,17 +120,10 @@ class OnDemandManager(SupervisedActor):
         self.clock = clock
         self.scheduler = scheduler
         self.metrics = metrics
-        self.requests: dict[str, pykka.ActorRef[Any]] = {}
-        self.restarts: dict[str, RestartHistory] = {}  # requests whose actor crashed lately
-        self.retiring: dict[str, str] = {}  # urn of a predecessor's actor told to stop -> id
-        self.deferred: set[str] = set()  # requests to start once their old actor stopped
-        self.backing_off: set[str] = set()  # crashed: restarted by the policy's timer only
-        # request -> (alias, pool, monotonic time the request asked for it)
-        self.wants: FairQueue[str, tuple[str, str, float]] = FairQueue()
-        # grant -> id, alias, pool, granted at, wanted at (monotonic)
-        self.granted: dict[int, tuple[str, str, str, float, float]] = {}
-        self.grants = 0
-        self.blocked = False  # the last grant found no free slot: wait for one to be freed
+        self.tracked = Tracker()  # one record per request this manager knows of
+        self.slots = CloneSlots(store=store, directory=directory, clone_limit=clone_limit,
+                                clock=clock, metrics=metrics, remote=self.remote,
+                                leases=leases, runs=self.tracked.runs)
 
     def setup(self) -> None:
         # A predecessor that crashed left its request actors running, reporting to a dead
@@ -150,7 +145,7 @@ class OnDemandManager(SupervisedActor):
     def on_stop(self) -> None:
         # Tell, never wait (they share a few threads): PoolerSystem.stop waits for each of
         # them from its own thread, finding them in the directory.
-        for ref in self.requests.values():
+        for ref in self.tracked.refs():
             ref.stop(block=False)
         if self.leases is not None:  # the other managers take the requests at once
             try:
@@ -164,18 +159,11 @@ class OnDemandManager(SupervisedActor):
         if isinstance(message, RequestChanged):
             self._changed(message)
         elif isinstance(message, WantRequestVms):
-            if message.wants:
-                at = self.clock.monotonic()
-                self.wants.extend(message.request_id,
-                                  [(alias, pool, at) for alias, pool in message.wants])
-            else:
-                self.wants.drop(message.request_id)
-            self._grant()
+            self.slots.want(message.request_id, message.wants)
         elif isinstance(message, RequestCloneAnswered):
             self._answered(message)
         elif isinstance(message, RequestSlotFreed):
-            self.blocked = False
-            self._grant()
+            self.slots.freed()
         elif isinstance(message, RequestFinished):
             self._finished(message.request_id)
         elif isinstance(message, ActorCrashed):
@@ -189,9 +177,10 @@ class OnDemandManager(SupervisedActor):
         return None
 
     def _changed(self, message: RequestChanged) -> None:
-        if message.reason == _RESTART:  # the back-off after a crash is over
-            self.backing_off.discard(message.request_id)
-        ref = self.requests.get(message.request_id)
+        if message.reason == _RESTART and (record := self.tracked.get(message.request_id)):
+            record.backing_off = False  # the back-off after a crash is over
+            self.tracked.tidy(message.request_id)
+        ref = self.tracked.ref(message.request_id)
         if ref is not None and ref.is_alive():
             with contextlib.suppress(pykka.ActorDeadError):
                 ref.tell(message)
@@ -219,15 +208,14 @@ class OnDemandManager(SupervisedActor):
     def _sweep(self) -> None:
         try:
             waiting = [r for r in self.store.waiting()
-                       if (ref := self.requests.get(r)) is None or not ref.is_alive()]
+                       if (ref := self.tracked.ref(r)) is None or not ref.is_alive()]
             if self.leases is not None:
                 waiting = self.leases.claimable(waiting)
             for request_id in waiting:
                 self._start(request_id)
-            self.store.prune_tasks(keep=self.requests)
-            self._regrant_lost()
-            self.blocked = False
-            self._grant()
+            self.store.prune_tasks(keep=self.tracked.running())
+            self.slots.regrant_lost()
+            self.slots.freed()
         except redis.RedisError as exc:
             log.error("[!] [ondemand] %s: %s; retrying in %.0fs", redis_failure(exc), exc,
                       self.sweep_interval)
@@ -236,15 +224,16 @@ class OnDemandManager(SupervisedActor):
 
     # -- request actors -------------------------------------------------------------------------
     def _start(self, request_id: str) -> None:
-        ours = self.requests.get(request_id)
-        if (ours is not None and ours.is_alive()) or request_id in self.backing_off:
+        record = self.tracked.get(request_id)
+        ours = None if record is None else record.ref
+        if (ours is not None and ours.is_alive()) or (record and record.backing_off):
             return
         name = request_actor_name(request_id)
         current = self.directory.get(name)
         if current is not None and current is not ours:
             # Another manager's actor for this request is still alive: never run two.
             self._retire(request_id, current)
-            self.deferred.add(request_id)
+            self.tracked.of(request_id).deferred = True
             return
         fence = None
         if self.leases is not None:
@@ -257,41 +246,46 @@ class OnDemandManager(SupervisedActor):
             if lease is None:  # another live manager runs it
                 return
             fence = RequestFence.of(lease)
-        self.deferred.discard(request_id)
-        ref = self.request_factory(request_id, self.actor_ref, fence)
-        self.requests[request_id] = ref
+        record = self.tracked.of(request_id)
+        record.deferred = False
+        ref = record.ref = self.request_factory(request_id, self.actor_ref, fence)
         self.directory.put(name, ref)
 
     def _retire(self, request_id: str, ref: pykka.ActorRef[Any]) -> None:
         """Tell a predecessor's request actor to stop, and ask to hear when it has."""
-        if ref.actor_urn in self.retiring:
+        record = self.tracked.of(request_id)
+        if ref.actor_urn in record.retiring:
             return
-        self.retiring[ref.actor_urn] = request_id
+        record.retiring.add(ref.actor_urn)
         notify_when_stopped(ref, self.actor_ref,
                             ActorStopped(request_actor_name(request_id), ref.actor_urn))
         ref.stop(block=False)
 
     def _stopped(self, message: ActorStopped) -> None:
-        request_id = self.retiring.pop(message.urn, None)
-        if request_id is None:
+        request_id = message.name.removeprefix(_PREFIX)
+        record = self.tracked.get(request_id)
+        if record is None or message.urn not in record.retiring:
             return
-        if request_id not in self.requests:
+        record.retiring.discard(message.urn)
+        if record.ref is None:
             self.directory.remove(message.name)  # the stopped predecessor's entry
-        if request_id in self.deferred:
+        if record.deferred:
             self._start(request_id)
+        self.tracked.tidy(request_id)
 
     def _finished(self, request_id: str) -> None:
-        self.wants.drop(request_id)
-        self.requests.pop(request_id, None)
-        self.restarts.pop(request_id, None)
-        self.backing_off.discard(request_id)
+        self.slots.drop(request_id)
+        if record := self.tracked.get(request_id):
+            record.ref = record.restarts = None
+            record.backing_off = False
+            self.tracked.tidy(request_id)
         self.directory.remove(request_actor_name(request_id))
         if self.leases is not None:
             try:
                 self.leases.release(request_id)
             except redis.RedisError as exc:
                 log.debug("request '%s': lease not released: %s", request_id, exc)
-        self._grant()
+        self.slots.grant()
 
     def _renew(self) -> None:
         """Renew every request lease held; a request whose lease was lost stops here."""
@@ -304,22 +298,29 @@ class OnDemandManager(SupervisedActor):
             log.debug("[ondemand] request leases not renewed: %s", exc)
             return
         for request_id in lost:
-            self.wants.drop(request_id)
-            self.backing_off.discard(request_id)
-            ref = self.requests.pop(request_id, None)
+            self.slots.drop(request_id)
+            record = self.tracked.get(request_id)
+            if record is None:
+                continue
+            ref, record.ref, record.backing_off = record.ref, None, False
             if ref is not None:  # its entry goes once it is seen stopped (never two actors)
                 self._retire(request_id, ref)
+            self.tracked.tidy(request_id)
 
     def _crashed(self, message: ActorCrashed) -> None:
         request_id = message.name.removeprefix(_PREFIX)
-        self.wants.drop(request_id)  # the restarted actor asks again for what it misses
-        self.requests.pop(request_id, None)
+        self.slots.drop(request_id)  # the restarted actor asks again for what it misses
+        record = self.tracked.of(request_id)
+        record.ref = None
         self.directory.remove(message.name)
         self.metrics.increment("vmpooler_actor.crashed", tags={"actor": "request"})
-        history = self.restarts.setdefault(request_id, RestartHistory())
+        if record.restarts is None:
+            record.restarts = RestartHistory()
+        history = record.restarts
         delay = self.policy.on_crash(history, self.clock.monotonic(), message.error_class)
         if delay is None:
-            self.restarts.pop(request_id, None)
+            record.restarts = None
+            self.tracked.tidy(request_id)
             self.metrics.increment("vmpooler_actor.given_up", tags={"actor": "request"})
             log.error("[!] request '%s' crashed %d times within %ds (%s: %s); failing it",
                       request_id, len(history) + 1, int(self.policy.period),
@@ -328,7 +329,7 @@ class OnDemandManager(SupervisedActor):
             return
         log.error("[!] request '%s' crashed (%s: %s); restarting in %.0fs", request_id,
                   message.error_class, message.error, delay)
-        self.backing_off.add(request_id)  # not even the sweep starts it before the timer
+        record.backing_off = True  # not even the sweep starts it before the timer
         self.scheduler.tell_later(delay, self.actor_ref, RequestChanged(request_id, _RESTART))
 
     def _fail_crashed(self, request_id: str, error: str) -> None:
@@ -351,74 +352,12 @@ class OnDemandManager(SupervisedActor):
             log.error("[!] request '%s' could not be failed: %s", request_id, exc)
 
     # -- clone slots ----------------------------------------------------------------------------
-    def _grant(self) -> None:
-        if self.blocked or not self.wants:
-            return
-        try:
-            in_use = self.store.ondemand_clones()
-        except redis.RedisError as exc:
-            log.error("[!] [ondemand] %s: %s; clones wait for the next sweep",
-                      redis_failure(exc), exc)
-            self.blocked = True
-            return
-        free = self.clone_limit - in_use - len(self.granted)
-        if free <= 0:
-            # Grants still unanswered re-run this when their answer comes (their slots may
-            # be counted twice until then). Without any, only a freed slot
-            # (RequestSlotFreed) or the sweep makes room: stop reading the counter.
-            self.blocked = not self.granted
-            return
-        while free > 0 and self.wants:
-            popped = self.wants.pop()
-            if popped is None:
-                break
-            request_id, (alias, pool, wanted_at) = popped
-            ref = self.directory.get(f"pool:{pool}")
-            if ref is None:  # the pool actor is restarting: try again at the next sweep
-                self.wants.push_front(request_id, (alias, pool, wanted_at))
-                self.blocked = True
-                return
-            self.grants += 1
-            self.granted[self.grants] = (request_id, alias, pool, self.clock.monotonic(),
-                                         wanted_at)
-            lease = None if self.leases is None else self.leases.held.get(request_id)
-            try:
-                ref.tell(CloneForRequest(request_id, alias, pool, grant=self.grants,
-                                         reply_to=self.remote.member,
-                                         fence="" if lease is None else lease.value))
-            except pykka.ActorDeadError:
-                del self.granted[self.grants]
-                self.wants.push_front(request_id, (alias, pool, wanted_at))
-                self.blocked = True
-                return
-            free -= 1
 
     def _answered(self, message: RequestCloneAnswered) -> None:
         if message.vm is not None:  # the request's actor (this manager granted it) hears
-            ref = self.requests.get(message.request_id)  # of its VM on its way
+            ref = self.tracked.ref(message.request_id)  # of its VM on its way
             if ref is not None:
                 with contextlib.suppress(pykka.ActorDeadError):
                     ref.tell(RequestVmCloning(message.request_id, message.alias, message.pool,
                                               message.vm))
-        grant = self.granted.pop(message.grant, None)
-        if grant is None:
-            return  # already given up on and granted again
-        wanted_at = grant[4]
-        if message.vm is None:
-            if message.request_id in self.requests:
-                self.wants.push_front(message.request_id,
-                                      (message.alias, message.pool, wanted_at))
-            self.blocked = True  # no slot (or no name): wait for a freed slot or the sweep
-            return
-        # the pool actor reserved the slot: the wait ends here, however often it was regranted
-        self.metrics.timing("clone.queue_wait", max(0.0, self.clock.monotonic() - wanted_at),
-                            tags={"pool": message.pool, "kind": "ondemand"})
-        self._grant()
-
-    def _regrant_lost(self) -> None:
-        now = self.clock.monotonic()
-        for grant, (request_id, alias, pool, at, wanted_at) in list(self.granted.items()):
-            if now - at > GRANT_LOST_AFTER:
-                del self.granted[grant]
-                if request_id in self.requests:
-                    self.wants.push_front(request_id, (alias, pool, wanted_at))
+        self.slots.answered(message)

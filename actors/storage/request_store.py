@@ -101,6 +101,8 @@ class Claim:
 
     ``status`` is None while the request is in flight; then ``created`` is its creation
     epoch and ``entries`` what it asks for. ``found`` is False when no such request exists.
+    ``fresh`` is True when this claim took the request from the waiting queue: it was never
+    claimed before, so it has no VM delivered or on its way.
     """
 
     found: bool
@@ -109,6 +111,7 @@ class Claim:
     entries: tuple[Entry, ...] = ()
     retry_count: int = 0
     has_token: bool = False
+    fresh: bool = False
 
 
 class AttachOutcome(Enum):
@@ -252,7 +255,7 @@ class RequestStore:
         if code == -1:
             return Claim(found=True, status=r[1])
         return Claim(found=True, created=float(r[1]), entries=parse_requested(r[2]),
-                     retry_count=int(r[3] or 0), has_token=bool(r[4]))
+                     retry_count=int(r[3] or 0), has_token=bool(r[4]), fresh=r[5] == "1")
 
     def delivered(self, request_id: str, entries: Sequence[Entry]) -> dict[tuple[str, str], int]:
         """How many VMs each entry has received."""

@@ -56,7 +56,8 @@ class RequestScripts:
     # Moves the request from the waiting queue to processing, keeping its creation score.
     # Returns {0} no such request (dropped from both queues),
     #         {-1, status} already finished (dropped from both queues),
-    #         {1, score, requested, retry_count, token}.
+    #         {1, score, requested, retry_count, token, fresh}; fresh '1' when the request
+    #         came from the waiting queue (never claimed before, so no VM was cloned for it).
     CLAIM = """
 local requested = redis.call('HGET', KEYS[1], 'requested')
 if not requested then
@@ -68,12 +69,16 @@ if status and status ~= '' then
   redis.call('ZREM', KEYS[2], ARGV[1]); redis.call('ZREM', KEYS[3], ARGV[1])
   return {-1, status}
 end
-local score = redis.call('ZSCORE', KEYS[3], ARGV[1]) or redis.call('ZSCORE', KEYS[2], ARGV[1])
-if not score then score = ARGV[2] end
+local score = redis.call('ZSCORE', KEYS[3], ARGV[1])
+local fresh = '0'
+if not score then
+  score = redis.call('ZSCORE', KEYS[2], ARGV[1])
+  if score then fresh = '1' else score = ARGV[2] end
+end
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZADD', KEYS[3], tonumber(score), ARGV[1])
 return {1, tostring(score), requested, redis.call('HGET', KEYS[1], 'retry_count') or '0',
-        redis.call('HGET', KEYS[1], 'token:token') or ''}
+        redis.call('HGET', KEYS[1], 'token:token') or '', fresh}
 """
 
     # KEYS[1] request hash, KEYS[2] pool's pending set, KEYS[3] running, KEYS[4] completed,
