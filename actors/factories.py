@@ -8,7 +8,6 @@ the clock, the shared resources). :class:`~vmpooler.actors.system.PoolerSystem` 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +24,8 @@ from vmpooler.actors.pool.actor import PoolActor
 from vmpooler.actors.pool.failover_watch import failover_group
 from vmpooler.actors.pool.hostnames import HostnameGenerator
 from vmpooler.actors.pool.ownership import OwnershipSettings
+from vmpooler.actors.pool.slot_broker import SlotBroker
+from vmpooler.actors.pool.task_actor import TaskActor
 from vmpooler.actors.provider.setup import provider_actor_factory
 from vmpooler.actors.runtime.clock import Clock, Scheduler
 from vmpooler.actors.runtime.executor import ActorExecutor
@@ -32,7 +33,7 @@ from vmpooler.actors.runtime.remote import LocalOnly, Remote
 from vmpooler.actors.runtime.restart_policy import RestartPolicy
 from vmpooler.actors.runtime.supervisor import ActorDirectory
 from vmpooler.actors.service.heartbeat import Heartbeat
-from vmpooler.actors.service.history import DEFAULT_INTERVAL, HistoryRecorder
+from vmpooler.actors.service.history import HistoryRecorder
 from vmpooler.actors.service.housekeeping import Housekeeper
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, prune_age, stale_age
@@ -113,9 +114,7 @@ class ActorFactories:
 
     def history(self) -> Factory:
         pools, res = [p.name for p in self.config.pools], self.res
-        # Seconds between two history points; the environment knob exists for tests and demos.
-        interval = float(os.environ.get("VMPOOLER_HISTORY_INTERVAL") or DEFAULT_INTERVAL)
-
+        interval = self.config.settings.history_interval
         membership, manager = self.membership, self.manager_id
 
         def owns(pool: str) -> bool:
@@ -176,6 +175,27 @@ class ActorFactories:
                 requests=self.requests, supervisor=supervisor, ownership=ownership,
                 remote=self.remote, max_size=cfg.max_pool_size(pool), failover=failover,
             )
+
+        return factory
+
+    def slots(self) -> Factory:
+        """The clone-slot broker (``slots``)."""
+
+        def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
+            return SlotBroker.start(directory=self.directory, supervisor=supervisor)
+
+        return factory
+
+    def tasks(self, interval: float) -> Factory:
+        """The task actor (``tasks``): disk, snapshot and migration tasks, looked for every
+        ``interval`` seconds."""
+        pool_providers = {p.name: p.provider for p in self.config.pools}
+
+        def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
+            return TaskActor.start(
+                store=self.store, directory=self.directory, pool_providers=pool_providers,
+                clock=self.clock, scheduler=self.res.scheduler, interval=interval,
+                supervisor=supervisor)
 
         return factory
 

@@ -34,8 +34,6 @@ from vmpooler.actors.messages import PoolChanged, RequestChanged, StartDrain, St
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.metrics.factory import create_metrics
 from vmpooler.actors.pool.hostnames import HostnameGenerator
-from vmpooler.actors.pool.slot_broker import SlotBroker
-from vmpooler.actors.pool.task_actor import TaskActor
 from vmpooler.actors.provider.startup_purge import request_startup_purges
 from vmpooler.actors.provider.work import resolves
 from vmpooler.actors.runtime.clock import Clock, RealClock, Scheduler, ThreadScheduler
@@ -205,16 +203,11 @@ class PoolerSystem:
             dns = {p.name: self._factories.dns_plugin(p) for p in cfg.pools if p.provider == name}
             sup.start_child(f"provider:{name}", self._factories.provider(name, provider, dns,
                                                                       resolver)).get()
-        sup.start_child("slots", lambda s: SlotBroker.start(
-            directory=self.directory, supervisor=s)).get()
+        sup.start_child("slots", self._factories.slots()).get()
         for pool in cfg.pools:
             sup.start_child(f"pool:{pool.name}", self._factories.pool(pool, hostnames)).get()
         sup.start_child("ondemand", self._factories.ondemand()).get()
-        sup.start_child("tasks", lambda s: TaskActor.start(
-            store=self.store, directory=self.directory,
-            pool_providers={p.name: p.provider for p in cfg.pools}, clock=self.clock,
-            scheduler=res.scheduler, interval=task_interval, supervisor=s,
-        )).get()
+        sup.start_child("tasks", self._factories.tasks(task_interval)).get()
         sup.start_child("housekeeping", self._factories.housekeeper()).get()
         sup.start_child("heartbeat", self._factories.heartbeat()).get()
         sup.start_child("history", self._factories.history()).get()
