@@ -15,31 +15,31 @@ from typing import Any
 import pykka
 import redis
 
+from vmpooler.actors.cluster.heartbeat import Heartbeat
+from vmpooler.actors.cluster.membership import Membership
+from vmpooler.actors.cluster.ownership import OwnershipSettings
+from vmpooler.actors.cluster.remote import LocalOnly, Remote
+from vmpooler.actors.cluster.request_leases import RequestFence, RequestLeases
 from vmpooler.actors.config import Config, PoolConfig
 from vmpooler.actors.metrics.backends import Metrics
-from vmpooler.actors.ondemand.leases import RequestFence, RequestLeases
 from vmpooler.actors.ondemand.manager import OnDemandManager
 from vmpooler.actors.ondemand.request import RequestActor
 from vmpooler.actors.pool.actor import PoolActor
 from vmpooler.actors.pool.failover_watch import failover_group
 from vmpooler.actors.pool.hostnames import HostnameGenerator
-from vmpooler.actors.pool.ownership import OwnershipSettings
 from vmpooler.actors.pool.slot_broker import SlotBroker
 from vmpooler.actors.pool.task_actor import TaskActor
 from vmpooler.actors.provider.setup import provider_actor_factory
 from vmpooler.actors.runtime.clock import Clock, Scheduler
 from vmpooler.actors.runtime.executor import ActorExecutor
-from vmpooler.actors.runtime.remote import LocalOnly, Remote
 from vmpooler.actors.runtime.restart_policy import RestartPolicy
 from vmpooler.actors.runtime.supervisor import ActorDirectory
-from vmpooler.actors.service.heartbeat import Heartbeat
 from vmpooler.actors.service.history import HistoryRecorder
 from vmpooler.actors.service.housekeeping import Housekeeper
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, prune_age, stale_age
 from vmpooler.actors.storage.history_store import HistoryStore
 from vmpooler.actors.storage.lease_store import LeaseStore
-from vmpooler.actors.storage.membership import Membership
 from vmpooler.actors.storage.request_store import RequestStore
 from vmpooler.actors.storage.store import Store
 from vmpooler.actors.storage.upkeep_store import UpkeepStore

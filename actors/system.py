@@ -28,6 +28,8 @@ from typing import Any
 import pykka
 import redis
 
+from vmpooler.actors.cluster.membership import Membership, live_managers
+from vmpooler.actors.cluster.relay import Relay
 from vmpooler.actors.config import Config, PoolConfig
 from vmpooler.actors.factories import ActorFactories, SystemResources
 from vmpooler.actors.messages import PoolChanged, RequestChanged, StartDrain, StopSupervising
@@ -41,12 +43,10 @@ from vmpooler.actors.runtime.executor import ActorExecutor
 from vmpooler.actors.runtime.restart_policy import RestartPolicy
 from vmpooler.actors.runtime.supervisor import ActorDirectory, Supervisor
 from vmpooler.actors.service.command_stream import consumer_factory
-from vmpooler.actors.service.relay import Relay
 from vmpooler.actors.service.ruby_guard import refuse_beside_foreign_manager
 from vmpooler.actors.storage.connection import connect_configured
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, manager_id, prune_age
-from vmpooler.actors.storage.membership import Membership, live_managers
 from vmpooler.actors.storage.request_store import DeleteOutcome, Entry, RequestRecord, RequestStore
 from vmpooler.actors.storage.store import Store
 from vmpooler.providers.base import Provider

@@ -1,4 +1,4 @@
-"""Pool ownership (actors/pool/ownership.py): rendezvous over the live managers, the lease
+"""Pool ownership (actors/cluster/ownership.py): rendezvous over the live managers, the lease
 taken, renewed, handed over and lost, and a pool actor that leaves a pool it does not own
 alone. Real Redis; time from a FakeClock (heartbeats) and an injected monotonic (the lease)."""
 
@@ -11,14 +11,14 @@ import pytest
 import redis
 
 from tests.harness import dummy_for, make_config, pool, started, wait_until
-from vmpooler.actors.factories import ActorFactories
-from vmpooler.actors.messages import RunPoolCycle
-from vmpooler.actors.pool.ownership import (
+from vmpooler.actors.cluster.ownership import (
     Ownership,
     balanced_owners,
     dead_here,
     rendezvous_owner,
 )
+from vmpooler.actors.factories import ActorFactories
+from vmpooler.actors.messages import RunPoolCycle
 from vmpooler.actors.runtime.clock import FakeClock
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, manager_id
@@ -75,7 +75,7 @@ def _two_managers_and_pool(pools: list[str]) -> tuple[str, str, str]:
 
 def test_take_wait_hand_over_and_fence(redis_client: redis.Redis,
                                        caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="vmpooler.actors.pool.ownership")
+    caplog.set_level(logging.INFO, logger="vmpooler.actors.cluster.ownership")
     clock, mono = FakeClock(), _Mono()
     beats = HeartbeatStore(redis_client)
     a, b, name = _two_managers_and_pool(POOLS)

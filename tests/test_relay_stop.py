@@ -12,8 +12,8 @@ import pytest
 import redis
 
 from tests.harness import wait_until
+from vmpooler.actors.cluster.relay import Relay
 from vmpooler.actors.runtime.supervisor import ActorDirectory
-from vmpooler.actors.service.relay import Relay
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.stream_reader import StreamReader
 

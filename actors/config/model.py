@@ -195,7 +195,7 @@ class GlobalSettings:
     manager_heartbeat_interval: float = setting(5.0, "number", positive=True)
     manager_heartbeat_max_age: float | None = setting(None, "number?", positive=True)
     # Pool leases (ours, several managers on one Redis): seconds a manager's lease on a pool
-    # lasts unless renewed; None is three heartbeat intervals (actors/pool/ownership.py).
+    # lasts unless renewed; None is three heartbeat intervals (actors/cluster/ownership.py).
     manager_lease_ttl: float | None = setting(None, "number?", positive=True)
     # The dashboard's recorded history (ours): seconds between two points of each pool's
     # counts (actors/service/history.py).

@@ -22,7 +22,7 @@ clone slots among them.
   blocks: the manager never waits for a request actor (one stuck actor would stall the
   grants of every request), it only tells.
 * **One manager per request.** When several managers share the Redis, a request is run by
-  the one holding its lease (:mod:`vmpooler.actors.ondemand.leases`): the manager takes it
+  the one holding its lease (:mod:`vmpooler.actors.cluster.request_leases`): the manager takes it
   before starting the request's actor and hands the actor its fence, renews all its leases
   in one round trip every third of the TTL (an actor whose lease was lost is stopped), and
   releases a lease when its request finishes. A request another manager holds, or should
@@ -46,6 +46,8 @@ from typing import Any
 import pykka
 import redis
 
+from vmpooler.actors.cluster.remote import LocalOnly, Remote
+from vmpooler.actors.cluster.request_leases import KIND, RequestFence, RequestLeases
 from vmpooler.actors.messages import (
     ActorCrashed,
     ActorStopped,
@@ -61,11 +63,9 @@ from vmpooler.actors.messages import (
     request_actor_name,
 )
 from vmpooler.actors.metrics.backends import Metrics
-from vmpooler.actors.ondemand.leases import KIND, RequestFence, RequestLeases
 from vmpooler.actors.runtime.clock import Clock, Scheduler
 from vmpooler.actors.runtime.fair_queue import FairQueue
 from vmpooler.actors.runtime.pooled import notify_when_stopped
-from vmpooler.actors.runtime.remote import LocalOnly, Remote
 from vmpooler.actors.runtime.restart_policy import RestartHistory, RestartPolicy
 from vmpooler.actors.runtime.supervisor import ActorDirectory, SupervisedActor
 from vmpooler.actors.storage.lease_store import Fenced

@@ -40,6 +40,8 @@ from typing import Any
 import pykka
 import redis
 
+from vmpooler.actors.cluster.ownership import OwnershipSettings
+from vmpooler.actors.cluster.remote import LocalOnly, Remote
 from vmpooler.actors.config import GlobalSettings, PoolConfig
 from vmpooler.actors.messages import (
     CloneForRequest,
@@ -66,11 +68,9 @@ from vmpooler.actors.pool.hostnames import HostnameGenerator
 from vmpooler.actors.pool.migrations import Migrations
 from vmpooler.actors.pool.ondemand import OnDemandVms
 from vmpooler.actors.pool.outcomes import Outcomes
-from vmpooler.actors.pool.ownership import OwnershipSettings
 from vmpooler.actors.pool.purge import StalePurge
 from vmpooler.actors.pool.upkeep import PoolUpkeep
 from vmpooler.actors.runtime.clock import Clock, Scheduler, Timer
-from vmpooler.actors.runtime.remote import LocalOnly, Remote
 from vmpooler.actors.runtime.supervisor import ActorDirectory, SupervisedActor
 from vmpooler.actors.storage.lease_store import POOL, Fenced
 from vmpooler.actors.storage.request_store import RequestStore

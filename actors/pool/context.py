@@ -15,11 +15,11 @@ from typing import Any
 
 import pykka
 
+from vmpooler.actors.cluster.ownership import Ownership, OwnershipSettings
 from vmpooler.actors.config import GlobalSettings, PoolConfig
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.pool.calls import ProviderCalls
 from vmpooler.actors.pool.hostnames import HostnameGenerator
-from vmpooler.actors.pool.ownership import Ownership, OwnershipSettings
 from vmpooler.actors.pool.policy import Backoff, LifetimePolicy
 from vmpooler.actors.pool.vm_cache import VmCache
 from vmpooler.actors.runtime.clock import Clock, Scheduler

@@ -9,7 +9,7 @@ behind the lease's fence (:class:`RequestFence`), so once the lease is lost (the
 paused past the TTL, say) its late writes are refused by the scripts.
 
 Who takes a request: the live manager the rendezvous hash names
-(:func:`~vmpooler.actors.storage.membership.rendezvous_owner`), so new requests spread over
+(:func:`~vmpooler.actors.cluster.membership.rendezvous_owner`), so new requests spread over
 the managers. A request stays with its holder until it finishes (requests are short-lived:
 no handover when a manager joins). A request no manager has taken after :data:`PATIENCE` of
 this manager's sweeps (its rendezvous owner is slow, or the managers' views of who is live
@@ -25,11 +25,11 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from vmpooler.actors.cluster.membership import dead_here, live_managers, rendezvous_owner
 from vmpooler.actors.runtime.clock import Clock
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.heartbeat_store import HeartbeatStore
 from vmpooler.actors.storage.lease_store import REQUEST, Lease, LeaseStore
-from vmpooler.actors.storage.membership import dead_here, live_managers, rendezvous_owner
 
 __all__ = ["KIND", "PATIENCE", "RequestFence", "RequestLeases"]
 

@@ -4,9 +4,9 @@ Several managers may share one Redis. The live managers are the members of the h
 set (``vmpooler__manager__heartbeat``) whose beat is younger than the stale age, plus this
 manager itself (its heartbeat may not have been written yet). The pools are spread over them
 by rendezvous hashing with bounded loads (blake2b of member and pool; each manager takes at
-most its share, :func:`~vmpooler.actors.storage.membership.balanced_owners`), so every live
+most its share, :func:`~vmpooler.actors.cluster.membership.balanced_owners`), so every live
 manager serves pools and a joining or leaving manager moves about its share. The manager's
-pool actors share one view of who is live (:class:`~vmpooler.actors.storage.membership.
+pool actors share one view of who is live (:class:`~vmpooler.actors.cluster.membership.
 Membership`, read from Redis at most once a second).
 
 :class:`Ownership` holds the pool's lease (:mod:`vmpooler.actors.storage.lease_store`): the
@@ -32,17 +32,17 @@ from dataclasses import dataclass
 
 import redis
 
-from vmpooler.actors.runtime.clock import Clock
-from vmpooler.actors.storage import schema
-from vmpooler.actors.storage.heartbeat_store import HeartbeatStore
-from vmpooler.actors.storage.lease_store import POOL, Fenced, Lease, LeaseStore
-from vmpooler.actors.storage.membership import (
+from vmpooler.actors.cluster.membership import (
     Membership,
     balanced_owners,
     dead_here,
     live_managers,
     rendezvous_owner,
 )
+from vmpooler.actors.runtime.clock import Clock
+from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.heartbeat_store import HeartbeatStore
+from vmpooler.actors.storage.lease_store import POOL, Fenced, Lease, LeaseStore
 
 __all__ = ["KIND", "Ownership", "OwnershipSettings", "balanced_owners", "dead_here",
            "live_managers", "rendezvous_owner"]

@@ -2,7 +2,7 @@
 
 Several managers may share one Redis (each pool and each in-flight on-demand request is
 owned by one of them, through a lease). An actor that must reach an actor of another
-manager tells it through the relay (the :class:`~vmpooler.actors.runtime.remote.Remote` it
+manager tells it through the relay (the :class:`~vmpooler.actors.cluster.remote.Remote` it
 was given): the message goes, as JSON, to the receiving manager's inbox
 (:mod:`vmpooler.actors.storage.inbox_store`), whose relay reads it on its own thread and
 tells the named actor there.
