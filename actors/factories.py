@@ -18,7 +18,7 @@ import redis
 from vmpooler.actors.cluster.heartbeat import Heartbeat
 from vmpooler.actors.cluster.membership import Membership
 from vmpooler.actors.cluster.ownership import OwnershipSettings
-from vmpooler.actors.cluster.remote import LocalOnly, Remote
+from vmpooler.actors.cluster.remote import Remote
 from vmpooler.actors.cluster.request_leases import RequestFence, RequestLeases
 from vmpooler.actors.config import Config, PoolConfig
 from vmpooler.actors.metrics.backends import Metrics
@@ -82,8 +82,8 @@ class ActorFactories:
     res: SystemResources
     restart_policy: RestartPolicy
     manager_id: str
-    remote: Remote = field(default_factory=LocalOnly)  # the other managers' actors
-    membership: Membership | None = None  # who is live and owns which pool (shared)
+    remote: Remote  # the other managers' actors
+    membership: Membership  # who is live and owns which pool (shared)
 
     def housekeeper(self) -> Factory:
         cfg, res = self.config, self.res
@@ -118,7 +118,7 @@ class ActorFactories:
         membership, manager = self.membership, self.manager_id
 
         def owns(pool: str) -> bool:
-            return membership is None or membership.owner(pool) == manager
+            return membership.owner(pool) == manager
 
         def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
             return HistoryRecorder.start(

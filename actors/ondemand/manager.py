@@ -47,7 +47,13 @@ import pykka
 import redis
 
 from vmpooler.actors.cluster.remote import LocalOnly, Remote
-from vmpooler.actors.cluster.request_leases import KIND, RequestFence, RequestLeases
+from vmpooler.actors.cluster.request_leases import (
+    KIND,
+    RequestFence,
+    RequestLeases,
+    RequestOwnership,
+    SoleRequests,
+)
 from vmpooler.actors.messages import (
     ActorCrashed,
     ActorStopped,
@@ -106,8 +112,9 @@ class OnDemandManager(SupervisedActor):
         remote: Remote | None = None,
     ) -> None:
         super().__init__(name="ondemand", supervisor=supervisor)
-        self.leases = leases  # None: this manager runs every request (no leases)
         self.remote: Remote = remote or LocalOnly()
+        self.leases: RequestOwnership = (  # without leases, this manager runs every request
+            leases if leases is not None else SoleRequests(self.remote.member))
         self.policy = policy or RestartPolicy()
         self.store = store
         self.directory = directory
@@ -143,21 +150,18 @@ class OnDemandManager(SupervisedActor):
             else:
                 self._retire(name.removeprefix(_PREFIX), ref)
         self.actor_ref.tell(SweepRequests())
-        if self.leases is not None:
-            self.scheduler.tell_later(self.leases.renew_interval, self.actor_ref,
-                                      RenewRequestLeases())
+        self._arm_renewal()
 
     def on_stop(self) -> None:
         # Tell, never wait (they share a few threads): PoolerSystem.stop waits for each of
         # them from its own thread, finding them in the directory.
         for ref in self.requests.values():
             ref.stop(block=False)
-        if self.leases is not None:  # the other managers take the requests at once
-            try:
-                self.leases.release_all()
-            except redis.RedisError as exc:
-                log.warning("[!] [ondemand] request leases not released: %s; they expire in "
-                            "%.0fs", exc, self.leases.ttl)
+        try:  # the other managers take the requests at once
+            self.leases.release_all()
+        except redis.RedisError as exc:
+            log.warning("[!] [ondemand] request leases not released: %s; they expire in "
+                        "%.0fs", exc, self.leases.ttl)
 
     # -- mailbox --------------------------------------------------------------------------------
     def handle(self, message: Any) -> Any:
@@ -206,7 +210,7 @@ class OnDemandManager(SupervisedActor):
 
     def _elsewhere(self, message: RequestChanged) -> bool:
         """True when another manager runs (or should take) the request: told it there."""
-        if self.leases is None or message.request_id in self.leases.held:
+        if self.leases.holds(message.request_id):
             return False
         forwarded = RequestChanged(message.request_id, message.reason, forwarded=True)
         if self.remote.to_lease_holder(KIND, message.request_id, "ondemand", forwarded):
@@ -220,9 +224,7 @@ class OnDemandManager(SupervisedActor):
         try:
             waiting = [r for r in self.store.waiting()
                        if (ref := self.requests.get(r)) is None or not ref.is_alive()]
-            if self.leases is not None:
-                waiting = self.leases.claimable(waiting)
-            for request_id in waiting:
+            for request_id in self.leases.claimable(waiting):
                 self._start(request_id)
             self.store.prune_tasks(keep=self.requests)
             self._regrant_lost()
@@ -246,19 +248,15 @@ class OnDemandManager(SupervisedActor):
             self._retire(request_id, current)
             self.deferred.add(request_id)
             return
-        fence = None
-        if self.leases is not None:
-            try:
-                lease = self.leases.take(request_id)
-            except redis.RedisError as exc:  # the sweep tries again
-                log.error("[!] [ondemand] request '%s' not started: %s: %s",
-                          request_id, redis_failure(exc), exc)
+        try:
+            if not self.leases.take(request_id):  # another live manager runs it
                 return
-            if lease is None:  # another live manager runs it
-                return
-            fence = RequestFence.of(lease)
+        except redis.RedisError as exc:  # the sweep tries again
+            log.error("[!] [ondemand] request '%s' not started: %s: %s",
+                      request_id, redis_failure(exc), exc)
+            return
         self.deferred.discard(request_id)
-        ref = self.request_factory(request_id, self.actor_ref, fence)
+        ref = self.request_factory(request_id, self.actor_ref, self.leases.fence(request_id))
         self.requests[request_id] = ref
         self.directory.put(name, ref)
 
@@ -286,18 +284,20 @@ class OnDemandManager(SupervisedActor):
         self.restarts.pop(request_id, None)
         self.backing_off.discard(request_id)
         self.directory.remove(request_actor_name(request_id))
-        if self.leases is not None:
-            try:
-                self.leases.release(request_id)
-            except redis.RedisError as exc:
-                log.debug("request '%s': lease not released: %s", request_id, exc)
+        try:
+            self.leases.release(request_id)
+        except redis.RedisError as exc:
+            log.debug("request '%s': lease not released: %s", request_id, exc)
         self._grant()
+
+    def _arm_renewal(self) -> None:
+        interval = self.leases.renew_interval
+        if interval is not None:  # leases to renew (a sole manager has none)
+            self.scheduler.tell_later(interval, self.actor_ref, RenewRequestLeases())
 
     def _renew(self) -> None:
         """Renew every request lease held; a request whose lease was lost stops here."""
-        assert self.leases is not None
-        self.scheduler.tell_later(self.leases.renew_interval, self.actor_ref,
-                                  RenewRequestLeases())
+        self._arm_renewal()
         try:
             lost = self.leases.renew()
         except redis.RedisError as exc:
@@ -333,8 +333,7 @@ class OnDemandManager(SupervisedActor):
 
     def _fail_crashed(self, request_id: str, error: str) -> None:
         """Escalation: the request's actor spent its restart budget; fail the request."""
-        lease = None if self.leases is None else self.leases.held.get(request_id)
-        fence = None if lease is None else RequestFence.of(lease)
+        fence = self.leases.fence(request_id)
         try:
             claim = self.store.claim(request_id, now=self.clock.now(), fence=fence)
             if claim.found and claim.status is None:
@@ -343,8 +342,7 @@ class OnDemandManager(SupervisedActor):
                                             ttl=self.data_ttl, fence=fence)
                 if failed:
                     self.metrics.increment("ondemand.outcome", tags={"result": "failed"})
-            if self.leases is not None:
-                self.leases.release(request_id)
+            self.leases.release(request_id)
         except Fenced as exc:
             log.warning("[!] request '%s' not failed here: %s", request_id, exc)
         except redis.RedisError as exc:
@@ -381,11 +379,11 @@ class OnDemandManager(SupervisedActor):
             self.grants += 1
             self.granted[self.grants] = (request_id, alias, pool, self.clock.monotonic(),
                                          wanted_at)
-            lease = None if self.leases is None else self.leases.held.get(request_id)
+            fence = self.leases.fence(request_id)
             try:
                 ref.tell(CloneForRequest(request_id, alias, pool, grant=self.grants,
                                          reply_to=self.remote.member,
-                                         fence="" if lease is None else lease.value))
+                                         fence="" if fence is None else fence.value))
             except pykka.ActorDeadError:
                 del self.granted[self.grants]
                 self.wants.push_front(request_id, (alias, pool, wanted_at))

@@ -112,9 +112,9 @@ class PoolActor(SupervisedActor):
             ownership=ownership, max_size=max_size,
         )
         self.renew_timer: Timer | None = None
-        if ctx.ownership is not None:  # the new owner takes the lease as soon as it is free
-            ctx.ownership.on_handed_over = lambda owner: self.remote.to_manager(
-                owner, f"pool:{pool.name}", PoolHandedOver(pool.name))
+        # the new owner takes the lease as soon as it is free
+        ctx.ownership.on_handed_over = lambda owner: self.remote.to_manager(
+            owner, f"pool:{pool.name}", PoolHandedOver(pool.name))
         self.ondemand = OnDemandVms(
             pool=pool.name, store=ctx.store, requests=ctx.requests, directory=directory,
             busy=ctx.calls.busy, forget=ctx.vms.forget, lost=ctx.lost, remote=self.remote)
@@ -141,16 +141,14 @@ class PoolActor(SupervisedActor):
         except redis.RedisError as exc:
             log.warning("[!] [%s] could not read pending VMs at start: %s", self.ctx.name, exc)
         self.actor_ref.tell(RunPoolCycle(generation=0))
-        if self.ctx.ownership is not None:
-            self._arm_renewal()
+        self._arm_renewal()
 
     def on_stop(self) -> None:
         self.cycle.cancel()
         self.clones.config_error.cancel()
         if self.renew_timer is not None:
             self.renew_timer.cancel()
-        if self.ctx.ownership is not None:
-            self.ctx.ownership.release()  # the next owner need not wait for the TTL
+        self.ctx.ownership.release()  # the next owner need not wait for the TTL
 
     def handle(self, message: Any) -> Any:
         if isinstance(message, ProviderCallFinished):
@@ -205,23 +203,21 @@ class PoolActor(SupervisedActor):
         except redis.RedisError as exc:
             self.cycle.redis_failed(exc)
         except Fenced as exc:  # the lease was lost: nothing was written
-            if self.ctx.ownership is not None:
-                self.ctx.ownership.fenced(exc)
+            self.ctx.ownership.fenced(exc)
 
     # -- ownership ----------------------------------------------------------------------------
     def _acting(self) -> bool:
-        return self.ctx.ownership is None or self.ctx.ownership.acting
+        return self.ctx.ownership.acting
 
     def _arm_renewal(self) -> None:
-        assert self.ctx.ownership is not None
-        self.renew_timer = self.ctx.scheduler.tell_later(
-            self.ctx.ownership.renew_interval, self.actor_ref, RenewLease())
+        interval = self.ctx.ownership.renew_interval
+        if interval is not None:  # a lease to renew (a sole owner has none)
+            self.renew_timer = self.ctx.scheduler.tell_later(interval, self.actor_ref,
+                                                             RenewLease())
 
     def _refresh(self) -> None:
         """Refresh the lease; a lease just taken starts a cycle at once."""
         own = self.ctx.ownership
-        if own is None:
-            return
         was = own.acting
         if own.refresh() and not was:
             self.cycle.request()

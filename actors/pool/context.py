@@ -10,12 +10,12 @@ only inside the pool actor's mailbox, one message at a time, so the mutable part
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pykka
 
-from vmpooler.actors.cluster.ownership import Ownership, OwnershipSettings
+from vmpooler.actors.cluster.ownership import OwnershipSettings, PoolOwnership, SoleOwner
 from vmpooler.actors.config import GlobalSettings, PoolConfig
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.pool.calls import ProviderCalls
@@ -67,7 +67,7 @@ class PoolContext:
     timeout_min: float
     notify_min: float
     max_size: int  # the pool's max_pool_size: no override makes it larger
-    ownership: Ownership | None = None  # None: this actor owns the pool unconditionally
+    ownership: PoolOwnership = field(default_factory=SoleOwner)  # its lease, or sole owner
 
     @classmethod
     def create(
@@ -81,21 +81,20 @@ class PoolContext:
         lost (its provider actor crashed): a call may wait ``provider_call_timeout`` in the
         provider's own queue (vCenter's) and then run as long again. With ``ownership`` the
         pool is acted on only while this manager holds its lease, and ``store`` and
-        ``upkeep_store`` write behind the lease's fence; without it (a lone embedded system,
-        tests) as before. ``max_size`` is
-        the pool's ``max_pool_size`` (``Config.max_pool_size``; the global setting when
-        None)."""
+        ``upkeep_store`` write behind the lease's fence; without it the actor is the pool's
+        :class:`~vmpooler.actors.cluster.ownership.SoleOwner` (always acting, unfenced).
+        ``max_size`` is the pool's ``max_pool_size`` (``Config.max_pool_size``; the global
+        setting when None)."""
         def either(own: Any, default: Any) -> Any:
             return own if own is not None else default
 
         calls = ProviderCalls(pool=pool.name, provider=pool.provider, directory=directory,
                               clock=clock, reply_to=self_ref,
                               lost_after=2 * settings.provider_call_timeout + 60.0)
-        owner = None if ownership is None else ownership.build(
+        owner: PoolOwnership = SoleOwner() if ownership is None else ownership.build(
             pool.name, store.client, clock, busy=lambda: bool(calls.busy))
-        upkeep_store = UpkeepStore(store.client)
-        if owner is not None:
-            store, upkeep_store = store.with_fence(owner), upkeep_store.with_fence(owner)
+        store = store.with_fence(owner.fence)
+        upkeep_store = UpkeepStore(store.client).with_fence(owner.fence)
         return cls(
             pool=pool, settings=settings, data_ttl=int(data_ttl_hours) * 3600, store=store,
             requests=requests, provider_store=ProviderStore(store.client),

@@ -71,7 +71,7 @@ class PoolCycle:
                         mono - self.list_sent_at)
         ctx.calls.expire_lost(mono)
         self.upkeep.expire_preparing(mono)
-        if ctx.ownership is not None and not ctx.ownership.refresh():
+        if not ctx.ownership.refresh():
             if ctx.ownership.elsewhere:  # another's: its timer backs off like an idle pool's
                 self.delay = ctx.backoff.next(self.delay, busy=False)
             # not ours (or not yet): left alone, asked again next time (or when it expires)
@@ -148,7 +148,7 @@ class PoolCycle:
             log.warning("[*] [%s] inventory available again after %d failed cycles",
                         ctx.name, self.inventory_failures)
             self.inventory_failures = 0
-        if ctx.ownership is not None and not ctx.ownership.acting:
+        if not ctx.ownership.acting:
             self.schedule()  # the lease went while listing: no inventory writes
             return
         started = ctx.clock.monotonic()
@@ -159,8 +159,7 @@ class PoolCycle:
             self.upkeep.redis_failed()
             busy = False
         except Fenced as exc:  # the lease was lost mid-cycle: the rest was not written
-            if ctx.ownership is not None:
-                ctx.ownership.fenced(exc)
+            ctx.ownership.fenced(exc)
             busy = False
         ctx.metrics.gauge("vmpooler_performance.check_pool",
                           ctx.clock.monotonic() - started, tags={"pool": ctx.name})
@@ -235,8 +234,7 @@ class PoolCycle:
     def _failover_down(self) -> None:
         """Alias failover after a failed inventory (the pool's own state is published even
         though the cycle does not run)."""
-        if not self.failover.enabled or (self.ctx.ownership is not None
-                                         and not self.ctx.ownership.acting):
+        if not self.failover.enabled or not self.ctx.ownership.acting:
             return
         try:
             self.failover.cycle(inventory_ok=False, inventory_failures=self.inventory_failures,
@@ -244,8 +242,7 @@ class PoolCycle:
         except redis.RedisError as exc:
             log.debug("[%s] failover state not published: %s", self.ctx.name, exc)
         except Fenced as exc:
-            if self.ctx.ownership is not None:
-                self.ctx.ownership.fenced(exc)
+            self.ctx.ownership.fenced(exc)
 
     def _initialise(self, snap: PoolSnapshot) -> None:
         if not self.ondemand.loaded:  # Redis was away when the actor started

@@ -76,8 +76,7 @@ class Failover:
         self.upkeep = upkeep
         self.clones = clones
         self.group = group
-        store = FailoverStore(ctx.store.client)
-        self.store = store if ctx.ownership is None else store.with_fence(ctx.ownership)
+        self.store = FailoverStore(ctx.store.client, ctx.ownership.fence)
         self.tracker = HealthTracker(group.threshold if group else 1)
         self.since = ctx.clock.now()
         self.covering: Mapping[str, int] = {}
