@@ -18,6 +18,7 @@ import redis
 from vmpooler.actors.cluster.heartbeat import Heartbeat
 from vmpooler.actors.cluster.membership import Membership
 from vmpooler.actors.cluster.ownership import OwnershipSettings
+from vmpooler.actors.cluster.policy import LeasePolicy
 from vmpooler.actors.cluster.remote import Remote
 from vmpooler.actors.cluster.request_leases import RequestFence, RequestLeases
 from vmpooler.actors.config import Config, PoolConfig
@@ -37,7 +38,7 @@ from vmpooler.actors.runtime.supervisor import ActorDirectory
 from vmpooler.actors.service.history import HistoryRecorder
 from vmpooler.actors.service.housekeeping import Housekeeper
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
-from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, prune_age, stale_age
+from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, prune_age
 from vmpooler.actors.storage.history_store import HistoryStore
 from vmpooler.actors.storage.lease_store import LeaseStore
 from vmpooler.actors.storage.request_store import RequestStore
@@ -107,7 +108,8 @@ class ActorFactories:
                 manager=self.manager_id, store=HeartbeatStore(res.client), interval=interval,
                 prune_after=prune_age(interval, settings.manager_heartbeat_max_age),
                 clock=self.clock, scheduler=res.scheduler, supervisor=supervisor,
-                slots=self.store, stale_after=self.stale_after(self.config),
+                slots=self.store,
+                stale_after=LeasePolicy.of(self.config.settings).stale_after,
             )
 
         return factory
@@ -199,30 +201,11 @@ class ActorFactories:
 
         return factory
 
-    @staticmethod
-    def stale_after(config: Config) -> float:
-        """Seconds after which a manager's heartbeat no longer counts it as live for the
-        spreading of pools: ``manager_heartbeat_max_age`` when set, else three beat intervals
-        but at most the lease TTL less one interval (two intervals at the default TTL), so
-        a dead manager is out of the rendezvous by the time its leases expire and its pools
-        are served again within the TTL. A live manager counted out for a late beat loses
-        nothing but its share for a while: its leases stay its own until it lets them go."""
-        settings = config.settings
-        interval, max_age = settings.manager_heartbeat_interval, settings.manager_heartbeat_max_age
-        if max_age:
-            return stale_age(interval, max_age)
-        ttl = float(settings.manager_lease_ttl or 3 * interval)
-        return max(2.0 * interval, min(stale_age(interval, None), ttl - interval))
-
     def ownership(self) -> OwnershipSettings:
-        """Pool leases: this manager's id, ``manager_lease_ttl`` (default three heartbeat
-        intervals) and the heartbeat stale age."""
-        settings = self.config.settings
-        interval = settings.manager_heartbeat_interval
-        return OwnershipSettings(
-            manager=self.manager_id,
-            ttl=float(settings.manager_lease_ttl or 3 * interval),
-            stale_after=self.stale_after(self.config), membership=self.membership)
+        """Pool leases: this manager's id and its :class:`LeasePolicy`."""
+        policy = LeasePolicy.of(self.config.settings)
+        return OwnershipSettings(manager=self.manager_id, ttl=policy.ttl,
+                                 stale_after=policy.stale_after, membership=self.membership)
 
     def ondemand(self) -> Factory:
         cfg, res = self.config, self.res

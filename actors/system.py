@@ -29,6 +29,7 @@ import pykka
 import redis
 
 from vmpooler.actors.cluster.membership import Membership, live_managers
+from vmpooler.actors.cluster.policy import LeasePolicy
 from vmpooler.actors.cluster.relay import Relay
 from vmpooler.actors.config import Config, PoolConfig
 from vmpooler.actors.factories import ActorFactories, SystemResources
@@ -86,8 +87,8 @@ class PoolerSystem:
         self.restart_policy = RestartPolicy()  # the Supervisor's and the on-demand manager's
         self.membership = Membership(
             manager=self.manager_id, heartbeats=HeartbeatStore(store.client), now=clock.now,
-            stale_after=ActorFactories.stale_after(config), pools=[p.name for p in config.pools],
-            monotonic=clock.monotonic)
+            stale_after=LeasePolicy.of(config.settings).stale_after,
+            pools=[p.name for p in config.pools], monotonic=clock.monotonic)
         """Which managers are live and which owns each pool, shared by this one's actors."""
         self.relay = Relay(store.client, member=self.manager_id, directory=self.directory,
                            live=lambda: set(self.membership.live()))
@@ -180,7 +181,7 @@ class PoolerSystem:
         # Several managers share the clone counters: give back the dead ones' slots, never
         # zero the counters under the live ones.
         others = live_managers(heartbeats, self.clock.now(),
-                               self._factories.ownership().stale_after) - {self.manager_id}
+                               LeasePolicy.of(settings).stale_after) - {self.manager_id}
         gone = self.store.slot_owners() - others - {self.manager_id}
         pooled, ondemand, forgotten = self.store.fold_slots(gone)
         if not others:  # in-flight migrations can only be a dead manager's

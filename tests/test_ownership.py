@@ -17,7 +17,7 @@ from vmpooler.actors.cluster.ownership import (
     dead_here,
     rendezvous_owner,
 )
-from vmpooler.actors.factories import ActorFactories
+from vmpooler.actors.cluster.policy import LeasePolicy
 from vmpooler.actors.messages import RunPoolCycle
 from vmpooler.actors.runtime.clock import FakeClock
 from vmpooler.actors.storage import schema
@@ -376,12 +376,14 @@ def test_a_pool_waiting_for_a_lease_cycles_again_when_it_expires(
 
 def test_a_dead_manager_leaves_the_rendezvous_before_its_leases_expire() -> None:
     def stale(**settings: float) -> float:
-        return ActorFactories.stale_after(make_config([pool("a", 1)], **settings))
+        return LeasePolicy.of(make_config([pool("a", 1)], **settings).settings).stale_after
 
     assert stale(manager_heartbeat_interval=5) == 10  # the TTL is 15
     assert stale(manager_heartbeat_interval=5, manager_lease_ttl=60) == 15
     assert stale(manager_heartbeat_interval=5, manager_lease_ttl=6) == 10  # two beats at least
     assert stale(manager_heartbeat_interval=5, manager_heartbeat_max_age=7) == 7
+    policy = LeasePolicy.of(make_config([pool("a", 1)], manager_heartbeat_interval=4).settings)
+    assert policy.ttl == 12  # three beats unless manager_lease_ttl says otherwise
 
 
 def test_news_of_a_pool_reaching_a_manager_that_does_not_own_it_goes_on_to_its_owner(
