@@ -8,7 +8,6 @@ the clock, the shared resources). :class:`~vmpooler.actors.system.PoolerSystem` 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,29 +15,32 @@ from typing import Any
 import pykka
 import redis
 
+from vmpooler.actors.cluster.heartbeat import Heartbeat
+from vmpooler.actors.cluster.membership import Membership
+from vmpooler.actors.cluster.ownership import OwnershipSettings
+from vmpooler.actors.cluster.policy import LeasePolicy
+from vmpooler.actors.cluster.remote import Remote
+from vmpooler.actors.cluster.request_leases import RequestFence, RequestLeases
 from vmpooler.actors.config import Config, PoolConfig
 from vmpooler.actors.metrics.backends import Metrics
-from vmpooler.actors.ondemand.leases import RequestFence, RequestLeases
 from vmpooler.actors.ondemand.manager import OnDemandManager
 from vmpooler.actors.ondemand.request import RequestActor
 from vmpooler.actors.pool.actor import PoolActor
 from vmpooler.actors.pool.failover_watch import failover_group
 from vmpooler.actors.pool.hostnames import HostnameGenerator
-from vmpooler.actors.pool.ownership import OwnershipSettings
+from vmpooler.actors.pool.slot_broker import SlotBroker
+from vmpooler.actors.pool.task_actor import TaskActor
 from vmpooler.actors.provider.setup import provider_actor_factory
 from vmpooler.actors.runtime.clock import Clock, Scheduler
 from vmpooler.actors.runtime.executor import ActorExecutor
-from vmpooler.actors.runtime.remote import LocalOnly, Remote
 from vmpooler.actors.runtime.restart_policy import RestartPolicy
 from vmpooler.actors.runtime.supervisor import ActorDirectory
-from vmpooler.actors.service.heartbeat import Heartbeat
-from vmpooler.actors.service.history import DEFAULT_INTERVAL, HistoryRecorder
+from vmpooler.actors.service.history import HistoryRecorder
 from vmpooler.actors.service.housekeeping import Housekeeper
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
-from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, prune_age, stale_age
+from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, prune_age
 from vmpooler.actors.storage.history_store import HistoryStore
 from vmpooler.actors.storage.lease_store import LeaseStore
-from vmpooler.actors.storage.membership import Membership
 from vmpooler.actors.storage.request_store import RequestStore
 from vmpooler.actors.storage.store import Store
 from vmpooler.actors.storage.upkeep_store import UpkeepStore
@@ -81,8 +83,8 @@ class ActorFactories:
     res: SystemResources
     restart_policy: RestartPolicy
     manager_id: str
-    remote: Remote = field(default_factory=LocalOnly)  # the other managers' actors
-    membership: Membership | None = None  # who is live and owns which pool (shared)
+    remote: Remote  # the other managers' actors
+    membership: Membership  # who is live and owns which pool (shared)
 
     def housekeeper(self) -> Factory:
         cfg, res = self.config, self.res
@@ -106,20 +108,19 @@ class ActorFactories:
                 manager=self.manager_id, store=HeartbeatStore(res.client), interval=interval,
                 prune_after=prune_age(interval, settings.manager_heartbeat_max_age),
                 clock=self.clock, scheduler=res.scheduler, supervisor=supervisor,
-                slots=self.store, stale_after=self.stale_after(self.config),
+                slots=self.store,
+                stale_after=LeasePolicy.of(self.config.settings).stale_after,
             )
 
         return factory
 
     def history(self) -> Factory:
         pools, res = [p.name for p in self.config.pools], self.res
-        # Seconds between two history points; the environment knob exists for tests and demos.
-        interval = float(os.environ.get("VMPOOLER_HISTORY_INTERVAL") or DEFAULT_INTERVAL)
-
+        interval = self.config.settings.history_interval
         membership, manager = self.membership, self.manager_id
 
         def owns(pool: str) -> bool:
-            return membership is None or membership.owner(pool) == manager
+            return membership.owner(pool) == manager
 
         def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
             return HistoryRecorder.start(
@@ -180,30 +181,32 @@ class ActorFactories:
 
         return factory
 
-    @staticmethod
-    def stale_after(config: Config) -> float:
-        """Seconds after which a manager's heartbeat no longer counts it as live for the
-        spreading of pools: ``manager_heartbeat_max_age`` when set, else three beat intervals
-        but at most the lease TTL less one interval (two intervals at the default TTL), so
-        a dead manager is out of the rendezvous by the time its leases expire and its pools
-        are served again within the TTL. A live manager counted out for a late beat loses
-        nothing but its share for a while: its leases stay its own until it lets them go."""
-        settings = config.settings
-        interval, max_age = settings.manager_heartbeat_interval, settings.manager_heartbeat_max_age
-        if max_age:
-            return stale_age(interval, max_age)
-        ttl = float(settings.manager_lease_ttl or 3 * interval)
-        return max(2.0 * interval, min(stale_age(interval, None), ttl - interval))
+    def slots(self) -> Factory:
+        """The clone-slot broker (``slots``)."""
+
+        def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
+            return SlotBroker.start(directory=self.directory, supervisor=supervisor)
+
+        return factory
+
+    def tasks(self, interval: float) -> Factory:
+        """The task actor (``tasks``): disk, snapshot and migration tasks, looked for every
+        ``interval`` seconds."""
+        pool_providers = {p.name: p.provider for p in self.config.pools}
+
+        def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
+            return TaskActor.start(
+                store=self.store, directory=self.directory, pool_providers=pool_providers,
+                clock=self.clock, scheduler=self.res.scheduler, interval=interval,
+                supervisor=supervisor)
+
+        return factory
 
     def ownership(self) -> OwnershipSettings:
-        """Pool leases: this manager's id, ``manager_lease_ttl`` (default three heartbeat
-        intervals) and the heartbeat stale age."""
-        settings = self.config.settings
-        interval = settings.manager_heartbeat_interval
-        return OwnershipSettings(
-            manager=self.manager_id,
-            ttl=float(settings.manager_lease_ttl or 3 * interval),
-            stale_after=self.stale_after(self.config), membership=self.membership)
+        """Pool leases: this manager's id and its :class:`LeasePolicy`."""
+        policy = LeasePolicy.of(self.config.settings)
+        return OwnershipSettings(manager=self.manager_id, ttl=policy.ttl,
+                                 stale_after=policy.stale_after, membership=self.membership)
 
     def ondemand(self) -> Factory:
         cfg, res = self.config, self.res

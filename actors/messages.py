@@ -251,7 +251,7 @@ class RecordHistory:
 @dataclass(frozen=True, slots=True)
 class RenewLease:
     """Scheduler → pool actor: refresh the pool's lease (a third of the lease TTL): renew
-    it, take it over, or hand it over (actors/pool/ownership.py)."""
+    it, take it over, or hand it over (actors/cluster/ownership.py)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,9 @@ from typing import Any
 import pykka
 import redis
 
+from vmpooler.actors.cluster.membership import Membership, live_managers
+from vmpooler.actors.cluster.policy import LeasePolicy
+from vmpooler.actors.cluster.relay import Relay
 from vmpooler.actors.config import Config, PoolConfig
 from vmpooler.actors.factories import ActorFactories, SystemResources
 from vmpooler.actors.messages import (
@@ -41,8 +44,6 @@ from vmpooler.actors.messages import (
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.metrics.factory import create_metrics
 from vmpooler.actors.pool.hostnames import HostnameGenerator
-from vmpooler.actors.pool.slot_broker import SlotBroker
-from vmpooler.actors.pool.task_actor import TaskActor
 from vmpooler.actors.provider.startup_purge import request_startup_purges
 from vmpooler.actors.provider.work import resolves
 from vmpooler.actors.runtime.clock import Clock, RealClock, Scheduler, ThreadScheduler
@@ -50,12 +51,10 @@ from vmpooler.actors.runtime.executor import ActorExecutor
 from vmpooler.actors.runtime.restart_policy import RestartPolicy
 from vmpooler.actors.runtime.supervisor import ActorDirectory, Supervisor
 from vmpooler.actors.service.command_stream import consumer_factory
-from vmpooler.actors.service.relay import Relay
 from vmpooler.actors.service.ruby_guard import refuse_beside_foreign_manager
 from vmpooler.actors.storage.connection import connect_configured
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, manager_id, prune_age
-from vmpooler.actors.storage.membership import Membership, live_managers
 from vmpooler.actors.storage.queues import Queue
 from vmpooler.actors.storage.request_store import DeleteOutcome, Entry, RequestRecord, RequestStore
 from vmpooler.actors.storage.store import Store
@@ -96,8 +95,8 @@ class PoolerSystem:
         self.restart_policy = RestartPolicy()  # the Supervisor's and the on-demand manager's
         self.membership = Membership(
             manager=self.manager_id, heartbeats=HeartbeatStore(store.client), now=clock.now,
-            stale_after=ActorFactories.stale_after(config), pools=[p.name for p in config.pools],
-            monotonic=clock.monotonic)
+            stale_after=LeasePolicy.of(config.settings).stale_after,
+            pools=[p.name for p in config.pools], monotonic=clock.monotonic)
         """Which managers are live and which owns each pool, shared by this one's actors."""
         self.relay = Relay(store.client, member=self.manager_id, directory=self.directory,
                            live=lambda: set(self.membership.live()))
@@ -190,7 +189,7 @@ class PoolerSystem:
         # Several managers share the clone counters: give back the dead ones' slots, never
         # zero the counters under the live ones.
         others = live_managers(heartbeats, self.clock.now(),
-                               self._factories.ownership().stale_after) - {self.manager_id}
+                               LeasePolicy.of(settings).stale_after) - {self.manager_id}
         gone = self.store.slot_owners() - others - {self.manager_id}
         pooled, ondemand, forgotten = self.store.fold_slots(gone)
         if not others:  # in-flight migrations can only be a dead manager's
@@ -213,16 +212,11 @@ class PoolerSystem:
             dns = {p.name: self._factories.dns_plugin(p) for p in cfg.pools if p.provider == name}
             sup.start_child(f"provider:{name}", self._factories.provider(name, provider, dns,
                                                                       resolver)).get()
-        sup.start_child("slots", lambda s: SlotBroker.start(
-            directory=self.directory, supervisor=s)).get()
+        sup.start_child("slots", self._factories.slots()).get()
         for pool in cfg.pools:
             sup.start_child(f"pool:{pool.name}", self._factories.pool(pool, hostnames)).get()
         sup.start_child("ondemand", self._factories.ondemand()).get()
-        sup.start_child("tasks", lambda s: TaskActor.start(
-            store=self.store, directory=self.directory,
-            pool_providers={p.name: p.provider for p in cfg.pools}, clock=self.clock,
-            scheduler=res.scheduler, interval=task_interval, supervisor=s,
-        )).get()
+        sup.start_child("tasks", self._factories.tasks(task_interval)).get()
         sup.start_child("housekeeping", self._factories.housekeeper()).get()
         sup.start_child("heartbeat", self._factories.heartbeat()).get()
         sup.start_child("history", self._factories.history()).get()

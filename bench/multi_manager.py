@@ -87,9 +87,9 @@ from managers import (
     write_config,
 )
 
+from vmpooler.actors.cluster.membership import balanced_owners
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 from vmpooler.actors.storage.heartbeat_store import HeartbeatStore
-from vmpooler.actors.storage.membership import balanced_owners
 
 HEARTBEAT_INTERVAL = 5.0  # vmpooler's default: lease TTL and stale age three of them
 TASK_LIMIT = 10

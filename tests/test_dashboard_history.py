@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pykka
 import pytest
 import redis
 
 from tests.api_harness import Api, api, api_config, api_pool
+from tests.harness import make_config, started
+from tests.harness import pool as dummy_pool
+from vmpooler.actors.config import load_config
 from vmpooler.actors.runtime.clock import FakeClock
 from vmpooler.actors.service.history import HistoryRecorder, next_delay
 from vmpooler.actors.storage import schema
@@ -211,3 +216,26 @@ def test_a_recorder_records_only_the_pools_its_manager_owns(redis_client: redis.
         assert not redis_client.exists(schema.history("b"))
     finally:
         ref.stop()
+
+
+def test_the_system_records_at_the_configured_interval(redis_client: redis.Redis) -> None:
+    """``:config: history_interval`` (or ``VMPOOLER_HISTORY_INTERVAL``) sets the recorder's
+    interval: 10 s gives six points a minute instead of one."""
+    config = make_config([dummy_pool("h", 0)], history_interval=10)
+    with started(redis_client, config) as h:
+        ref = h.system.actor_ref("history")
+        assert ref is not None
+        ref.ask(None)
+        h.clock.advance(60, after_each=lambda: ref.ask(None))
+        points = HistoryStore(redis_client).read(["h"], 0)["h"]
+        assert len(points) >= 6
+
+
+def test_the_history_interval_is_read_from_the_environment(tmp_path: Path) -> None:
+    path = tmp_path / "vmpooler.yaml"
+    path.write_text(":config:\n  history_interval: 30\n")
+    assert load_config(path, environ={}, cwd=tmp_path).settings.history_interval == 30
+    config = load_config(path, environ={"VMPOOLER_HISTORY_INTERVAL": "1"}, cwd=tmp_path)
+    assert config.settings.history_interval == 1
+    path.write_text(":config: {}\n")
+    assert load_config(path, environ={}, cwd=tmp_path).settings.history_interval == 60

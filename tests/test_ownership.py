@@ -1,4 +1,4 @@
-"""Pool ownership (actors/pool/ownership.py): rendezvous over the live managers, the lease
+"""Pool ownership (actors/cluster/ownership.py): rendezvous over the live managers, the lease
 taken, renewed, handed over and lost, and a pool actor that leaves a pool it does not own
 alone. Real Redis; time from a FakeClock (heartbeats) and an injected monotonic (the lease)."""
 
@@ -11,14 +11,14 @@ import pytest
 import redis
 
 from tests.harness import dummy_for, make_config, pool, started, wait_until
-from vmpooler.actors.factories import ActorFactories
-from vmpooler.actors.messages import RunPoolCycle
-from vmpooler.actors.pool.ownership import (
+from vmpooler.actors.cluster.ownership import (
     Ownership,
     balanced_owners,
     dead_here,
     rendezvous_owner,
 )
+from vmpooler.actors.cluster.policy import LeasePolicy
+from vmpooler.actors.messages import RunPoolCycle
 from vmpooler.actors.runtime.clock import FakeClock
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, manager_id
@@ -75,7 +75,7 @@ def _two_managers_and_pool(pools: list[str]) -> tuple[str, str, str]:
 
 def test_take_wait_hand_over_and_fence(redis_client: redis.Redis,
                                        caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="vmpooler.actors.pool.ownership")
+    caplog.set_level(logging.INFO, logger="vmpooler.actors.cluster.ownership")
     clock, mono = FakeClock(), _Mono()
     beats = HeartbeatStore(redis_client)
     a, b, name = _two_managers_and_pool(POOLS)
@@ -376,12 +376,14 @@ def test_a_pool_waiting_for_a_lease_cycles_again_when_it_expires(
 
 def test_a_dead_manager_leaves_the_rendezvous_before_its_leases_expire() -> None:
     def stale(**settings: float) -> float:
-        return ActorFactories.stale_after(make_config([pool("a", 1)], **settings))
+        return LeasePolicy.of(make_config([pool("a", 1)], **settings).settings).stale_after
 
     assert stale(manager_heartbeat_interval=5) == 10  # the TTL is 15
     assert stale(manager_heartbeat_interval=5, manager_lease_ttl=60) == 15
     assert stale(manager_heartbeat_interval=5, manager_lease_ttl=6) == 10  # two beats at least
     assert stale(manager_heartbeat_interval=5, manager_heartbeat_max_age=7) == 7
+    policy = LeasePolicy.of(make_config([pool("a", 1)], manager_heartbeat_interval=4).settings)
+    assert policy.ttl == 12  # three beats unless manager_lease_ttl says otherwise
 
 
 def test_news_of_a_pool_reaching_a_manager_that_does_not_own_it_goes_on_to_its_owner(

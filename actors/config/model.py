@@ -195,8 +195,12 @@ class GlobalSettings:
     manager_heartbeat_interval: float = setting(5.0, "number", positive=True)
     manager_heartbeat_max_age: float | None = setting(None, "number?", positive=True)
     # Pool leases (ours, several managers on one Redis): seconds a manager's lease on a pool
-    # lasts unless renewed; None is three heartbeat intervals (actors/pool/ownership.py).
+    # lasts unless renewed; None is three heartbeat intervals (actors/cluster/ownership.py).
     manager_lease_ttl: float | None = setting(None, "number?", positive=True)
+    # The dashboard's recorded history (ours): seconds between two points of each pool's
+    # counts (actors/service/history.py).
+    history_interval: float = setting(60.0, "number", env="VMPOOLER_HISTORY_INTERVAL",
+                                      positive=True)
     # The mass-failure brake (ours, after Cluster API's maxUnhealthy): when more than this
     # share of a pool's size fails a check within the window (seconds), failing VMs are held
     # instead of destroyed. None or 1.0 (100%) is off.

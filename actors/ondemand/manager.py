@@ -22,7 +22,7 @@ clone slots among them.
   blocks: the manager never waits for a request actor (one stuck actor would stall the
   grants of every request), it only tells.
 * **One manager per request.** When several managers share the Redis, a request is run by
-  the one holding its lease (:mod:`vmpooler.actors.ondemand.leases`): the manager takes it
+  the one holding its lease (:mod:`vmpooler.actors.cluster.request_leases`): the manager takes it
   before starting the request's actor and hands the actor its fence, renews all its leases
   in one round trip every third of the TTL (an actor whose lease was lost is stopped), and
   releases a lease when its request finishes. A request another manager holds, or should
@@ -49,6 +49,14 @@ from typing import Any
 import pykka
 import redis
 
+from vmpooler.actors.cluster.remote import LocalOnly, Remote
+from vmpooler.actors.cluster.request_leases import (
+    KIND,
+    RequestFence,
+    RequestLeases,
+    RequestOwnership,
+    SoleRequests,
+)
 from vmpooler.actors.messages import (
     ActorCrashed,
     ActorStopped,
@@ -63,12 +71,10 @@ from vmpooler.actors.messages import (
     request_actor_name,
 )
 from vmpooler.actors.metrics.backends import Metrics
-from vmpooler.actors.ondemand.leases import KIND, RequestFence, RequestLeases
 from vmpooler.actors.ondemand.slots import CloneSlots
 from vmpooler.actors.ondemand.tracking import Tracker
 from vmpooler.actors.runtime.clock import Clock, Scheduler
 from vmpooler.actors.runtime.pooled import notify_when_stopped
-from vmpooler.actors.runtime.remote import LocalOnly, Remote
 from vmpooler.actors.runtime.restart_policy import RestartHistory, RestartPolicy
 from vmpooler.actors.runtime.supervisor import ActorDirectory, SupervisedActor
 from vmpooler.actors.storage.lease_store import Fenced
@@ -108,8 +114,9 @@ class OnDemandManager(SupervisedActor):
         remote: Remote | None = None,
     ) -> None:
         super().__init__(name="ondemand", supervisor=supervisor)
-        self.leases = leases  # None: this manager runs every request (no leases)
         self.remote: Remote = remote or LocalOnly()
+        self.leases: RequestOwnership = (  # without leases, this manager runs every request
+            leases if leases is not None else SoleRequests(self.remote.member))
         self.policy = policy or RestartPolicy()
         self.store = store
         self.directory = directory
@@ -123,7 +130,7 @@ class OnDemandManager(SupervisedActor):
         self.tracked = Tracker()  # one record per request this manager knows of
         self.slots = CloneSlots(store=store, directory=directory, clone_limit=clone_limit,
                                 clock=clock, metrics=metrics, remote=self.remote,
-                                leases=leases, runs=self.tracked.runs)
+                                leases=self.leases, runs=self.tracked.runs)
 
     def setup(self) -> None:
         # A predecessor that crashed left its request actors running, reporting to a dead
@@ -138,21 +145,18 @@ class OnDemandManager(SupervisedActor):
             else:
                 self._retire(name.removeprefix(_PREFIX), ref)
         self.actor_ref.tell(SweepRequests())
-        if self.leases is not None:
-            self.scheduler.tell_later(self.leases.renew_interval, self.actor_ref,
-                                      RenewRequestLeases())
+        self._arm_renewal()
 
     def on_stop(self) -> None:
         # Tell, never wait (they share a few threads): PoolerSystem.stop waits for each of
         # them from its own thread, finding them in the directory.
         for ref in self.tracked.refs():
             ref.stop(block=False)
-        if self.leases is not None:  # the other managers take the requests at once
-            try:
-                self.leases.release_all()
-            except redis.RedisError as exc:
-                log.warning("[!] [ondemand] request leases not released: %s; they expire in "
-                            "%.0fs", exc, self.leases.ttl)
+        try:  # the other managers take the requests at once
+            self.leases.release_all()
+        except redis.RedisError as exc:
+            log.warning("[!] [ondemand] request leases not released: %s; they expire in "
+                        "%.0fs", exc, self.leases.ttl)
 
     # -- mailbox --------------------------------------------------------------------------------
     def handle(self, message: Any) -> Any:
@@ -195,7 +199,7 @@ class OnDemandManager(SupervisedActor):
 
     def _elsewhere(self, message: RequestChanged) -> bool:
         """True when another manager runs (or should take) the request: told it there."""
-        if self.leases is None or message.request_id in self.leases.held:
+        if self.leases.holds(message.request_id):
             return False
         forwarded = RequestChanged(message.request_id, message.reason, forwarded=True)
         if self.remote.to_lease_holder(KIND, message.request_id, "ondemand", forwarded):
@@ -209,9 +213,7 @@ class OnDemandManager(SupervisedActor):
         try:
             waiting = [r for r in self.store.waiting()
                        if (ref := self.tracked.ref(r)) is None or not ref.is_alive()]
-            if self.leases is not None:
-                waiting = self.leases.claimable(waiting)
-            for request_id in waiting:
+            for request_id in self.leases.claimable(waiting):
                 self._start(request_id)
             self.store.prune_tasks(keep=self.tracked.running())
             self.slots.regrant_lost()
@@ -235,20 +237,17 @@ class OnDemandManager(SupervisedActor):
             self._retire(request_id, current)
             self.tracked.of(request_id).deferred = True
             return
-        fence = None
-        if self.leases is not None:
-            try:
-                lease = self.leases.take(request_id)
-            except redis.RedisError as exc:  # the sweep tries again
-                log.error("[!] [ondemand] request '%s' not started: %s: %s",
-                          request_id, redis_failure(exc), exc)
+        try:
+            if not self.leases.take(request_id):  # another live manager runs it
                 return
-            if lease is None:  # another live manager runs it
-                return
-            fence = RequestFence.of(lease)
+        except redis.RedisError as exc:  # the sweep tries again
+            log.error("[!] [ondemand] request '%s' not started: %s: %s",
+                      request_id, redis_failure(exc), exc)
+            return
         record = self.tracked.of(request_id)
         record.deferred = False
-        ref = record.ref = self.request_factory(request_id, self.actor_ref, fence)
+        ref = record.ref = self.request_factory(request_id, self.actor_ref,
+                                                self.leases.fence(request_id))
         self.directory.put(name, ref)
 
     def _retire(self, request_id: str, ref: pykka.ActorRef[Any]) -> None:
@@ -280,18 +279,20 @@ class OnDemandManager(SupervisedActor):
             record.backing_off = False
             self.tracked.tidy(request_id)
         self.directory.remove(request_actor_name(request_id))
-        if self.leases is not None:
-            try:
-                self.leases.release(request_id)
-            except redis.RedisError as exc:
-                log.debug("request '%s': lease not released: %s", request_id, exc)
+        try:
+            self.leases.release(request_id)
+        except redis.RedisError as exc:
+            log.debug("request '%s': lease not released: %s", request_id, exc)
         self.slots.grant()
+
+    def _arm_renewal(self) -> None:
+        interval = self.leases.renew_interval
+        if interval is not None:  # leases to renew (a sole manager has none)
+            self.scheduler.tell_later(interval, self.actor_ref, RenewRequestLeases())
 
     def _renew(self) -> None:
         """Renew every request lease held; a request whose lease was lost stops here."""
-        assert self.leases is not None
-        self.scheduler.tell_later(self.leases.renew_interval, self.actor_ref,
-                                  RenewRequestLeases())
+        self._arm_renewal()
         try:
             lost = self.leases.renew()
         except redis.RedisError as exc:
@@ -334,8 +335,7 @@ class OnDemandManager(SupervisedActor):
 
     def _fail_crashed(self, request_id: str, error: str) -> None:
         """Escalation: the request's actor spent its restart budget; fail the request."""
-        lease = None if self.leases is None else self.leases.held.get(request_id)
-        fence = None if lease is None else RequestFence.of(lease)
+        fence = self.leases.fence(request_id)
         try:
             claim = self.store.claim(request_id, now=self.clock.now(), fence=fence)
             if claim.found and claim.status is None:
@@ -344,8 +344,7 @@ class OnDemandManager(SupervisedActor):
                                             ttl=self.data_ttl, fence=fence)
                 if failed:
                     self.metrics.increment("ondemand.outcome", tags={"result": "failed"})
-            if self.leases is not None:
-                self.leases.release(request_id)
+            self.leases.release(request_id)
         except Fenced as exc:
             log.warning("[!] request '%s' not failed here: %s", request_id, exc)
         except redis.RedisError as exc:

@@ -16,12 +16,12 @@ from collections.abc import Callable
 import pykka
 import redis
 
+from vmpooler.actors.cluster.remote import Remote
+from vmpooler.actors.cluster.request_leases import RequestOwnership
 from vmpooler.actors.messages import CloneForRequest, RequestCloneAnswered
 from vmpooler.actors.metrics.backends import Metrics
-from vmpooler.actors.ondemand.leases import RequestLeases
 from vmpooler.actors.runtime.clock import Clock
 from vmpooler.actors.runtime.fair_queue import FairQueue
-from vmpooler.actors.runtime.remote import Remote
 from vmpooler.actors.runtime.supervisor import ActorDirectory
 from vmpooler.actors.storage.redis_errors import redis_failure
 from vmpooler.actors.storage.request_store import RequestStore
@@ -47,7 +47,7 @@ class CloneSlots:
         clock: Clock,
         metrics: Metrics,
         remote: Remote,
-        leases: RequestLeases | None,
+        leases: RequestOwnership,
         runs: Callable[[str], bool],
     ) -> None:
         self.store = store
@@ -115,11 +115,11 @@ class CloneSlots:
             self.grants += 1
             self.granted[self.grants] = (request_id, alias, pool, self.clock.monotonic(),
                                          wanted_at)
-            lease = None if self.leases is None else self.leases.held.get(request_id)
+            fence = self.leases.fence(request_id)
             try:
                 ref.tell(CloneForRequest(request_id, alias, pool, grant=self.grants,
                                          reply_to=self.remote.member,
-                                         fence="" if lease is None else lease.value))
+                                         fence="" if fence is None else fence.value))
             except pykka.ActorDeadError:
                 del self.granted[self.grants]
                 self.wants.push_front(request_id, (alias, pool, wanted_at))

@@ -42,6 +42,8 @@ from typing import Any
 import pykka
 import redis
 
+from vmpooler.actors.cluster.ownership import OwnershipSettings
+from vmpooler.actors.cluster.remote import LocalOnly, Remote
 from vmpooler.actors.config import GlobalSettings, PoolConfig
 from vmpooler.actors.messages import (
     CloneForRequest,
@@ -68,12 +70,10 @@ from vmpooler.actors.pool.hostnames import HostnameGenerator
 from vmpooler.actors.pool.migrations import Migrations
 from vmpooler.actors.pool.ondemand import OnDemandVms
 from vmpooler.actors.pool.outcomes import Outcomes
-from vmpooler.actors.pool.ownership import OwnershipSettings
 from vmpooler.actors.pool.purge import StalePurge
 from vmpooler.actors.pool.upkeep import PoolUpkeep
 from vmpooler.actors.runtime.clock import Clock, Scheduler, Timer
 from vmpooler.actors.runtime.executor import ActorExecutor
-from vmpooler.actors.runtime.remote import LocalOnly, Remote
 from vmpooler.actors.runtime.supervisor import ActorDirectory, PooledSupervisedActor
 from vmpooler.actors.storage.lease_store import POOL, Fenced
 from vmpooler.actors.storage.queues import Queue
@@ -124,9 +124,10 @@ class PoolActor(PooledSupervisedActor):
         io, calls, vms = parts.io, parts.calls, parts.vms
         self.policy, self.io, self.calls = policy, io, calls
         self.renew_timer: Timer | None = None
-        if io.ownership is not None:  # the new owner takes the lease as soon as it is free
-            io.ownership.on_handed_over = lambda owner: self.remote.to_manager(
-                owner, f"pool:{pool.name}", PoolHandedOver(pool.name))
+        # the new owner takes the lease as soon as it is free
+        def hand_over(owner: str) -> None:
+            self.remote.to_manager(owner, f"pool:{pool.name}", PoolHandedOver(pool.name))
+        io.ownership.on_handed_over = hand_over
         self.ondemand = OnDemandVms(
             pool=pool.name, store=io.store, requests=io.requests, directory=directory,
             busy=calls.busy, forget=vms.forget, lost=io.lost, remote=self.remote)
@@ -163,16 +164,14 @@ class PoolActor(PooledSupervisedActor):
         except redis.RedisError as exc:
             log.warning("[!] [%s] could not read pending VMs at start: %s", self.policy.name, exc)
         self.actor_ref.tell(RunPoolCycle(generation=0))
-        if self.io.ownership is not None:
-            self._arm_renewal()
+        self._arm_renewal()
 
     def on_stop(self) -> None:
         self.cycle.cancel()
         self.clones.config_error.cancel()
         if self.renew_timer is not None:
             self.renew_timer.cancel()
-        if self.io.ownership is not None:
-            self.io.ownership.release()  # the next owner need not wait for the TTL
+        self.io.ownership.release()  # the next owner need not wait for the TTL
 
     def handle(self, message: Any) -> Any:
         if isinstance(message, ProviderCallFinished):
@@ -246,23 +245,21 @@ class PoolActor(PooledSupervisedActor):
         except redis.RedisError as exc:
             self.cycle.redis_failed(exc)
         except Fenced as exc:  # the lease was lost: nothing was written
-            if self.io.ownership is not None:
-                self.io.ownership.fenced(exc)
+            self.io.ownership.fenced(exc)
 
     # -- ownership ----------------------------------------------------------------------------
     def _acting(self) -> bool:
-        return self.io.ownership is None or self.io.ownership.acting
+        return self.io.ownership.acting
 
     def _arm_renewal(self) -> None:
-        assert self.io.ownership is not None
-        self.renew_timer = self.io.scheduler.tell_later(
-            self.io.ownership.renew_interval, self.actor_ref, RenewLease())
+        interval = self.io.ownership.renew_interval
+        if interval is not None:  # a lease to renew (a sole owner has none)
+            self.renew_timer = self.io.scheduler.tell_later(interval, self.actor_ref,
+                                                             RenewLease())
 
     def _refresh(self) -> None:
         """Refresh the lease; a lease just taken starts a cycle at once."""
         own = self.io.ownership
-        if own is None:
-            return
         was = own.acting
         if own.refresh() and not was:
             self.cycle.request()

@@ -15,6 +15,7 @@ failing again only refreshes its time. Used only on the pool actor's thread.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -191,7 +192,8 @@ class Brake:
         Returns how many moved."""
         moved = 0
         for vm in sorted(self.held):
-            if self._write(lambda vm=vm: self.store.unhold(self.policy.name, vm, to_ready=False)):
+            if self._write(functools.partial(self.store.unhold, self.policy.name, vm,
+                                             to_ready=False)):
                 moved += 1
             self.held.discard(vm)
         self.io.lost("drained", moved)

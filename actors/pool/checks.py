@@ -6,6 +6,7 @@ sent as messages (``self.calls``).
 from __future__ import annotations
 
 import logging
+from collections.abc import Set
 
 from vmpooler.actors.messages import ProviderOp
 from vmpooler.actors.pool.brake import Brake
@@ -83,8 +84,8 @@ class PoolChecks:
         mono = self.io.clock.monotonic()
         unknown = [vm for vm in snap.ready if vm not in vms.ready_since]
         if unknown:
-            for vm, (since, check) in store.vm_fields(unknown, ["ready", "check"]).items():
-                started = timefmt.parse_epoch(since)
+            for vm, (stamp, check) in store.vm_fields(unknown, ["ready", "check"]).items():
+                started = timefmt.parse_epoch(stamp)
                 vms.ready_since[vm] = started if started is not None else 0.0
                 last = timefmt.parse_epoch(check)
                 age = now - last if last is not None else None
@@ -116,7 +117,7 @@ class PoolChecks:
         store.set_check_times(stamps)
         return ready
 
-    def keep_suspects(self, missing: set[str]) -> None:
+    def keep_suspects(self, missing: Set[str]) -> None:
         """Forget the suspects not in ``missing`` (listed again, or no longer pending)."""
         self.suspects = {vm: n for vm, n in self.suspects.items() if vm in missing}
 

@@ -18,15 +18,15 @@ tables need no lock.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pykka
 
+from vmpooler.actors.cluster.ownership import OwnershipSettings, PoolOwnership, SoleOwner
 from vmpooler.actors.config import GlobalSettings, PoolConfig
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.pool.calls import ProviderCalls
-from vmpooler.actors.pool.ownership import Ownership, OwnershipSettings
 from vmpooler.actors.pool.policy import Backoff, LifetimePolicy
 from vmpooler.actors.pool.vm_cache import VmCache
 from vmpooler.actors.runtime.clock import Clock, Scheduler
@@ -101,8 +101,9 @@ class PoolPolicy:
 @dataclass(frozen=True, slots=True)
 class PoolIO:
     """The services one pool actor's parts talk to. ``store`` and ``upkeep_store`` write
-    behind the lease's fence when there is an ``ownership``; ``self_ref`` is the pool
-    actor's own ref (answers and wake-ups are addressed to it)."""
+    behind the fence of ``ownership`` (its lease; a
+    :class:`~vmpooler.actors.cluster.ownership.SoleOwner` admits every write);
+    ``self_ref`` is the pool actor's own ref (answers and wake-ups are addressed to it)."""
 
     pool: str  # the pool's name, for metric tags
     store: Store
@@ -114,7 +115,7 @@ class PoolIO:
     scheduler: Scheduler
     metrics: Metrics
     self_ref: pykka.ActorRef[Any]
-    ownership: Ownership | None = None  # None: this actor owns the pool unconditionally
+    ownership: PoolOwnership = field(default_factory=SoleOwner)  # its lease, or sole owner
 
     def lost(self, reason: str, count: int = 1) -> None:
         """Count ``count`` VMs of this pool that left for good without ever being checked
@@ -141,15 +142,15 @@ def build(
 ) -> PoolParts:
     """The parts of the pool actor ``self_ref``. With ``ownership`` the pool is acted on
     only while this manager holds its lease, and ``store`` and ``upkeep_store`` write behind
-    the lease's fence; without it (a lone embedded system, tests) unconditionally."""
+    the lease's fence; without it (a lone embedded system, tests) the actor is the pool's
+    :class:`~vmpooler.actors.cluster.ownership.SoleOwner` (always acting, unfenced)."""
     pool = policy.pool
     calls = ProviderCalls(pool=pool.name, provider=pool.provider, directory=directory,
                           clock=clock, reply_to=self_ref, lost_after=policy.lost_after)
-    owner = None if ownership is None else ownership.build(
+    owner: PoolOwnership = SoleOwner() if ownership is None else ownership.build(
         pool.name, store.client, clock, busy=lambda: bool(calls.busy))
-    upkeep_store = UpkeepStore(store.client)
-    if owner is not None:
-        store, upkeep_store = store.with_fence(owner), upkeep_store.with_fence(owner)
+    store = store.with_fence(owner.fence)
+    upkeep_store = UpkeepStore(store.client).with_fence(owner.fence)
     io = PoolIO(pool=pool.name, store=store, requests=requests,
                 provider_store=ProviderStore(store.client), upkeep_store=upkeep_store,
                 directory=directory, clock=clock, scheduler=scheduler, metrics=metrics,

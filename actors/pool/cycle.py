@@ -72,7 +72,7 @@ class PoolCycle:
                         mono - self.list_sent_at)
         self.calls.expire_lost(mono)
         self.upkeep.expire_preparing(mono)
-        if self.io.ownership is not None and not self.io.ownership.refresh():
+        if not self.io.ownership.refresh():
             if self.io.ownership.elsewhere:  # another's: its timer backs off like an idle pool's
                 self.delay = self.policy.backoff.next(self.delay, busy=False)
             # not ours (or not yet): left alone, asked again next time (or when it expires)
@@ -149,7 +149,7 @@ class PoolCycle:
             log.warning("[*] [%s] inventory available again after %d failed cycles",
                         self.policy.name, self.inventory_failures)
             self.inventory_failures = 0
-        if self.io.ownership is not None and not self.io.ownership.acting:
+        if not self.io.ownership.acting:
             self.schedule()  # the lease went while listing: no inventory writes
             return
         started = self.io.clock.monotonic()
@@ -160,8 +160,7 @@ class PoolCycle:
             self.upkeep.redis_failed()
             busy = False
         except Fenced as exc:  # the lease was lost mid-cycle: the rest was not written
-            if self.io.ownership is not None:
-                self.io.ownership.fenced(exc)
+            self.io.ownership.fenced(exc)
             busy = False
         self.io.metrics.gauge("vmpooler_performance.check_pool",
                           self.io.clock.monotonic() - started, tags={"pool": self.policy.name})
@@ -236,8 +235,7 @@ class PoolCycle:
     def _failover_down(self) -> None:
         """Alias failover after a failed inventory (the pool's own state is published even
         though the cycle does not run)."""
-        if not self.failover.enabled or (self.io.ownership is not None
-                                         and not self.io.ownership.acting):
+        if not self.failover.enabled or not self.io.ownership.acting:
             return
         try:
             self.failover.cycle(inventory_ok=False, inventory_failures=self.inventory_failures,
@@ -245,8 +243,7 @@ class PoolCycle:
         except redis.RedisError as exc:
             log.debug("[%s] failover state not published: %s", self.policy.name, exc)
         except Fenced as exc:
-            if self.io.ownership is not None:
-                self.io.ownership.fenced(exc)
+            self.io.ownership.fenced(exc)
 
     def _initialise(self, snap: PoolSnapshot) -> None:
         if not self.ondemand.loaded:  # Redis was away when the actor started

@@ -76,8 +76,7 @@ class Failover:
         self.upkeep = upkeep
         self.clones = clones
         self.group = group
-        store = FailoverStore(self.io.store.client)
-        self.store = store if self.io.ownership is None else store.with_fence(self.io.ownership)
+        self.store = FailoverStore(self.io.store.client, self.io.ownership.fence)
         self.tracker = HealthTracker(group.threshold if group else 1)
         self.since = self.io.clock.now()
         self.covering: Mapping[str, int] = {}

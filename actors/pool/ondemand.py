@@ -13,7 +13,7 @@ request's actor is back.
 With several managers on one Redis, the request's actor may run in another manager (the
 holder of the request's lease) and the clone may have been granted by another manager's
 on-demand manager: those messages go through the ``Remote``
-(:mod:`vmpooler.actors.runtime.remote`). A ready VM is reported again at every pool check
+(:mod:`vmpooler.actors.cluster.remote`). A ready VM is reported again at every pool check
 until its request takes it, so a message lost with a dead manager is repaired.
 
 Used only on the pool actor's thread.
@@ -28,6 +28,7 @@ from typing import Any
 
 import pykka
 
+from vmpooler.actors.cluster.remote import LocalOnly, Remote
 from vmpooler.actors.messages import (
     CloneForRequest,
     RequestCloneAnswered,
@@ -36,7 +37,6 @@ from vmpooler.actors.messages import (
     RequestVmReady,
     request_actor_name,
 )
-from vmpooler.actors.runtime.remote import LocalOnly, Remote
 from vmpooler.actors.runtime.supervisor import ActorDirectory
 from vmpooler.actors.storage.lease_store import REQUEST
 from vmpooler.actors.storage.request_store import RequestStore

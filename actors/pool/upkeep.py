@@ -112,7 +112,7 @@ class PoolUpkeep:
         self.initialised = True
 
     def _acknowledged(self, **marks: bool) -> None:
-        self.overrides = dataclasses.replace(self.overrides, **marks)
+        self.overrides = dataclasses.replace(self.overrides, **marks)  # type: ignore[arg-type]
 
     def apply_overrides(self) -> bool:
         """Apply the size/template/clone-target overrides and resets last read. True if the

@@ -13,13 +13,14 @@ on-demand request was created or deleted). A caller may rely on:
   consumer restarted under its old name replays its own unacknowledged entries at once.
 * **Idempotency.** A command id seen recently (:class:`SeenIds`) is acknowledged only.
 * **A free mailbox, no crash on Redis.** The blocking ``XREADGROUP`` (≤ :data:`BLOCK_MS`)
-  runs on a reader thread over its own connection and hands batches to the actor as
-  messages; stopping unblocks it. Redis errors are logged and retried with back-off.
+  runs on a reader thread over its own connection
+  (:class:`~vmpooler.actors.storage.stream_reader.StreamReader`) and hands batches to the
+  actor as messages; stopping unblocks it (``CLIENT UNBLOCK``). Redis errors are logged and
+  retried with back-off.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import socket
@@ -37,8 +38,8 @@ import redis
 from vmpooler.actors.runtime.clock import Clock, RealClock
 from vmpooler.actors.runtime.supervisor import SupervisedActor
 from vmpooler.actors.storage import schema
-from vmpooler.actors.storage.connection import pool_like
 from vmpooler.actors.storage.replies import stream_reply
+from vmpooler.actors.storage.stream_reader import StreamReader
 
 __all__ = ["BLOCK_MS", "CLAIM_EVERY", "CLAIM_IDLE_MS", "GROUP", "STREAM", "CommandConsumer",
            "SeenIds", "StreamOptions", "consumer_factory", "consumer_name", "ensure_group"]
@@ -47,14 +48,12 @@ log = logging.getLogger(__name__)
 
 STREAM = schema.commands()
 GROUP = "vmpooler-managers"
-BLOCK_MS = 1000  # longest a read blocks (bounds how long stopping takes)
+BLOCK_MS = 1000  # longest a read blocks (bounds how often claims are looked for)
 CLAIM_IDLE_MS = 60_000  # entries held unacknowledged this long by another consumer
 CLAIM_EVERY = 30.0  # seconds between claim rounds, on the injected clock
 BATCH = 100
-MAX_BACKOFF = 30.0
+BACKOFF = (0.5, 30.0)  # seconds: first and longest wait after a failed read
 _STALE_CONSUMER_MS = 3_600_000  # idle consumers with nothing pending are forgotten
-_KEEP = ("host", "port", "path", "db", "username", "password", "socket_timeout", "encoding",
-         "socket_connect_timeout", "socket_keepalive", "credential_provider", "protocol")
 
 Entry = tuple[str, Mapping[str, str] | None]  # id, fields (None: trimmed before it was read)
 
@@ -112,74 +111,52 @@ class _Delivered:
     entries: tuple[Entry, ...]
 
 
-def _dedicated(client: redis.Redis, block_ms: int) -> redis.Redis:
-    """A client with its own connection to ``client``'s server (blocking reads hold it)."""
-    pool = client.connection_pool
-    kwargs = {k: v for k, v in pool.connection_kwargs.items()
-              if k in _KEEP or k.startswith("ssl")}
-    kwargs["decode_responses"] = True
-    if kwargs.get("socket_timeout") is not None:
-        kwargs["socket_timeout"] = max(float(kwargs["socket_timeout"]), block_ms / 1000 + 5)
-    return redis.Redis(connection_pool=pool_like(client, blocking=False, **kwargs))
-
-
 class _Reader:
-    """The blocking reads, on their own thread; hands batches to ``deliver``."""
+    """The blocking reads, on a :class:`StreamReader`'s thread; hands batches to
+    ``deliver``."""
 
     def __init__(self, control: redis.Redis, deliver: Callable[[list[Entry]], bool],
                  options: StreamOptions, clock: Clock) -> None:
-        self.control, self.deliver, self.clock, self.o = control, deliver, clock, options
+        self.deliver, self.clock, self.o = deliver, clock, options
         self.block_ms = min(max(1, options.block_ms), BLOCK_MS)
-        self.errors = 0
-        self._client = _dedicated(control, self.block_ms)
-        self._conn_id: int | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True,
-                                        name=f"vmpooler-commands-{options.consumer}")
-        self._thread.start()
+        self._replayed = False
+        self._next_claim: float | None = None
+        self._stream = StreamReader(
+            control, self._step, name=f"vmpooler-commands-{options.consumer}",
+            label="commands", what="the command stream", block_ms=self.block_ms,
+            backoff=BACKOFF, prepare=self._prepare)
+        self._client = self._stream.client
+        self._stream.start()
+
+    @property
+    def errors(self) -> int:
+        """Reads of the stream that failed so far."""
+        return self._stream.errors
 
     def stop(self, timeout: float) -> None:
         """Stop reading: unblock a read in progress, wait for the thread, close."""
-        self._stop.set()
-        conn_id = self._conn_id
-        if conn_id is not None:
-            with contextlib.suppress(redis.RedisError):
-                self.control.client_unblock(conn_id)
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
-        with contextlib.suppress(Exception):
-            self._client.connection_pool.disconnect()
+        self._stream.stop(timeout)
 
-    def _run(self) -> None:
-        failures, replayed, next_claim = 0, False, None
-        while not self._stop.is_set():
-            try:
-                if self._conn_id is None:
-                    self._conn_id = int(self._client.client_id())
-                    ensure_group(self._client, self.o.stream, self.o.group)
-                if not replayed:  # what this consumer read before and never acknowledged
-                    replayed = self._fetch([str(row["message_id"]) for row in (
-                        self._client.xpending_range(self.o.stream, self.o.group, "-", "+",
-                                                    10 * BATCH, self.o.consumer))])
-                now = self.clock.monotonic()
-                if next_claim is None or now >= next_claim:
-                    self._claim()
-                    next_claim = now + self.o.claim_every
-                if self._stop.is_set() or not self._read():
-                    return
-                if failures:
-                    log.info("[*] [commands] reading the command stream again")
-                failures = 0
-            except Exception as exc:
-                self._conn_id = None
-                if isinstance(exc, redis.ResponseError) and "NOGROUP" in str(exc):
-                    log.info("[*] [commands] consumer group gone; creating it again")
-                    continue
-                failures, self.errors = failures + 1, self.errors + 1
-                log.log(logging.WARNING if failures == 1 else logging.DEBUG,
-                        "[!] [commands] cannot read the command stream: %s: %s",
-                        type(exc).__name__, exc, exc_info=not isinstance(exc, redis.RedisError))
-                self._stop.wait(min(MAX_BACKOFF, 0.5 * 2 ** min(failures - 1, 8)))
+    def _prepare(self, client: redis.Redis) -> None:
+        ensure_group(client, self.o.stream, self.o.group)
+
+    def _step(self, client: redis.Redis) -> bool:
+        try:
+            if not self._replayed:  # what this consumer read before and never acknowledged
+                self._replayed = self._fetch([str(row["message_id"]) for row in (
+                    client.xpending_range(self.o.stream, self.o.group, "-", "+",
+                                          10 * BATCH, self.o.consumer))])
+            now = self.clock.monotonic()
+            if self._next_claim is None or now >= self._next_claim:
+                self._claim()
+                self._next_claim = now + self.o.claim_every
+            return self._read()
+        except redis.ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            log.info("[*] [commands] consumer group gone; creating it again")
+            self._prepare(client)
+            return True
 
     def _read(self) -> bool:
         """One blocking read of new entries. False once nobody takes deliveries."""

@@ -29,7 +29,7 @@ __all__ = ["DEFAULT_INTERVAL", "HistoryRecorder", "next_delay"]
 log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL = 60.0
-"""Seconds between two points (``VMPOOLER_HISTORY_INTERVAL`` overrides it, for tests)."""
+"""Seconds between two points unless configured (``:config: history_interval``)."""
 
 
 def next_delay(now: float, interval: float) -> float:

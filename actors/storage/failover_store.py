@@ -98,8 +98,8 @@ class FailoverStore:
         source = FailoverScripts.PUBLISH if fence is None else fenced(FailoverScripts.PUBLISH)
         self._publish = client.register_script(source)
 
-    def with_fence(self, fence: Fence) -> FailoverStore:
-        """A store whose publications run behind ``fence``."""
+    def with_fence(self, fence: Fence | None) -> FailoverStore:
+        """A store whose publications run behind ``fence`` (None: unfenced)."""
         return FailoverStore(self.client, fence)
 
     def publish(self, state: FailoverState, *, ttl: float) -> None:

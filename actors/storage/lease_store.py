@@ -19,6 +19,7 @@ from typing import Protocol
 import redis
 
 from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.replies import text
 from vmpooler.actors.storage.schema import LeaseScripts
 
 __all__ = ["POOL", "REQUEST", "Fence", "Fenced", "Lease", "LeaseState", "LeaseStore"]
@@ -126,7 +127,7 @@ class LeaseStore:
         """The current holding of the lease, or None when it is free."""
         key = schema.lease(kind, name)
         value = self.client.get(key)
-        return Lease.parse(key, value) if value else None
+        return Lease.parse(key, text(value)) if value else None
 
     def holders(self, kind: str, names: list[str]) -> dict[str, Lease | None]:
         """The current holding of each named lease, in one round trip."""
@@ -134,5 +135,5 @@ class LeaseStore:
             return {}
         keys = [schema.lease(kind, n) for n in names]
         values = self.client.mget(keys)
-        return {n: (Lease.parse(k, v) if v else None)
+        return {n: (Lease.parse(k, text(v)) if v else None)
                 for n, k, v in zip(names, keys, values, strict=True)}

@@ -93,9 +93,9 @@ class Store:
         view.slot_owner = manager
         return view
 
-    def with_fence(self, fence: Fence) -> Store:
+    def with_fence(self, fence: Fence | None) -> Store:
         """A view of this store (same client and scripts) whose pool writes run behind
-        ``fence`` and raise :class:`Fenced` when it no longer holds."""
+        ``fence`` and raise :class:`Fenced` when it no longer holds (None: unfenced)."""
         view = copy.copy(self)
         view.fence = fence
         return view

@@ -83,9 +83,10 @@ class UpkeepStore:
         self.fence: Fence | None = None
         self.wrong_type = WrongTypeKeys("upkeep")
 
-    def with_fence(self, fence: Fence) -> UpkeepStore:
+    def with_fence(self, fence: Fence | None) -> UpkeepStore:
         """A view whose pool writes (:meth:`purge_completed`) run behind ``fence`` and raise
-        :class:`~vmpooler.actors.storage.lease_store.Fenced` when it no longer holds."""
+        :class:`~vmpooler.actors.storage.lease_store.Fenced` when it no longer holds (None:
+        unfenced)."""
         view = copy.copy(self)
         view.fence = fence
         return view

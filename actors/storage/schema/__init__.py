@@ -430,7 +430,7 @@ def manager_heartbeat() -> str:
 
 def manager_inbox(manager: str) -> str:
     """Stream (ours): messages other managers send to one manager's actors, one entry per
-    message (fields ``to``, ``type``, ``body``; :mod:`vmpooler.actors.service.relay`). It
+    message (fields ``to``, ``type``, ``body``; :mod:`vmpooler.actors.cluster.relay`). It
     expires an hour after its last entry, so a dead manager's inbox goes by itself."""
     return f"{_P}manager__inbox__{manager}"
 

@@ -9,7 +9,7 @@ behind the lease's fence (:class:`RequestFence`), so once the lease is lost (the
 paused past the TTL, say) its late writes are refused by the scripts.
 
 Who takes a request: the live manager the rendezvous hash names
-(:func:`~vmpooler.actors.storage.membership.rendezvous_owner`), so new requests spread over
+(:func:`~vmpooler.actors.cluster.membership.rendezvous_owner`), so new requests spread over
 the managers. A request stays with its holder until it finishes (requests are short-lived:
 no handover when a manager joins). A request no manager has taken after :data:`PATIENCE` of
 this manager's sweeps (its rendezvous owner is slow, or the managers' views of who is live
@@ -25,13 +25,14 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from vmpooler.actors.cluster.leases import LeaseHolder
+from vmpooler.actors.cluster.membership import live_managers, rendezvous_owner
 from vmpooler.actors.runtime.clock import Clock
-from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.heartbeat_store import HeartbeatStore
 from vmpooler.actors.storage.lease_store import REQUEST, Lease, LeaseStore
-from vmpooler.actors.storage.membership import dead_here, live_managers, rendezvous_owner
 
-__all__ = ["KIND", "PATIENCE", "RequestFence", "RequestLeases"]
+__all__ = ["KIND", "PATIENCE", "RequestFence", "RequestLeases", "RequestOwnership",
+           "SoleRequests"]
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ class RequestLeases:
     def __init__(self, *, manager: str, leases: LeaseStore, heartbeats: HeartbeatStore,
                  clock: Clock, ttl: float, stale_after: float) -> None:
         self.manager = manager
-        self.leases = leases
+        self.holder = LeaseHolder(kind=KIND, manager=manager, store=leases, ttl=ttl)
         self.heartbeats = heartbeats
         self.clock = clock
         self.ttl = ttl
@@ -72,9 +73,18 @@ class RequestLeases:
         self.untaken: dict[str, int] = {}  # request -> sweeps it was seen with no holder
 
     @property
-    def renew_interval(self) -> float:
+    def renew_interval(self) -> float | None:
         """Seconds between two renewals: a third of the TTL."""
-        return self.ttl / 3.0
+        return self.holder.renew_interval
+
+    def holds(self, request_id: str) -> bool:
+        """Whether this manager holds the request's lease."""
+        return request_id in self.held
+
+    def fence(self, request_id: str) -> RequestFence | None:
+        """The fence of the request's writes while its lease is held here, else None."""
+        lease = self.held.get(request_id)
+        return None if lease is None else RequestFence.of(lease)
 
     def owner(self, request_id: str) -> str:
         """The live manager the rendezvous hash gives ``request_id`` to."""
@@ -98,38 +108,32 @@ class RequestLeases:
         chosen = set(mine)
         others = [r for r in ids if r not in chosen]
         untaken: dict[str, int] = {}
-        for request_id, holder in self.leases.holders(KIND, others).items():
+        for request_id, holder in self.holder.holders(others).items():
             if holder is None:
                 untaken[request_id] = self.untaken.get(request_id, 0) + 1
         self.untaken = untaken
         return held + mine + [r for r, n in untaken.items() if n >= PATIENCE]
 
-    def take(self, request_id: str) -> Lease | None:
-        """The lease of ``request_id``, taken now if free; None when another live manager
-        holds it."""
-        held = self.held.get(request_id)
-        if held is not None:
-            return held
-        state = self.leases.acquire(KIND, request_id, self.manager, ttl=self.ttl)
-        if not state.ours and dead_here(state.lease.holder) and self.leases.release(
-                state.lease):
-            log.warning("[*] request '%s': lease of '%s' (a process that no longer exists) "
-                        "released", request_id, state.lease.holder)
-            state = self.leases.acquire(KIND, request_id, self.manager, ttl=self.ttl)
+    def take(self, request_id: str) -> bool:
+        """Hold the lease of ``request_id`` (taken now if free); False when another live
+        manager holds it."""
+        if request_id in self.held:
+            return True
+        state = self.holder.take(request_id)
         if not state.ours:
-            return None
+            return False
         self.untaken.pop(request_id, None)
         self.held[request_id] = state.lease
         if state.taken:
             log.debug("request '%s' taken by this manager (lease token %d)", request_id,
                       state.lease.token)
-        return state.lease
+        return True
 
     def renew(self) -> list[str]:
         """Renew every lease held, in one round trip; the requests whose lease was lost
         (forgotten here)."""
         ids = list(self.held)
-        kept = self.leases.renew_many([self.held[r] for r in ids], ttl=self.ttl)
+        kept = self.holder.renew_many([self.held[r] for r in ids])
         lost = [r for r, ok in zip(ids, kept, strict=True) if not ok]
         for request_id in lost:
             lease = self.held.pop(request_id)
@@ -143,7 +147,7 @@ class RequestLeases:
         lease = self.held.pop(request_id, None)
         self.untaken.pop(request_id, None)
         if lease is not None:
-            self.leases.release(lease)
+            self.holder.release(lease)
 
     def release_all(self) -> None:
         """Give up every lease (a clean stop): others take the requests at once."""
@@ -152,4 +156,44 @@ class RequestLeases:
 
     def key(self, request_id: str) -> str:
         """The lease key of ``request_id``."""
-        return schema.lease(KIND, request_id)
+        return self.holder.key(request_id)
+
+
+class SoleRequests:
+    """The requests of a manager that runs every one of them alone (built without leases:
+    tests, an embedding with one manager): each is held here, none has a fence (its writes
+    go unfenced), nothing is renewed or released."""
+
+    renew_interval: float | None = None
+    ttl = 0.0
+
+    def __init__(self, manager: str = "") -> None:
+        self.manager = manager
+
+    def holds(self, request_id: str) -> bool:
+        return True
+
+    def fence(self, request_id: str) -> RequestFence | None:
+        return None
+
+    def owner(self, request_id: str) -> str:
+        return self.manager
+
+    def claimable(self, request_ids: Iterable[str]) -> list[str]:
+        return list(request_ids)
+
+    def take(self, request_id: str) -> bool:
+        return True
+
+    def renew(self) -> list[str]:
+        return []
+
+    def release(self, request_id: str) -> None:
+        return None
+
+    def release_all(self) -> None:
+        return None
+
+
+RequestOwnership = RequestLeases | SoleRequests
+"""How an on-demand manager holds its requests: leases, or :class:`SoleRequests`."""

@@ -2,7 +2,7 @@
 
 Several managers may share one Redis (each pool and each in-flight on-demand request is
 owned by one of them, through a lease). An actor that must reach an actor of another
-manager tells it through the relay (the :class:`~vmpooler.actors.runtime.remote.Remote` it
+manager tells it through the relay (the :class:`~vmpooler.actors.cluster.remote.Remote` it
 was given): the message goes, as JSON, to the receiving manager's inbox
 (:mod:`vmpooler.actors.storage.inbox_store`), whose relay reads it on its own thread and
 tells the named actor there.
@@ -17,7 +17,8 @@ What a caller may rely on:
   pool actor reports a request's ready VM again at each check; a request's actor rebuilds
   its VMs in flight from Redis; a lost grant is granted again).
 * **The reader never crashes**: undecodable entries are logged and skipped; Redis errors
-  are retried with back-off; stopping unblocks a read in progress.
+  are retried with back-off; stopping unblocks a read in progress (``CLIENT UNBLOCK``:
+  :class:`~vmpooler.actors.storage.stream_reader.StreamReader`).
 """
 
 from __future__ import annotations
@@ -26,14 +27,11 @@ import contextlib
 import dataclasses
 import json
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any
 
 import pykka
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from vmpooler.actors.messages import (
     CloneForRequest,
@@ -47,17 +45,17 @@ from vmpooler.actors.messages import (
     RequestVmReady,
 )
 from vmpooler.actors.runtime.supervisor import ActorDirectory
-from vmpooler.actors.storage.connection import sibling
 from vmpooler.actors.storage.inbox_store import InboxStore
 from vmpooler.actors.storage.lease_store import LeaseStore
+from vmpooler.actors.storage.stream_reader import StreamReader
 
 __all__ = ["BLOCK_MS", "WIRE_TYPES", "Relay", "decode", "encode"]
 
 log = logging.getLogger(__name__)
 
-BLOCK_MS = 1000  # longest a read blocks (bounds how long stopping takes)
+BLOCK_MS = 1000  # longest one read of the inbox blocks (stopping unblocks it)
 BATCH = 500
-MAX_BACKOFF = 10.0
+BACKOFF = (0.25, 10.0)  # seconds: first and longest wait after a failed read
 
 WIRE_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     CloneForRequest, PoolChanged, PoolHandedOver, RequestChanged, RequestCloneAnswered,
@@ -69,7 +67,8 @@ def encode(name: str, message: Any) -> dict[str, str]:
     """The inbox fields carrying ``message`` to the actor ``name``. Raises ``TypeError`` for
     a message not in :data:`WIRE_TYPES`."""
     kind = type(message).__name__
-    if WIRE_TYPES.get(kind) is not type(message):
+    if WIRE_TYPES.get(kind) is not type(message) or not dataclasses.is_dataclass(message) \
+            or isinstance(message, type):
         raise TypeError(f"{kind} does not travel between managers")
     return {"to": name, "type": kind, "body": json.dumps(dataclasses.asdict(message))}
 
@@ -92,21 +91,19 @@ class Relay:
     returns the live managers (for :meth:`to_others`)."""
 
     def __init__(self, client: redis.Redis, *, member: str, directory: ActorDirectory,
-                 live: Callable[[], set[str]]) -> None:
+                 live: Callable[[], set[str]], block_ms: int = BLOCK_MS) -> None:
         self._member = member
         self.directory = directory
         self.live = live
         self.inbox = InboxStore(client)
         self.leases = LeaseStore(client)
-        # the reads block: a client of their own, whose timeout outlasts a blocked read
-        timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
-        # and no retries of its own: stop() ends a blocked read by shutting its connection
-        # down, which a retry would only block again (the loop below backs off on errors)
-        self._reader = InboxStore(sibling(
-            client, max_connections=2, retry=Retry(NoBackoff(), 0),
-            socket_timeout=None if timeout is None else max(float(timeout), BLOCK_MS / 1000 + 5)))
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self.block_ms = max(1, block_ms)
+        self._after = "0-0"  # the last inbox entry read (the reader's thread only)
+        self._reader = StreamReader(client, self._read_once, name="vmpooler-relay",
+                                    label="relay", what="this manager's inbox",
+                                    block_ms=self.block_ms, backoff=BACKOFF)
+        self._own_inbox = InboxStore(self._reader.client)  # the reader's connection
+        self._started = False
         self.delivered = 0  # messages handed to a local actor (read by tests)
 
     @property
@@ -155,49 +152,35 @@ class Relay:
     # -- receiving ------------------------------------------------------------------------------
     def start(self) -> Relay:
         """Start reading this manager's inbox (from its beginning: it is new with this
-        manager's id)."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, daemon=True,
-                                            name="vmpooler-relay")
-            self._thread.start()
+        manager's id). Later calls do nothing."""
+        if not self._started:
+            self._started = True
+            self._reader.start()
         return self
 
+    @property
+    def reading(self) -> bool:
+        """Whether the reader's thread is running."""
+        return self._reader.alive
+
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop reading and delete the inbox (nobody reads it any more). Idempotent. Returns
-        without waiting out the reader's blocking read: its connection is shut down."""
-        self._stop.set()
-        with contextlib.suppress(Exception):  # wakes the read blocked for up to BLOCK_MS
-            self._reader.client.connection_pool.disconnect()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
+        """Stop reading and delete the inbox (nobody reads it any more). Idempotent. A read
+        in progress is unblocked (``CLIENT UNBLOCK``), never waited out."""
+        self._reader.stop(timeout)
         with contextlib.suppress(redis.RedisError):
             self.inbox.drop(self._member)
-        with contextlib.suppress(Exception):
-            self._reader.client.connection_pool.disconnect()
 
-    def _run(self) -> None:
-        after, failures = "0-0", 0
-        while not self._stop.is_set():
-            try:
-                entries = self._reader.read(self._member, after, block_ms=BLOCK_MS, count=BATCH)
-                if failures:
-                    log.info("[*] [relay] reading this manager's inbox again")
-                failures = 0
-            except redis.RedisError as exc:
-                if self._stop.is_set():  # stop() shut the connection down
-                    break
-                failures += 1
-                log.log(logging.WARNING if failures == 1 else logging.DEBUG,
-                        "[!] [relay] cannot read this manager's inbox: %s", exc)
-                self._stop.wait(min(MAX_BACKOFF, 0.25 * 2 ** min(failures - 1, 8)))
-                continue
-            if not entries:
-                continue
+    def _read_once(self, _client: redis.Redis) -> bool:
+        """One blocking read of the inbox on the reader's thread; delivers what it read."""
+        entries = self._own_inbox.read(self._member, self._after, block_ms=self.block_ms,
+                                          count=BATCH)
+        if entries:
             for _eid, fields in entries:
                 self._deliver(fields)
-            after = entries[-1][0]
+            self._after = entries[-1][0]
             with contextlib.suppress(redis.RedisError):
-                self._reader.trim(self._member, after)
+                self._own_inbox.trim(self._member, self._after)
+        return True
 
     def _deliver(self, fields: dict[str, str]) -> None:
         try:

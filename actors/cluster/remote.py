@@ -4,7 +4,7 @@ Several managers may share one Redis; each runs its own actors. Where one manage
 must reach an actor another manager runs — the pool actor that owns a pool, the actor of an
 on-demand request another manager holds, the on-demand manager that granted a clone — it
 tells it through a :class:`Remote`. The implementation
-(:class:`vmpooler.actors.service.relay.Relay`) carries the message through the receiving
+(:class:`vmpooler.actors.cluster.relay.Relay`) carries the message through the receiving
 manager's inbox in Redis; :class:`LocalOnly` reaches nobody (a manager alone, and tests).
 
 Every method answers at once and never raises: a message that cannot be sent is reported

@@ -21,12 +21,12 @@ from typing import Any
 import pykka
 import redis
 
+from vmpooler.actors.cluster.membership import live_managers
 from vmpooler.actors.messages import SendHeartbeat
 from vmpooler.actors.runtime.clock import Clock, Scheduler
 from vmpooler.actors.runtime.supervisor import SupervisedActor
 from vmpooler.actors.service.periodic import OutageLog, Ticks
 from vmpooler.actors.storage.heartbeat_store import HeartbeatStore
-from vmpooler.actors.storage.membership import live_managers
 from vmpooler.actors.storage.store import Store
 
 __all__ = ["Heartbeat"]

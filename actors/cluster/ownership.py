@@ -4,9 +4,9 @@ Several managers may share one Redis. The live managers are the members of the h
 set (``vmpooler__manager__heartbeat``) whose beat is younger than the stale age, plus this
 manager itself (its heartbeat may not have been written yet). The pools are spread over them
 by rendezvous hashing with bounded loads (blake2b of member and pool; each manager takes at
-most its share, :func:`~vmpooler.actors.storage.membership.balanced_owners`), so every live
+most its share, :func:`~vmpooler.actors.cluster.membership.balanced_owners`), so every live
 manager serves pools and a joining or leaving manager moves about its share. The manager's
-pool actors share one view of who is live (:class:`~vmpooler.actors.storage.membership.
+pool actors share one view of who is live (:class:`~vmpooler.actors.cluster.membership.
 Membership`, read from Redis at most once a second).
 
 :class:`Ownership` holds the pool's lease (:mod:`vmpooler.actors.storage.lease_store`): the
@@ -32,20 +32,20 @@ from dataclasses import dataclass
 
 import redis
 
-from vmpooler.actors.runtime.clock import Clock
-from vmpooler.actors.storage import schema
-from vmpooler.actors.storage.heartbeat_store import HeartbeatStore
-from vmpooler.actors.storage.lease_store import POOL, Fenced, Lease, LeaseStore
-from vmpooler.actors.storage.membership import (
+from vmpooler.actors.cluster.leases import LeaseHolder
+from vmpooler.actors.cluster.membership import (
     Membership,
     balanced_owners,
     dead_here,
     live_managers,
     rendezvous_owner,
 )
+from vmpooler.actors.runtime.clock import Clock
+from vmpooler.actors.storage.heartbeat_store import HeartbeatStore
+from vmpooler.actors.storage.lease_store import POOL, Fence, Fenced, Lease, LeaseStore
 
-__all__ = ["KIND", "Ownership", "OwnershipSettings", "balanced_owners", "dead_here",
-           "live_managers", "rendezvous_owner"]
+__all__ = ["KIND", "Ownership", "OwnershipSettings", "PoolOwnership", "SoleOwner",
+           "balanced_owners", "dead_here", "live_managers", "rendezvous_owner"]
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ class Ownership:
             manager=manager, heartbeats=heartbeats, now=clock.now, stale_after=stale_after,
             pools=[pool], max_age=0.0, monotonic=monotonic)
         self.manager = manager
-        self.leases = leases
+        self.holder = LeaseHolder(kind=KIND, manager=manager, store=leases, ttl=ttl)
         self.heartbeats = heartbeats
         self.clock = clock
         self.ttl = ttl
@@ -108,12 +108,17 @@ class Ownership:
     @property
     def key(self) -> str:
         """The pool's lease key."""
-        return schema.lease(KIND, self.pool)
+        return self.holder.key(self.pool)
 
     @property
-    def renew_interval(self) -> float:
+    def renew_interval(self) -> float | None:
         """Seconds between two refreshes on the timer: a third of the TTL."""
-        return self.ttl / 3.0
+        return self.holder.renew_interval
+
+    @property
+    def fence(self) -> Fence:
+        """The fence of the pool's writes: this ownership itself (:meth:`held`)."""
+        return self
 
     # -- the fence ------------------------------------------------------------------------------
     def held(self) -> str | None:
@@ -125,7 +130,7 @@ class Ownership:
         if lease is None:  # the last holding's value: the script refuses it (its token)
             return None if self.last is None else self.last.value
         if self.monotonic() - self.renewed_at >= self.ttl / 2.0:
-            if self.leases.renew(lease, ttl=self.ttl):
+            if self.holder.renew(lease):
                 self.renewed_at = self.monotonic()
             else:
                 self._lost("it was no longer held at renewal")
@@ -179,7 +184,7 @@ class Ownership:
             log.debug("[%s] lease not taken yet: calls of a previous holding in flight",
                       self.pool)
             return False
-        state = self.leases.acquire(KIND, self.pool, self.manager, ttl=self.ttl)
+        state = self.holder.acquire(self.pool)
         if state.ours:
             if state.taken or self.lease is None or self.lease != state.lease:
                 log.info("[*] [%s] pool owned by this manager (lease token %d)", self.pool,
@@ -193,9 +198,7 @@ class Ownership:
         if self.lease is not None:
             self._lost(f"'{state.lease.holder}' holds it")
         holder = state.lease
-        if dead_here(holder.holder) and self.leases.release(holder):
-            log.warning("[*] [%s] lease of '%s' (a process that no longer exists) released",
-                        self.pool, holder.holder)
+        if self.holder.release_dead(holder, self.pool):
             return self._refresh()
         self.free_in = state.ttl_ms / 1000.0 + 0.05 if state.ttl_ms > 0 else None
         if self.last_seen != holder.value:
@@ -216,7 +219,7 @@ class Ownership:
             log.info("[*] [%s] pool now belongs to manager '%s': starting nothing new, "
                      "handing over", self.pool, owner)
         if (self.busy() and mono - self.handing_over_since < self.ttl / 2.0
-                and self.leases.renew(self.lease, ttl=self.ttl)):  # let the calls answer
+                and self.holder.renew(self.lease)):  # let the calls answer
             self.renewed_at = mono
             return
         self.release(f"handed over to '{owner}'")
@@ -230,7 +233,7 @@ class Ownership:
         if lease is None:
             return
         try:
-            released = self.leases.release(lease)
+            released = self.holder.release(lease)
         except redis.RedisError as exc:
             log.warning("[!] [%s] lease not released (%s): %s; it expires in %.0fs",
                         self.pool, why, exc, self.ttl)
@@ -243,3 +246,33 @@ class Ownership:
         if lease is not None:
             log.warning("[!] [%s] lease token %d lost: %s; acting on the pool stops",
                         self.pool, lease.token, why)
+
+
+class SoleOwner:
+    """The ownership of a pool this manager alone acts on (a system built without leases:
+    tests, an embedding with one manager): always acting, never another's, nothing to renew
+    or release, and no fence (its writes go unfenced, so none is ever refused)."""
+
+    acting = True
+    elsewhere = False
+    free_in: float | None = None
+    renew_interval: float | None = None
+    fence: Fence | None = None
+
+    def __init__(self) -> None:
+        self.on_handed_over: Callable[[str], None] | None = None  # never called
+
+    def refresh(self) -> bool:
+        """Always True: the pool is this manager's."""
+        return True
+
+    def fenced(self, exc: Fenced) -> None:
+        """Never happens (nothing is fenced); logged should it all the same."""
+        log.warning("[!] write refused by a fence no sole owner set: %s", exc)
+
+    def release(self, why: str = "stopping") -> None:
+        """Nothing to give up."""
+
+
+PoolOwnership = Ownership | SoleOwner
+"""What a pool actor acts under: a lease (:class:`Ownership`) or :class:`SoleOwner`."""
