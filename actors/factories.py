@@ -16,9 +16,9 @@ import pykka
 import redis
 
 from vmpooler.actors.cluster.heartbeat import Heartbeat
+from vmpooler.actors.cluster.lease_policy import LeasePolicy
 from vmpooler.actors.cluster.membership import Membership
 from vmpooler.actors.cluster.ownership import OwnershipSettings
-from vmpooler.actors.cluster.policy import LeasePolicy
 from vmpooler.actors.cluster.remote import Remote
 from vmpooler.actors.cluster.request_leases import RequestFence, RequestLeases
 from vmpooler.actors.config import Config, PoolConfig

@@ -29,8 +29,8 @@ from typing import Any
 import pykka
 import redis
 
+from vmpooler.actors.cluster.lease_policy import LeasePolicy
 from vmpooler.actors.cluster.membership import Membership, live_managers
-from vmpooler.actors.cluster.policy import LeasePolicy
 from vmpooler.actors.cluster.relay import Relay
 from vmpooler.actors.config import Config, PoolConfig
 from vmpooler.actors.factories import ActorFactories, SystemResources

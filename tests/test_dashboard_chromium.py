@@ -36,7 +36,7 @@ from tests.harness import wait_until
 from tests.test_api_processes import call
 from tests.test_manager_process import full, processes, spawn, write_config  # noqa: F401
 from vmpooler.actors.storage import schema
-from vmpooler.actors.storage.dlq import DeadLetter
+from vmpooler.actors.storage.dlq_store import DeadLetter
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, free_port
 
 pytestmark = pytest.mark.integration

@@ -15,7 +15,7 @@ from vmpooler.actors.config import load_config
 from vmpooler.actors.runtime.clock import FakeClock
 from vmpooler.actors.service.history import HistoryRecorder, next_delay
 from vmpooler.actors.storage import schema
-from vmpooler.actors.storage.dlq import DeadLetter
+from vmpooler.actors.storage.dlq_store import DeadLetter
 from vmpooler.actors.storage.history_store import RETENTION, HistoryStore, Point, rates
 from vmpooler.web.resources.dashboard_data import REPEAT, vmpooler_history
 

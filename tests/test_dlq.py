@@ -14,7 +14,7 @@ import yaml
 
 from tests.harness import make_config, pool, started, wait_until
 from vmpooler.actors.storage import schema, timefmt
-from vmpooler.actors.storage.dlq import DeadLetter, parse_member
+from vmpooler.actors.storage.dlq_store import DeadLetter, parse_member
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 
 VMPOOLER = [sys.executable, "-m", "vmpooler.web.cli"]

@@ -11,13 +11,13 @@ import pytest
 import redis
 
 from tests.harness import dummy_for, make_config, pool, started, wait_until
+from vmpooler.actors.cluster.lease_policy import LeasePolicy
 from vmpooler.actors.cluster.ownership import (
     Ownership,
     balanced_owners,
     dead_here,
     rendezvous_owner,
 )
-from vmpooler.actors.cluster.policy import LeasePolicy
 from vmpooler.actors.messages import RunPoolCycle
 from vmpooler.actors.runtime.clock import FakeClock
 from vmpooler.actors.storage import schema

@@ -22,7 +22,7 @@ from vmpooler.actors.runtime.adaptive_timeout import AdaptiveTimeout, CallTimeou
 from vmpooler.actors.storage.provider_store import ProviderHealth
 from vmpooler.providers.base import ConnectionPoolHealth
 
-BREAKER_LOG = "vmpooler.actors.provider.health"
+BREAKER_LOG = "vmpooler.actors.provider.reports"
 
 
 def breaker_lines(caplog: pytest.LogCaptureFixture) -> list[str]:

@@ -42,7 +42,7 @@ from vmpooler.actors.messages import (
 )
 from vmpooler.actors.metrics.backends import RecordingMetrics
 from vmpooler.actors.ondemand.request import RequestActor, verify_interval
-from vmpooler.actors.pool.ondemand import OnDemandVms
+from vmpooler.actors.pool.request_vms import OnDemandVms
 from vmpooler.actors.runtime.clock import FakeClock
 from vmpooler.actors.runtime.executor import ActorExecutor
 from vmpooler.actors.runtime.supervisor import ActorDirectory

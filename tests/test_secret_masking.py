@@ -12,7 +12,7 @@ import redis
 from tests.api_harness import api, api_config, api_pool
 from vmpooler.actors.config import load_config
 from vmpooler.actors.config._data import freeze, is_secret_key, mask_secrets
-from vmpooler.actors.config.errors import ConfigError
+from vmpooler.actors.config.problems import ConfigError
 from vmpooler.actors.config.render import render_config
 
 

@@ -20,7 +20,7 @@ from tests.test_manager_process import VMPOOLER, full, spawn, write_config
 from tests.test_redis_faults_processes import call, processes, status_code
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.connection import connect_sentinel
-from vmpooler.actors.storage.dlq import DeadLetter
+from vmpooler.actors.storage.dlq_store import DeadLetter
 from vmpooler.actors.storage.embedded_redis import find_redis_server, free_port
 
 pytestmark = pytest.mark.integration

@@ -24,10 +24,10 @@ import redis
 from tests.harness import Harness, context_for, make_config, pool, started, wait_until
 from vmpooler.actors.messages import RunPurge
 from vmpooler.actors.runtime.clock import FakeClock
-from vmpooler.actors.service.health import health_status
+from vmpooler.actors.service.queue_health import health_status
 from vmpooler.actors.storage import schema, timefmt
 from vmpooler.actors.storage.check_stamps import stamp_fields
-from vmpooler.actors.storage.dlq import parse_member
+from vmpooler.actors.storage.dlq_store import parse_member
 from vmpooler.providers.dummy import DummyProvider
 
 START = FakeClock().now()

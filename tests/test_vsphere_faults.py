@@ -38,7 +38,7 @@ from vmpooler.actors.provider.actor import ProviderActor
 from vmpooler.actors.runtime.breaker import BreakerState, CircuitBreaker
 from vmpooler.actors.runtime.clock import FakeClock
 from vmpooler.actors.storage import schema
-from vmpooler.actors.storage.dlq import parse_member
+from vmpooler.actors.storage.dlq_store import parse_member
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 from vmpooler.providers.base import Provider, ProviderContext, VmInfo
 from vmpooler.providers.errors import PermissionDeniedError, is_permanent

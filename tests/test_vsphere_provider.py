@@ -33,7 +33,7 @@ from vmpooler.providers.errors import (
     is_permanent,
 )
 from vmpooler.providers.vsphere import VsphereProvider
-from vmpooler.providers.vsphere.readiness import NotReadyError
+from vmpooler.providers.vsphere.vm_ready_checks import NotReadyError
 
 POOL = {"template": vcsim.TEMPLATE, "folder": "vmpooler/p1", "datastore": vcsim.DATASTORE,
         "clone_target": vcsim.CLUSTER}

@@ -6,7 +6,6 @@ all at once in a :class:`ConfigError`; non-fatal remarks are in ``Config.notes``
 caller to log (this package does not log).
 """
 
-from vmpooler.actors.config.errors import ConfigError, ConfigProblem
 from vmpooler.actors.config.loader import bundled_config_path, load_config
 from vmpooler.actors.config.model import (
     Config,
@@ -17,6 +16,7 @@ from vmpooler.actors.config.model import (
     ProviderConfig,
     RedisSettings,
 )
+from vmpooler.actors.config.problems import ConfigError, ConfigProblem
 from vmpooler.actors.config.render import render_config
 
 __all__ = [

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 from vmpooler.actors.config._data import MASK, freeze, is_masked_value
 from vmpooler.actors.config._values import coerce, show
-from vmpooler.actors.config.errors import Issue
+from vmpooler.actors.config.problems import Issue
 
 __all__ = ["MISSING", "Checker", "Path"]
 

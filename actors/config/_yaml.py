@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from vmpooler.actors.config.errors import ConfigError, ConfigProblem, KeyPath, format_key
+from vmpooler.actors.config.problems import ConfigError, ConfigProblem, KeyPath, format_key
 
 __all__ = ["Locator", "SourceText", "deep_merge", "normalise_keys", "parse_yaml", "read_source"]
 

@@ -26,8 +26,8 @@ from typing import Any
 
 from vmpooler.actors.config._data import thaw
 from vmpooler.actors.config._values import coerce, parse_bool, parse_int
-from vmpooler.actors.config.errors import DOMAIN_REMOVED, Issue
 from vmpooler.actors.config.model import GlobalSettings, RedisSettings
+from vmpooler.actors.config.problems import DOMAIN_REMOVED, Issue
 
 __all__ = ["PROVIDER_ENV_KEYS", "EnvOverrides", "apply_environment", "provider_env_name"]
 

@@ -19,8 +19,8 @@ from vmpooler.actors.config._yaml import (
     read_source,
 )
 from vmpooler.actors.config.env import apply_environment
-from vmpooler.actors.config.errors import ConfigError, ConfigProblem, Issue, format_key
 from vmpooler.actors.config.model import Config
+from vmpooler.actors.config.problems import ConfigError, ConfigProblem, Issue, format_key
 from vmpooler.actors.config.redis_pools import PoolReader, PoolsFromRedis, RedisPoolsError
 from vmpooler.actors.config.validate import NO_POOLS_NOTE, validate_document
 

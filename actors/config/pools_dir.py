@@ -29,7 +29,7 @@ from vmpooler.actors.config._yaml import (
     parse_yaml,
     read_source,
 )
-from vmpooler.actors.config.errors import ConfigError, ConfigProblem
+from vmpooler.actors.config.problems import ConfigError, ConfigProblem
 
 __all__ = ["ENV_VAR", "SETTING", "PoolFiles", "directory_problem", "pool_file_paths",
            "pools_dir_setting", "read_pool_files"]

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from vmpooler.actors.config._yaml import Locator, SourceText
-from vmpooler.actors.config.errors import ConfigProblem, KeyPath, format_key
 from vmpooler.actors.config.model import Config
 from vmpooler.actors.config.pools_dir import pool_file_paths, read_pool_files
+from vmpooler.actors.config.problems import ConfigProblem, KeyPath, format_key
 
 __all__ = ["unacted_keys", "unacted_warnings"]
 

@@ -18,7 +18,6 @@ from vmpooler.actors.config._check import Checker
 from vmpooler.actors.config._data import freeze
 from vmpooler.actors.config._pools import build_dns_configs, build_pools, build_providers
 from vmpooler.actors.config._values import coerce, show
-from vmpooler.actors.config.errors import DOMAIN_REMOVED, Issue
 from vmpooler.actors.config.model import (
     DEFAULT_HEALTH_THRESHOLDS,
     DEFAULT_RATE_LIMITS,
@@ -28,6 +27,7 @@ from vmpooler.actors.config.model import (
     PrometheusSettings,
     RedisSettings,
 )
+from vmpooler.actors.config.problems import DOMAIN_REMOVED, Issue
 
 __all__ = ["KNOWN_SECTIONS", "NO_POOLS_NOTE", "ProviderCheck", "validate_document"]
 

@@ -22,8 +22,8 @@ and the provider calls and VM caches where it uses them):
   configuration-error state after a permanent clone failure);
 * :class:`~vmpooler.actors.pool.outcomes.Outcomes` — the answers of checks and destroys;
   :class:`~vmpooler.actors.pool.migrations.Migrations`,
-  :class:`~vmpooler.actors.pool.ondemand.OnDemandVms` (requests' VMs),
-  :class:`~vmpooler.actors.pool.purge.StalePurge`,
+  :class:`~vmpooler.actors.pool.request_vms.OnDemandVms` (requests' VMs),
+  :class:`~vmpooler.actors.pool.stale_purge.StalePurge`,
   :class:`~vmpooler.actors.pool.dead_letters.DeadLetters`.
 
 A cycle starts with the provider's inventory and runs on a timer with vmpooler's back-off —
@@ -68,9 +68,9 @@ from vmpooler.actors.pool.dead_letters import DeadLetters
 from vmpooler.actors.pool.failover_watch import Failover, FailoverGroup
 from vmpooler.actors.pool.hostnames import HostnameGenerator
 from vmpooler.actors.pool.migrations import Migrations
-from vmpooler.actors.pool.ondemand import OnDemandVms
 from vmpooler.actors.pool.outcomes import Outcomes
-from vmpooler.actors.pool.purge import StalePurge
+from vmpooler.actors.pool.request_vms import OnDemandVms
+from vmpooler.actors.pool.stale_purge import StalePurge
 from vmpooler.actors.pool.upkeep import PoolUpkeep
 from vmpooler.actors.runtime.clock import Clock, Scheduler, Timer
 from vmpooler.actors.runtime.executor import ActorExecutor

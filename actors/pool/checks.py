@@ -13,7 +13,7 @@ from vmpooler.actors.pool.brake import Brake
 from vmpooler.actors.pool.calls import ProviderCalls
 from vmpooler.actors.pool.context import PoolIO, PoolPolicy
 from vmpooler.actors.pool.dead_letters import DeadLetters
-from vmpooler.actors.pool.ondemand import OnDemandVms
+from vmpooler.actors.pool.request_vms import OnDemandVms
 from vmpooler.actors.pool.vm_cache import VmCache
 from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.pool_snapshot import PoolSnapshot

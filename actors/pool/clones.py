@@ -25,7 +25,7 @@ from vmpooler.actors.pool.config_error import ConfigError
 from vmpooler.actors.pool.context import PoolIO, PoolPolicy
 from vmpooler.actors.pool.dead_letters import DeadLetters
 from vmpooler.actors.pool.hostnames import HostnameGenerator
-from vmpooler.actors.pool.ondemand import OnDemandVms
+from vmpooler.actors.pool.request_vms import OnDemandVms
 from vmpooler.actors.pool.upkeep import PoolUpkeep
 from vmpooler.actors.pool.vm_cache import VmCache
 from vmpooler.actors.storage import timefmt

@@ -21,7 +21,7 @@ from vmpooler.actors.pool.clones import Clones
 from vmpooler.actors.pool.context import PoolIO, PoolPolicy
 from vmpooler.actors.pool.failover_watch import Failover
 from vmpooler.actors.pool.migrations import Migrations
-from vmpooler.actors.pool.ondemand import OnDemandVms
+from vmpooler.actors.pool.request_vms import OnDemandVms
 from vmpooler.actors.pool.upkeep import PoolUpkeep
 from vmpooler.actors.pool.vm_cache import VmCache
 from vmpooler.actors.runtime.clock import Timer

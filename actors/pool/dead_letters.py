@@ -13,8 +13,8 @@ import logging
 import redis
 
 from vmpooler.actors.pool.context import PoolIO, PoolPolicy
-from vmpooler.actors.pool.ondemand import OnDemandVms
-from vmpooler.actors.storage.dlq import DeadLetter
+from vmpooler.actors.pool.request_vms import OnDemandVms
+from vmpooler.actors.storage.dlq_store import DeadLetter
 
 __all__ = ["DeadLetters"]
 

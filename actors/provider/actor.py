@@ -14,7 +14,7 @@ busy, until it really returns; its late result is dropped); while the circuit br
 open calls are refused without touching the provider. Permanent errors do not count
 against the breaker: a broken template in one pool must not cut off the others. What each
 call runs on its worker is :mod:`~vmpooler.actors.provider.work`'s; the breaker's and the
-provider's state are reported by :mod:`~vmpooler.actors.provider.health`.
+provider's state are reported by :mod:`~vmpooler.actors.provider.reports`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from vmpooler.actors.messages import (
     ProviderOp,
 )
 from vmpooler.actors.metrics.backends import Metrics
-from vmpooler.actors.provider.health import ProviderHealthReporter
+from vmpooler.actors.provider.reports import ProviderHealthReporter
 from vmpooler.actors.provider.runtime import (
     CallDone,
     CallQueued,

@@ -1,7 +1,7 @@
 """The housekeeper: the manager's periodic upkeep (reference §4.11), one actor for all.
 
 * **Auto-purge** (``purge_enabled``), at start and then every ``purge_interval`` seconds: it
-  asks every pool actor to purge its own stale VMs (:mod:`~vmpooler.actors.pool.purge`; a
+  asks every pool actor to purge its own stale VMs (:mod:`~vmpooler.actors.pool.stale_purge`; a
   pool's queues have one writer, its actor), expires orphaned VM hashes itself — hashes
   whose ``pool`` names a pool none of whose queues hold the VM, older than
   ``max_orphaned_age`` by ``clone`` — and, once every pool has answered, emits
@@ -9,7 +9,7 @@
   ``purge_dry_run`` nothing is written anywhere; what would go is logged and counted.
 * **Queue health** (``health_check_enabled``), at start and then every
   ``health_check_interval`` seconds: writes ``vmpooler__health`` as vmpooler does
-  (:mod:`~vmpooler.actors.service.health`), logs a summary and emits ``vmpooler_health.*``.
+  (:mod:`~vmpooler.actors.service.queue_health`), logs a summary and emits ``vmpooler_health.*``.
 * **Start-up purge answers**: the system sends each provider's
   ``PURGE_UNCONFIGURED`` call with this actor as ``reply_to``; the outcome is logged here.
 
@@ -39,14 +39,14 @@ from vmpooler.actors.messages import (
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.runtime.clock import Clock, Scheduler
 from vmpooler.actors.runtime.supervisor import ActorDirectory, SupervisedActor
-from vmpooler.actors.service.health import (
+from vmpooler.actors.service.periodic import Ticks
+from vmpooler.actors.service.queue_health import (
     emit_gauges,
     health_metrics,
     health_status,
     metrics_json,
     summary,
 )
-from vmpooler.actors.service.periodic import Ticks
 from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.redis_errors import redis_failure
 from vmpooler.actors.storage.upkeep_store import UpkeepStore

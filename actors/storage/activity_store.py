@@ -9,7 +9,7 @@ from typing import Any
 import redis
 
 from vmpooler.actors.storage import schema
-from vmpooler.actors.storage.dlq import QUEUES, DeadLetter, parse_member
+from vmpooler.actors.storage.dlq_store import QUEUES, DeadLetter, parse_member
 from vmpooler.actors.storage.redis_errors import WrongTypeKeys, tolerant_results
 
 __all__ = ["ActivityStore", "InFlight"]

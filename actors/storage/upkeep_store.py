@@ -22,7 +22,7 @@ from typing import Any
 import redis
 
 from vmpooler.actors.storage import schema, timefmt
-from vmpooler.actors.storage.dlq import QUEUES, DeadLetter, parse_member
+from vmpooler.actors.storage.dlq_store import QUEUES, DeadLetter, parse_member
 from vmpooler.actors.storage.lease_store import Fence, Fenced
 from vmpooler.actors.storage.queues import Queue
 from vmpooler.actors.storage.redis_errors import WrongTypeKeys, tolerant_results

@@ -14,8 +14,8 @@ from typing import Any
 
 from pyVmomi import vim, vmodl
 
-from vmpooler.providers.vsphere.connection import Session
 from vmpooler.providers.vsphere.faults import StaleReferenceError
+from vmpooler.providers.vsphere.sessions import Session
 
 __all__ = ["children", "find_by_path", "find_in_tree", "members", "retrieve"]
 

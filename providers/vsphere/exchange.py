@@ -32,12 +32,12 @@ from vmpooler.providers.errors import (
 )
 from vmpooler.providers.vsphere import clone
 from vmpooler.providers.vsphere.collector import retrieve
-from vmpooler.providers.vsphere.connection import SessionPool, is_expired
 from vmpooler.providers.vsphere.faults import StaleReferenceError, is_connection_error, translate
 from vmpooler.providers.vsphere.inventory import Inventory
-from vmpooler.providers.vsphere.readiness import GUEST_PROPERTIES
+from vmpooler.providers.vsphere.sessions import SessionPool, is_expired
 from vmpooler.providers.vsphere.settings import VsphereSettings
 from vmpooler.providers.vsphere.tasks import NOTHING, Following
+from vmpooler.providers.vsphere.vm_ready_checks import GUEST_PROPERTIES
 from vmpooler.providers.vsphere.watch import VcenterWatch
 
 __all__ = [

@@ -34,7 +34,7 @@ from vmpooler.providers.vsphere.collector import (
     members,
     retrieve,
 )
-from vmpooler.providers.vsphere.connection import Session
+from vmpooler.providers.vsphere.sessions import Session
 from vmpooler.providers.vsphere.settings import PoolPlacement
 
 __all__ = ["Inventory"]

@@ -42,7 +42,6 @@ from vmpooler.providers.errors import (
 )
 from vmpooler.providers.vsphere import clone, events
 from vmpooler.providers.vsphere.collector import find_by_path, retrieve
-from vmpooler.providers.vsphere.connection import Connector, SessionPool
 from vmpooler.providers.vsphere.exchange import (
     USER_FIELD,
     Vcenter,
@@ -62,13 +61,14 @@ from vmpooler.providers.vsphere.placement import (
     choose_target,
 )
 from vmpooler.providers.vsphere.purge import unconfigured_folders
-from vmpooler.providers.vsphere.readiness import (
+from vmpooler.providers.vsphere.sessions import Connector, SessionPool
+from vmpooler.providers.vsphere.settings import PoolPlacement, VsphereSettings
+from vmpooler.providers.vsphere.vm_ready_checks import (
     NotReadyError,
     guest_ip,
     probe_guest_tools,
     probe_tcp,
 )
-from vmpooler.providers.vsphere.settings import PoolPlacement, VsphereSettings
 
 __all__ = ["VsphereProvider"]
 

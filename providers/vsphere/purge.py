@@ -16,8 +16,8 @@ from typing import Any
 from pyVmomi import vim
 
 from vmpooler.providers.vsphere.collector import children, find_by_path
-from vmpooler.providers.vsphere.connection import Session
 from vmpooler.providers.vsphere.inventory import Inventory
+from vmpooler.providers.vsphere.sessions import Session
 from vmpooler.providers.vsphere.settings import PoolPlacement
 
 __all__ = ["unconfigured_folders"]

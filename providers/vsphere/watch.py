@@ -33,9 +33,9 @@ from typing import Any
 from pyVmomi import vim, vmodl
 
 from vmpooler.providers.errors import ProviderError, TransientProviderError
-from vmpooler.providers.vsphere.connection import Session
 from vmpooler.providers.vsphere.faults import translate
 from vmpooler.providers.vsphere.members import VM_PATHS, FolderMembers
+from vmpooler.providers.vsphere.sessions import Session
 from vmpooler.providers.vsphere.tasks import FIELDS, Following, TaskSeen
 
 __all__ = ["VcenterWatch"]

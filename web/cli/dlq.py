@@ -34,7 +34,7 @@ import redis
 
 from vmpooler.actors.config import Config
 from vmpooler.actors.storage.connection import connect_configured
-from vmpooler.actors.storage.dlq import QUEUES, DeadLetter
+from vmpooler.actors.storage.dlq_store import QUEUES, DeadLetter
 from vmpooler.actors.storage.embedded_files import DataDirError, read_port
 from vmpooler.actors.storage.upkeep_store import ReplayOutcome, UpkeepStore
 

@@ -28,7 +28,7 @@ import pykka
 from vmpooler.actors.messages import PoolPurged, PurgeStaleVms
 from vmpooler.actors.pool.context import PoolIO, PoolPolicy
 from vmpooler.actors.pool.dead_letters import DeadLetters
-from vmpooler.actors.pool.ondemand import OnDemandVms
+from vmpooler.actors.pool.request_vms import OnDemandVms
 from vmpooler.actors.pool.vm_cache import VmCache
 from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.queues import Queue
