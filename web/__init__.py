@@ -1,1 +1,1 @@
-"""The Falcon API and the command line."""
+"""The REST API (Falcon, served by gunicorn); the command line that starts it is in cli/."""
