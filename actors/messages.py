@@ -12,24 +12,40 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 import pykka
+
+from vmpooler.providers.base import MigrationResult
 
 __all__ = [
     "ActorCrashed",
     "ActorStopped",
     "CallProvider",
+    "CheckPending",
+    "CheckReady",
+    "CheckRunning",
     "ClaimRequest",
     "CloneForRequest",
     "CloneSlotFreed",
+    "CloneVm",
+    "CreateDisk",
+    "CreateSnapshot",
+    "DestroyVm",
+    "ListVms",
+    "LogFailureEvents",
+    "MigrateVm",
     "PoolChanged",
     "PoolHandedOver",
     "PoolPurged",
+    "PrepareTemplate",
     "ProviderCallFinished",
     "ProviderFailure",
     "ProviderOp",
+    "ProviderRequest",
+    "ProviderResult",
     "PurgeStaleVms",
+    "PurgeUnconfigured",
     "RecordHistory",
     "RefillPool",
     "RenewLease",
@@ -42,6 +58,7 @@ __all__ = [
     "RequestVmFailed",
     "RequestVmReady",
     "RestartActor",
+    "RevertSnapshot",
     "RunHealthCheck",
     "RunPoolCycle",
     "RunPurge",
@@ -61,42 +78,24 @@ def request_actor_name(request_id: str) -> str:
 
 
 class ProviderOp(enum.Enum):
-    """The provider calls a :class:`~vmpooler.actors.provider.actor.ProviderActor` runs."""
+    """The provider calls a :class:`~vmpooler.actors.provider.actor.ProviderActor` runs: the
+    ``op`` of each :data:`ProviderRequest` type, which carries the call's arguments by name
+    and says what its result is."""
 
-    LIST_VMS = "list_vms"
-    """Inventory of a pool. Result: ``tuple[str, ...]`` of VM names."""
-    CLONE = "clone"
-    """Check the name in DNS, create the VM, read its IP, create its DNS record.
-    Result: ``CloneResult``."""
-    CHECK_PENDING = "check_pending"
-    """Is a pending VM ready? Result: ``bool``. A provider error's message says why not."""
-    CHECK_READY = "check_ready"
-    """Re-check a ready VM: args ``(check_hostname: bool,)``.
-    Result: ``ReadyCheckResult``."""
-    CHECK_RUNNING = "check_running"
-    """Tag the user (once) and see whether a running VM still exists: args
-    ``(tag_user: bool, user: str | None)``. Result: ``RunningCheckResult``."""
-    DESTROY = "destroy"
-    """Destroy the VM and delete its DNS record: args ``(fqdn: str | None,)``.
-    Result: seconds taken (``float``)."""
-    MIGRATE = "migrate"
-    """Report where a checked-out VM runs, moving it when args ``(may_move: bool,)`` allow.
-    Result: ``MigrationResult`` or None."""
-    CREATE_DISK = "create_disk"
-    """Args ``(size_gb: int,)``. Result: ``bool``."""
-    CREATE_SNAPSHOT = "create_snapshot"
-    """Args ``(name: str,)``. Result: ``bool``."""
-    REVERT_SNAPSHOT = "revert_snapshot"
-    """Args ``(name: str,)``. Result: ``bool``."""
-    PREPARE_TEMPLATE = "prepare_template"
-    """Create the template's delta disks. Result: ``None``."""
-    LOG_FAILURE_EVENTS = "log_failure_events"
-    """Log what the provider's platform recorded about a pending VM that failed (the
-    provider's ``log_failure_events``; a no-op unless it is configured to). Result: ``None``."""
-    PURGE_UNCONFIGURED = "purge_unconfigured"
-    """Remove the provider's resources no configured pool uses, except args
-    ``(allowlist: tuple[str, ...],)``; ``pool`` is "" and ``vm`` the provider's name.
-    Result: ``None``."""
+    LIST_VMS = "list_vms"  # ListVms
+    CLONE = "clone"  # CloneVm
+    CHECK_PENDING = "check_pending"  # CheckPending
+    CHECK_READY = "check_ready"  # CheckReady
+    CHECK_RUNNING = "check_running"  # CheckRunning
+    DESTROY = "destroy"  # DestroyVm
+    MIGRATE = "migrate"  # MigrateVm
+    CREATE_DISK = "create_disk"  # CreateDisk
+    CREATE_SNAPSHOT = "create_snapshot"  # CreateSnapshot
+    REVERT_SNAPSHOT = "revert_snapshot"  # RevertSnapshot
+    PREPARE_TEMPLATE = "prepare_template"  # PrepareTemplate (``vm`` is "template:<name>")
+    LOG_FAILURE_EVENTS = "log_failure_events"  # LogFailureEvents
+    PURGE_UNCONFIGURED = "purge_unconfigured"  # PurgeUnconfigured (``pool`` "", ``vm`` the
+    # provider's name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,39 +114,6 @@ class ProviderFailure:
     timed_out: bool = False
     busy: bool = False
     circuit_open: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class CallProvider:
-    """Pool actor → provider actor: run one provider call on the worker pool.
-
-    The answer is one :class:`ProviderCallFinished` told to ``reply_to``. Calls for the same
-    ``(pool, vm)`` never overlap: a second one while the first runs is answered at once with a
-    ``busy`` failure.
-    """
-
-    op: ProviderOp
-    pool: str
-    vm: str | None
-    reply_to: pykka.ActorRef[Any]
-    args: tuple[Any, ...] = ()
-    call_id: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class ProviderCallFinished:
-    """Provider actor → the caller: the outcome of one :class:`CallProvider`.
-
-    Exactly one of ``result`` (meaningful when ``failure`` is None) and ``failure`` applies.
-    """
-
-    op: ProviderOp
-    pool: str
-    vm: str | None
-    call_id: int
-    seconds: float
-    result: Any = None
-    failure: ProviderFailure | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +139,189 @@ class RunningCheckResult:
 
     exists: bool
     tagged: bool
+
+
+ProviderResult = (tuple[str, ...] | CloneResult | bool | ReadyCheckResult | RunningCheckResult
+                  | float | MigrationResult | None)
+"""What a provider call answers: the result type its :data:`ProviderRequest` names."""
+
+
+# -- one request type per provider operation ------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ListVms:
+    """The pool's inventory. Result: ``tuple[str, ...]`` of VM names."""
+
+    op: ClassVar[ProviderOp] = ProviderOp.LIST_VMS
+    answers: ClassVar[tuple[type, ...]] = (tuple,)
+
+
+@dataclass(frozen=True, slots=True)
+class CloneVm:
+    """Clone the VM from ``template`` into ``target`` (None: the pool's own).
+    Result: :class:`CloneResult`."""
+
+    op: ClassVar[ProviderOp] = ProviderOp.CLONE
+    answers: ClassVar[tuple[type, ...]] = (CloneResult,)
+    template: str | None = None
+    target: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckPending:
+    """Is the pending VM ready? Result: ``bool``."""
+
+    op: ClassVar[ProviderOp] = ProviderOp.CHECK_PENDING
+    answers: ClassVar[tuple[type, ...]] = (bool,)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckReady:
+    """Re-check a ready VM, its hostname too when ``check_hostname``.
+    Result: :class:`ReadyCheckResult`."""
+
+    op: ClassVar[ProviderOp] = ProviderOp.CHECK_READY
+    answers: ClassVar[tuple[type, ...]] = (ReadyCheckResult,)
+    check_hostname: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class CheckRunning:
+    """Tag ``user`` on a running VM when ``tag_user``; does it still exist?
+    Result: :class:`RunningCheckResult`."""
+
+    op: ClassVar[ProviderOp] = ProviderOp.CHECK_RUNNING
+    answers: ClassVar[tuple[type, ...]] = (RunningCheckResult,)
+    tag_user: bool = False
+    user: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DestroyVm:
+    """Destroy the VM and delete the DNS record of ``fqdn``. Result: seconds (``float``)."""
+
+    op: ClassVar[ProviderOp] = ProviderOp.DESTROY
+    answers: ClassVar[tuple[type, ...]] = (float, int)
+    fqdn: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MigrateVm:
+    """Report where a checked-out VM runs, moving it when ``may_move``.
+    Result: :class:`~vmpooler.providers.base.MigrationResult` or None."""
+
+    op: ClassVar[ProviderOp] = ProviderOp.MIGRATE
+    answers: ClassVar[tuple[type, ...]] = (MigrationResult, type(None))
+    may_move: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CreateDisk:
+    """Add a disk of ``size_gb``. Result: ``bool``."""
+
+    op: ClassVar[ProviderOp] = ProviderOp.CREATE_DISK
+    answers: ClassVar[tuple[type, ...]] = (bool,)
+    size_gb: int
+
+
+@dataclass(frozen=True, slots=True)
+class CreateSnapshot:
+    """Snapshot the VM as ``name``. Result: ``bool``."""
+
+    op: ClassVar[ProviderOp] = ProviderOp.CREATE_SNAPSHOT
+    answers: ClassVar[tuple[type, ...]] = (bool,)
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class RevertSnapshot:
+    """Revert the VM to snapshot ``name``. Result: ``bool``."""
+
+    op: ClassVar[ProviderOp] = ProviderOp.REVERT_SNAPSHOT
+    answers: ClassVar[tuple[type, ...]] = (bool,)
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class PrepareTemplate:
+    """Create the delta disks of ``template`` (None: the pool's). Result: None."""
+
+    op: ClassVar[ProviderOp] = ProviderOp.PREPARE_TEMPLATE
+    answers: ClassVar[tuple[type, ...]] = ()
+    template: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LogFailureEvents:
+    """Log what the platform recorded about a pending VM that failed. Result: None."""
+
+    op: ClassVar[ProviderOp] = ProviderOp.LOG_FAILURE_EVENTS
+    answers: ClassVar[tuple[type, ...]] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeUnconfigured:
+    """Remove the provider's resources no configured pool uses, except ``allowlist``.
+    Result: None."""
+
+    op: ClassVar[ProviderOp] = ProviderOp.PURGE_UNCONFIGURED
+    answers: ClassVar[tuple[type, ...]] = ()
+    allowlist: tuple[str, ...] = ()
+
+
+ProviderRequest = (ListVms | CloneVm | CheckPending | CheckReady | CheckRunning | DestroyVm
+                   | MigrateVm | CreateDisk | CreateSnapshot | RevertSnapshot | PrepareTemplate
+                   | LogFailureEvents | PurgeUnconfigured)
+"""What a :class:`CallProvider` asks for: one frozen type per :class:`ProviderOp`, with its
+arguments by name. ``answers`` lists the types its result may have; empty: the result is
+dropped and the answer's is None."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallProvider:
+    """Pool actor → provider actor: run one provider call on the worker pool.
+
+    The answer is one :class:`ProviderCallFinished` told to ``reply_to``. Calls for the same
+    ``(pool, vm)`` never overlap: a second one while the first runs is answered at once with a
+    ``busy`` failure.
+    """
+
+    request: ProviderRequest
+    pool: str
+    vm: str | None
+    reply_to: pykka.ActorRef[Any]
+    call_id: int = 0
+
+    @property
+    def op(self) -> ProviderOp:
+        """The operation asked for (the request's)."""
+        return self.request.op
+
+
+_R = TypeVar("_R")
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderCallFinished:
+    """Provider actor → the caller: the outcome of one :class:`CallProvider`.
+
+    Exactly one of ``result`` (meaningful when ``failure`` is None) and ``failure`` applies;
+    the result is of the type the request names (:meth:`result_of` checks it).
+    """
+
+    op: ProviderOp
+    pool: str
+    vm: str | None
+    call_id: int
+    seconds: float
+    result: ProviderResult = None
+    failure: ProviderFailure | None = None
+
+    def result_of(self, kind: type[_R]) -> _R:
+        """The result as a ``kind``; ``TypeError`` (naming the operation) if it is not one."""
+        if not isinstance(self.result, kind):
+            raise TypeError(f"{self.op.value} answered {type(self.result).__name__}, "
+                            f"not {kind.__name__}")
+        return self.result
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,13 @@ from typing import Any
 import pykka
 
 from tests.harness import context_for, make_config, pool
-from vmpooler.actors.messages import CallProvider, CloneResult, ProviderCallFinished, ProviderOp
+from vmpooler.actors.messages import (
+    CallProvider,
+    CloneResult,
+    CloneVm,
+    DestroyVm,
+    ProviderCallFinished,
+)
 from vmpooler.actors.metrics.backends import RecordingMetrics
 from vmpooler.actors.provider.actor import ProviderActor
 from vmpooler.actors.runtime.breaker import CircuitBreaker
@@ -49,11 +55,10 @@ def test_clone_and_destroy_succeed_when_the_dns_plugin_fails() -> None:
         call_timeout=60, resolve_reply_to=lambda _pool: None, resolver=lambda _fqdn: False,
     )
     try:
-        actor.tell(CallProvider(ProviderOp.CLONE, "a", "vm1", collector, ("tpl", None), 1))
+        actor.tell(CallProvider(CloneVm("tpl", None), "a", "vm1", collector, 1))
         cloned: ProviderCallFinished = inbox.get(timeout=10)
         assert cloned.failure is None and isinstance(cloned.result, CloneResult)
-        actor.tell(CallProvider(ProviderOp.DESTROY, "a", "vm1", collector,
-                                ("vm1.example.test",), 2))
+        actor.tell(CallProvider(DestroyVm("vm1.example.test"), "a", "vm1", collector, 2))
         destroyed: ProviderCallFinished = inbox.get(timeout=10)
         assert destroyed.failure is None
         assert "vm1" not in provider.inventory_snapshot().get("a", [])

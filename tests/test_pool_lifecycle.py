@@ -16,7 +16,7 @@ from tests.harness import (
     started,
     wait_until,
 )
-from vmpooler.actors.messages import ProviderOp
+from vmpooler.actors.messages import CheckPending
 from vmpooler.actors.pool.hostnames import HostnameGenerator
 from vmpooler.actors.storage import schema, timefmt
 from vmpooler.providers.dummy import DummyProvider
@@ -461,7 +461,7 @@ def test_pool_recovers_when_its_provider_actor_crashes_mid_call(
             assert old is not None
             assert entered.wait(10), "the inventory call is running"
             # A message its handler cannot take (no reply_to) crashes the provider actor.
-            old.tell(CallProvider(ProviderOp.CHECK_PENDING, "a", "x", None, ()))  # type: ignore[arg-type]
+            old.tell(CallProvider(CheckPending(), "a", "x", None))  # type: ignore[arg-type]
             wait_until(lambda: not old.is_alive(), 10, "the provider actor to crash")
             # The supervisor handles the crash on its own thread: once it has scheduled the
             # restart, move the clock past its back-off.

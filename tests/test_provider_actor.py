@@ -22,7 +22,11 @@ import pytest
 from tests.harness import wait_until
 from vmpooler.actors.messages import (
     CallProvider,
+    CheckPending,
     CloneResult,
+    CloneVm,
+    DestroyVm,
+    ListVms,
     ProviderCallFinished,
     ProviderOp,
 )
@@ -176,8 +180,10 @@ class Rig:
              reply_to: pykka.ActorRef[Any] | None = None) -> int:
         """Tell the actor one call; returns its call_id."""
         call_id = next(self._ids)
-        self.actor.tell(CallProvider(op=op, pool=POOL, vm=vm, reply_to=reply_to or self.reply_to,
-                                     args=tuple(args), call_id=call_id))
+        request = {ProviderOp.LIST_VMS: ListVms, ProviderOp.CHECK_PENDING: CheckPending,
+                   ProviderOp.DESTROY: DestroyVm, ProviderOp.CLONE: CloneVm}[op](*args)
+        self.actor.tell(CallProvider(request=request, pool=POOL, vm=vm,
+                                     reply_to=reply_to or self.reply_to, call_id=call_id))
         return call_id
 
     def reply(self) -> ProviderCallFinished:

@@ -32,7 +32,7 @@ from tests.harness import wait_until
 from tests.http_client import get
 from tests.test_provider_actor import Collector
 from tests.vsphere_run import in_sync, log_lines, orphans, running, write_config
-from vmpooler.actors.messages import CallProvider, ProviderCallFinished, ProviderOp
+from vmpooler.actors.messages import CallProvider, CloneVm, ProviderCallFinished
 from vmpooler.actors.metrics.backends import RecordingMetrics
 from vmpooler.actors.provider.actor import ProviderActor
 from vmpooler.actors.runtime.breaker import BreakerState, CircuitBreaker
@@ -133,7 +133,7 @@ def _clone_failures(error: Exception) -> tuple[CircuitBreaker, list[ProviderCall
     try:
         answers = []
         for n in itertools.islice(itertools.count(), THRESHOLD):
-            actor.tell(CallProvider(op=ProviderOp.CLONE, pool="p", vm=f"vm{n}",
+            actor.tell(CallProvider(request=CloneVm(), pool="p", vm=f"vm{n}",
                                     reply_to=reply_to, call_id=n))
             answers.append(inbox.get(timeout=5))
         actor.ask("ping", timeout=5)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import redis
 
-from vmpooler.actors.messages import ProviderOp
+from vmpooler.actors.messages import CheckReady
 from vmpooler.actors.pool.calls import ProviderCalls
 from vmpooler.actors.pool.context import PoolIO, PoolPolicy
 from vmpooler.actors.pool.vm_cache import VmCache
@@ -152,7 +152,7 @@ class Brake:
                 self.window.window, len(self.held))
         if not self.engaged:
             for vm in sorted(self.held - self.calls.busy):
-                self.calls.send(ProviderOp.CHECK_READY, vm, False)
+                self.calls.send(CheckReady(check_hostname=False), vm)
         if self.rule is not None:
             self.io.metrics.gauge("brake.engaged", 1 if self.engaged else 0,
                               tags={"pool": self.policy.name})

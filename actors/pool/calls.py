@@ -15,7 +15,7 @@ from typing import Any
 
 import pykka
 
-from vmpooler.actors.messages import CallProvider, ProviderFailure, ProviderOp
+from vmpooler.actors.messages import CallProvider, ProviderFailure, ProviderOp, ProviderRequest
 from vmpooler.actors.runtime.clock import Clock
 from vmpooler.actors.runtime.supervisor import ActorDirectory
 
@@ -60,24 +60,24 @@ class ProviderCalls:
         """The pool's provider actor, looked up now (None while it is not running)."""
         return self.directory.get(f"provider:{self.provider_name}")
 
-    def call(self, op: ProviderOp, vm: str | None, *args: Any) -> CallProvider:
+    def call(self, request: ProviderRequest, vm: str | None) -> CallProvider:
         """A new call message answered to the pool actor (each with its own ``call_id``);
         nothing is sent or recorded."""
         self._ids += 1
-        return CallProvider(op=op, pool=self.pool, vm=vm, reply_to=self.reply_to,
-                            args=tuple(args), call_id=self._ids)
+        return CallProvider(request=request, pool=self.pool, vm=vm, reply_to=self.reply_to,
+                            call_id=self._ids)
 
-    def send(self, op: ProviderOp, vm: str, *args: Any) -> bool:
+    def send(self, request: ProviderRequest, vm: str) -> bool:
         """Send a provider call for ``vm`` unless one is outstanding. True if sent."""
         if vm in self._busy:
             return False
         provider = self.provider()
         if provider is None:
             return False
-        self._busy[vm] = op
+        self._busy[vm] = request.op
         self._since[vm] = self.clock.monotonic()
         try:
-            provider.tell(self.call(op, vm, *args))
+            provider.tell(self.call(request, vm))
         except pykka.ActorDeadError:
             del self._busy[vm]
             del self._since[vm]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Set
 
-from vmpooler.actors.messages import ProviderOp
+from vmpooler.actors.messages import CheckReady, CheckRunning
 from vmpooler.actors.pool.brake import Brake
 from vmpooler.actors.pool.calls import ProviderCalls
 from vmpooler.actors.pool.context import PoolIO, PoolPolicy
@@ -74,7 +74,7 @@ class PoolChecks:
                     log.info("[>] [%s] '%s' reached its lifetime of %dh, moved to 'completed'",
                              name, vm, hours)
                 continue
-            self.calls.send(ProviderOp.CHECK_RUNNING, vm, tagged != "true", user)
+            self.calls.send(CheckRunning(tag_user=tagged != "true", user=user), vm)
 
     def check_ready(self, snap: PoolSnapshot, inventory: set[str], now: float) -> set[str]:
         """Retire ready VMs gone from the inventory or past ``ready_ttl``; stamp ``check`` on
@@ -113,7 +113,7 @@ class PoolChecks:
                              "'completed'", name, vm, self.policy.pool.ready_ttl)
                 continue
             check_name = bool(self.policy.check_hostname) and now - since > _MISMATCH_GRACE
-            self.calls.send(ProviderOp.CHECK_READY, vm, check_name)
+            self.calls.send(CheckReady(check_hostname=check_name), vm)
         store.set_check_times(stamps)
         return ready
 

@@ -13,11 +13,12 @@ from __future__ import annotations
 import logging
 
 from vmpooler.actors.messages import (
+    CheckPending,
     CloneForRequest,
     CloneResult,
     CloneSlotFreed,
+    CloneVm,
     ProviderCallFinished,
-    ProviderOp,
     WantCloneSlot,
 )
 from vmpooler.actors.pool.calls import ProviderCalls, log_failure
@@ -172,7 +173,7 @@ class Clones:
             if request is not None:
                 self.ondemand.adopt(vm, request)
             template, target = self.upkeep.template, self.upkeep.clone_target
-            if not self.calls.send(ProviderOp.CLONE, vm, template, target):
+            if not self.calls.send(CloneVm(template, target), vm):
                 self.io.store.clone_failed(name, vm, error="provider unavailable",
                                        error_class="ProviderUnavailable", ttl=self.policy.data_ttl,
                                        release_slot=True, ondemand=request is not None)
@@ -195,7 +196,7 @@ class Clones:
         vm = msg.vm or ""
         ondemand = vm in self.ondemand
         if msg.failure is None:
-            result: CloneResult = msg.result
+            result = msg.result_of(CloneResult)
             try:
                 self.io.store.clone_succeeded(
                     name, vm, seconds=result.seconds, ip=result.ip,
@@ -210,7 +211,7 @@ class Clones:
                 "pool": name, "provider": self.policy.pool.provider, "result": "success"})
             self.io.metrics.gauge("vmpooler_clone", result.seconds, tags={"pool": name})
             log.info("[+] [%s] '%s' cloned in %.2f seconds", name, vm, result.seconds)
-            self.calls.send(ProviderOp.CHECK_PENDING, vm)
+            self.calls.send(CheckPending(), vm)
             if ondemand:
                 self.ondemand.slot_freed()
             else:

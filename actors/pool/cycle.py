@@ -14,7 +14,13 @@ import logging
 
 import redis
 
-from vmpooler.actors.messages import ProviderCallFinished, ProviderOp, RunPoolCycle
+from vmpooler.actors.messages import (
+    CheckPending,
+    DestroyVm,
+    ListVms,
+    ProviderCallFinished,
+    RunPoolCycle,
+)
 from vmpooler.actors.pool.calls import ProviderCalls
 from vmpooler.actors.pool.checks import PoolChecks
 from vmpooler.actors.pool.clones import Clones
@@ -88,7 +94,7 @@ class PoolCycle:
         self.list_sent_at = self.io.clock.monotonic()
         self.listings += 1
         self.cycle_again = False
-        provider.tell(self.calls.call(ProviderOp.LIST_VMS, None))
+        provider.tell(self.calls.call(ListVms(), None))
         self.schedule()  # a safety net, replaced when the inventory arrives
 
     def schedule(self, within: float | None = None) -> None:
@@ -129,7 +135,7 @@ class PoolCycle:
         if msg.failure is not None:
             self.on_inventory(None, msg.failure.message)
         else:
-            self.on_inventory(tuple(msg.result), None)
+            self.on_inventory(msg.result_of(tuple), None)
 
     def on_inventory(self, inventory: tuple[str, ...] | None, error: str | None) -> None:
         """Run one cycle over the inventory (None: the listing failed with ``error``)."""
@@ -206,7 +212,7 @@ class PoolCycle:
         pending = set(snap.pending) - self.ondemand.owners.keys()  # requests' VMs: not ours
         for vm in sorted(snap.pending - busy_vms, reverse=True):
             if vm in inventory:
-                activity |= self.calls.send(ProviderOp.CHECK_PENDING, vm)
+                activity |= self.calls.send(CheckPending(), vm)
             elif self.checks.pending_vanished(vm, self.list_sent_at, self.listings):
                 pending.discard(vm)
         self.checks.keep_suspects(snap.pending - inventory)
@@ -214,7 +220,7 @@ class PoolCycle:
             if vm in inventory:
                 if store.begin_destroy(name, vm, now=timefmt.format_epoch(now),
                                        ttl=self.policy.data_ttl):
-                    self.calls.send(ProviderOp.DESTROY, vm, self.policy.fqdn(vm))
+                    self.calls.send(DestroyVm(self.policy.fqdn(vm)), vm)
             elif store.forget(name, vm, delete_hash=True):
                 self.vms.forget(vm)
         if self.upkeep.apply_overrides():

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from vmpooler.actors.messages import ProviderCallFinished, ProviderOp
+from vmpooler.actors.messages import MigrateVm, ProviderCallFinished
 from vmpooler.actors.pool.calls import ProviderCalls
 from vmpooler.actors.pool.context import PoolIO, PoolPolicy
 from vmpooler.actors.storage import timefmt
@@ -39,7 +39,7 @@ class Migrations:
             why = "moving"
         else:
             why = "limit"
-        if self.calls.send(ProviderOp.MIGRATE, vm, why == "moving"):
+        if self.calls.send(MigrateVm(may_move=why == "moving"), vm):
             self.asked[vm] = why
         elif why == "moving":
             self.io.provider_store.release_migration(vm)
@@ -60,7 +60,7 @@ class Migrations:
                 log.error("[!] [%s] '%s' migration failed: %s", name, vm,
                           msg.failure.message)
             return
-        result: MigrationResult | None = msg.result
+        result = None if msg.result is None else msg.result_of(MigrationResult)
         if result is None or result.host is None:
             return
         fields = {"host": result.host}

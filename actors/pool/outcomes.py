@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable
 
 from vmpooler.actors.messages import (
+    LogFailureEvents,
     ProviderCallFinished,
     ProviderOp,
     ReadyCheckResult,
@@ -106,7 +107,7 @@ class Outcomes:
                 reason = msg.failure.message if msg.failure is not None else "not ready"
                 log.error("[>] [%s] '%s' marked as 'failed' after %s minutes (%s)", name,
                           vm, self.policy.timeout_min, reason)
-                self.calls.send(ProviderOp.LOG_FAILURE_EVENTS, vm)  # why, when configured
+                self.calls.send(LogFailureEvents(), vm)  # why, when configured
             self.ondemand.failed(vm, f"not ready after {self.policy.timeout_min} minutes")
             vms.forget(vm)
 
@@ -118,7 +119,7 @@ class Outcomes:
             log_failure(msg.failure, "[!] [%s] could not check ready VM '%s': %s", name,
                         vm, msg.failure.message, level=logging.WARNING)
             return
-        result: ReadyCheckResult = msg.result
+        result = msg.result_of(ReadyCheckResult)
         if vm in self.brake.held:  # checked again after the brake released
             self.brake.rechecked(vm, result.ready, self.size())
             return
@@ -153,7 +154,7 @@ class Outcomes:
             log_failure(msg.failure, "[!] [%s] could not check running VM '%s': %s",
                         name, vm, msg.failure.message, level=logging.WARNING)
             return
-        result: RunningCheckResult = msg.result
+        result = msg.result_of(RunningCheckResult)
         if result.tagged:
             store.set_vm_fields(vm, {"user_tagged": "true"})
         if not result.exists and self.brake.failed(vm, self.size()):

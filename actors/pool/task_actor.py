@@ -17,8 +17,11 @@ import redis
 
 from vmpooler.actors.messages import (
     CallProvider,
+    CreateDisk,
+    CreateSnapshot,
     ProviderCallFinished,
     ProviderOp,
+    RevertSnapshot,
     RunPoolCycle,
     TasksQueued,
 )
@@ -98,17 +101,23 @@ class TaskActor(SupervisedActor):
         if provider is None:
             log.error("[!] [tasks] %s task '%s': VM has no known pool or provider", kind, task)
             return
-        value: Any = arg
+        request: CreateDisk | CreateSnapshot | RevertSnapshot
+        value: int | str = arg
         if op is ProviderOp.CREATE_DISK:
             try:
                 value = int(arg)
             except ValueError:
                 log.error("[!] [tasks] disk task '%s' has a bad size", task)
                 return
+            request = CreateDisk(value)
+        elif op is ProviderOp.CREATE_SNAPSHOT:
+            request = CreateSnapshot(arg)
+        else:
+            request = RevertSnapshot(arg)
         self.call_ids += 1
         self.args[self.call_ids] = (kind, value, task)
-        provider.tell(CallProvider(op=op, pool=pool or "", vm=vm, reply_to=self.actor_ref,
-                                   args=(value,), call_id=self.call_ids))
+        provider.tell(CallProvider(request=request, pool=pool or "", vm=vm,
+                                   reply_to=self.actor_ref, call_id=self.call_ids))
         log.info("[*] [disk_manager] '%s' %s task started (%s)", vm, kind, arg)
 
     def _finished(self, msg: ProviderCallFinished) -> None:

@@ -27,7 +27,7 @@ import logging
 from collections.abc import Callable
 
 from vmpooler.actors.config.overrides import effective_size, size_override
-from vmpooler.actors.messages import PoolChanged, ProviderCallFinished, ProviderOp
+from vmpooler.actors.messages import PoolChanged, PrepareTemplate, ProviderCallFinished
 from vmpooler.actors.pool.calls import ProviderCalls
 from vmpooler.actors.pool.context import PoolIO, PoolPolicy
 from vmpooler.actors.storage.pool_snapshot import PoolFlags, PoolOverrides, PoolSnapshot
@@ -196,7 +196,7 @@ class PoolUpkeep:
             if provider is not None:
                 self.preparing = True
                 self.preparing_since = self.io.clock.monotonic()
-                provider.tell(self.calls.call(ProviderOp.PREPARE_TEMPLATE,
+                provider.tell(self.calls.call(PrepareTemplate(self.template),
                                              f"template:{self.template}"))
                 return
         self._prepared(self.template)

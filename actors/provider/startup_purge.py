@@ -20,7 +20,7 @@ from typing import Any
 import pykka
 
 from vmpooler.actors.config import Config
-from vmpooler.actors.messages import CallProvider, ProviderOp
+from vmpooler.actors.messages import CallProvider, PurgeUnconfigured
 from vmpooler.actors.runtime.supervisor import ActorDirectory
 
 __all__ = ["request_startup_purges", "startup_purges"]
@@ -76,8 +76,8 @@ def request_startup_purges(config: Config, directory: ActorDirectory) -> list[st
         log.info("[*] [%s] purging unconfigured resources (allowlist: %s)", name,
                  ", ".join(allowlist) or "none")
         try:
-            ref.tell(CallProvider(op=ProviderOp.PURGE_UNCONFIGURED, pool="", vm=name,
-                                  reply_to=housekeeper, args=(allowlist,)))
+            ref.tell(CallProvider(request=PurgeUnconfigured(tuple(allowlist)), pool="", vm=name,
+                                  reply_to=housekeeper))
         except pykka.ActorDeadError:
             continue
         asked.append(name)

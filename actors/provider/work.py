@@ -11,18 +11,31 @@ import logging
 import socket
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import cast
 
 from vmpooler.actors.messages import (
     CallProvider,
+    CheckPending,
+    CheckReady,
+    CheckRunning,
     CloneResult,
-    ProviderOp,
+    CloneVm,
+    CreateDisk,
+    CreateSnapshot,
+    DestroyVm,
+    ListVms,
+    LogFailureEvents,
+    MigrateVm,
+    PrepareTemplate,
+    ProviderResult,
+    PurgeUnconfigured,
     ReadyCheckResult,
+    RevertSnapshot,
     RunningCheckResult,
 )
 from vmpooler.providers.base import Provider
 from vmpooler.providers.dns import DnsPlugin, DynamicDns
-from vmpooler.providers.errors import ProviderError
+from vmpooler.providers.errors import PermanentProviderError, ProviderError
 
 __all__ = ["ProviderWork", "StaleDnsError", "resolves"]
 
@@ -54,41 +67,55 @@ class ProviderWork:
         self.resolver = resolver
         self.monotonic = monotonic  # the clock durations (clone, destroy) are measured on
 
-    def for_call(self, call: CallProvider) -> Callable[[], Any]:
-        """What to run on a worker thread for ``call`` (not run here)."""
-        p, pool, vm, args = self.provider, call.pool, call.vm or "", call.args
-        op = call.op
-        if op is ProviderOp.LIST_VMS:
-            return lambda: tuple(p.vms_in_pool(pool))
-        if op is ProviderOp.CLONE:
-            template, target = (*args, None, None)[:2]
-            return lambda: self._clone(pool, vm, template, target)
-        if op is ProviderOp.CHECK_PENDING:
-            return lambda: bool(p.vm_ready(pool, vm))
-        if op is ProviderOp.CHECK_READY:
-            return lambda: self._check_ready(pool, vm, bool(args[0]) if args else True)
-        if op is ProviderOp.CHECK_RUNNING:
-            return lambda: self._check_running(pool, vm, bool(args[0]), args[1])
-        if op is ProviderOp.DESTROY:
-            return lambda: self._destroy(pool, vm, args[0] if args else None)
-        if op is ProviderOp.MIGRATE:
-            may_move = bool(args[0]) if args else False
-            return lambda: p.migrate_vm(pool, vm, may_move=may_move)
-        if op is ProviderOp.CREATE_DISK:
-            return lambda: bool(p.create_disk(pool, vm, int(args[0])))
-        if op is ProviderOp.CREATE_SNAPSHOT:
-            return lambda: bool(p.create_snapshot(pool, vm, str(args[0])))
-        if op is ProviderOp.REVERT_SNAPSHOT:
-            return lambda: bool(p.revert_snapshot(pool, vm, str(args[0])))
-        if op is ProviderOp.PREPARE_TEMPLATE:  # vm is "template:<the template in effect>"
-            template = vm.removeprefix("template:") or None
-            return lambda: p.create_template_delta_disks(pool, template=template)
-        if op is ProviderOp.LOG_FAILURE_EVENTS:
-            return lambda: p.log_failure_events(pool, vm)
-        if op is ProviderOp.PURGE_UNCONFIGURED:
-            allowlist = tuple(args[0]) if args else ()
-            return lambda: p.purge_unconfigured_resources(allowlist)
-        raise ValueError(f"unknown provider op {op!r}")
+    def for_call(self, call: CallProvider) -> Callable[[], ProviderResult]:
+        """What to run on a worker thread for ``call`` (not run here). It returns a result of
+        a type the call's request ``answers`` (None when that is empty), or raises
+        :class:`~vmpooler.providers.errors.PermanentProviderError` naming the operation when
+        the provider returned something else."""
+        run = self._run(call)
+        request = call.request
+
+        def checked() -> ProviderResult:
+            result = run()
+            if not request.answers:
+                return None
+            if not isinstance(result, request.answers):
+                raise PermanentProviderError(
+                    f"the provider's {request.op.value} returned {type(result).__name__}, "
+                    f"not {' or '.join(t.__name__ for t in request.answers)}")
+            return cast(ProviderResult, result)  # one of the answers' types, checked above
+        return checked
+
+    def _run(self, call: CallProvider) -> Callable[[], object]:
+        p, pool, vm = self.provider, call.pool, call.vm or ""
+        match call.request:
+            case ListVms():
+                return lambda: tuple(p.vms_in_pool(pool))
+            case CloneVm(template=template, target=target):
+                return lambda: self._clone(pool, vm, template, target)
+            case CheckPending():
+                return lambda: bool(p.vm_ready(pool, vm))
+            case CheckReady(check_hostname=check_hostname):
+                return lambda: self._check_ready(pool, vm, check_hostname)
+            case CheckRunning(tag_user=tag_user, user=user):
+                return lambda: self._check_running(pool, vm, tag_user, user)
+            case DestroyVm(fqdn=fqdn):
+                return lambda: self._destroy(pool, vm, fqdn)
+            case MigrateVm(may_move=may_move):
+                return lambda: p.migrate_vm(pool, vm, may_move=may_move)
+            case CreateDisk(size_gb=size_gb):
+                return lambda: bool(p.create_disk(pool, vm, size_gb))
+            case CreateSnapshot(name=name):
+                return lambda: bool(p.create_snapshot(pool, vm, name))
+            case RevertSnapshot(name=name):
+                return lambda: bool(p.revert_snapshot(pool, vm, name))
+            case PrepareTemplate(template=template):
+                return lambda: p.create_template_delta_disks(pool, template=template)
+            case LogFailureEvents():
+                return lambda: p.log_failure_events(pool, vm)
+            case PurgeUnconfigured(allowlist=allowlist):
+                return lambda: p.purge_unconfigured_resources(allowlist)
+        raise ValueError(f"unknown provider request {call.request!r}")
 
     def _dns(self, pool: str) -> DnsPlugin | None:
         plugin = self.dns_plugins.get(pool)
