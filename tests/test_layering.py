@@ -2,7 +2,7 @@
 ``actors/`` imports only the folders below it, the API names no Redis key, and the core
 never imports the API.
 
-A folder is ``vmpooler.actors.<folder>`` (or the modules ``system`` and ``messages``);
+A folder is ``vmpooler.actors.<folder>`` (or the modules ``system`` and ``factories``);
 imports are walked as in tests/test_import_cycles.py (``TYPE_CHECKING`` and function-level
 imports included).
 """

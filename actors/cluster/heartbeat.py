@@ -75,11 +75,11 @@ class Heartbeat(SupervisedActor):
         else:
             log.debug("[*] [heartbeat] '%s' removed", self.manager)
 
-    def handle(self, message: Any) -> Any:
-        if isinstance(message, SendHeartbeat):
-            self.ticks.arm(self.interval, SendHeartbeat())
-            self._beat()
-        return None
+    def handle(self, message: object) -> None:
+        match message:
+            case SendHeartbeat():
+                self.ticks.arm(self.interval, SendHeartbeat())
+                self._beat()
 
     def _beat(self) -> None:
         try:

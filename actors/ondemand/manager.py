@@ -159,26 +159,26 @@ class OnDemandManager(SupervisedActor):
                         "%.0fs", exc, self.leases.ttl)
 
     # -- mailbox --------------------------------------------------------------------------------
-    def handle(self, message: Any) -> Any:
-        if isinstance(message, RequestChanged):
-            self._changed(message)
-        elif isinstance(message, WantRequestVms):
-            self.slots.want(message.request_id, message.wants)
-        elif isinstance(message, RequestCloneAnswered):
-            self._answered(message)
-        elif isinstance(message, RequestSlotFreed):
-            self.slots.freed()
-        elif isinstance(message, RequestFinished):
-            self._finished(message.request_id)
-        elif isinstance(message, ActorCrashed):
-            self._crashed(message)
-        elif isinstance(message, ActorStopped):
-            self._stopped(message)
-        elif isinstance(message, SweepRequests):
-            self._sweep()
-        elif isinstance(message, RenewRequestLeases):
-            self._renew()
-        return None
+    def handle(self, message: object) -> None:
+        match message:
+            case RequestChanged():
+                self._changed(message)
+            case WantRequestVms(request_id=request_id, wants=wants):
+                self.slots.want(request_id, wants)
+            case RequestCloneAnswered():
+                self._answered(message)
+            case RequestSlotFreed():
+                self.slots.freed()
+            case RequestFinished(request_id=request_id):
+                self._finished(request_id)
+            case ActorCrashed():
+                self._crashed(message)
+            case ActorStopped():
+                self._stopped(message)
+            case SweepRequests():
+                self._sweep()
+            case RenewRequestLeases():
+                self._renew()
 
     def _changed(self, message: RequestChanged) -> None:
         if message.reason == _RESTART and (record := self.tracked.get(message.request_id)):

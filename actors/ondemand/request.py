@@ -121,7 +121,7 @@ class RequestActor(PooledSupervisedActor):
         self.deadline: Timer | None = None  # the TTL, then the grace window
         self.verify_timer: Timer | None = None
         self.outage = 0  # consecutive messages that met a Redis error
-        self.waiting: list[Any] = []  # messages that came while CLAIMING
+        self.waiting: list[object] = []  # messages that came while CLAIMING
 
     # -- phases ---------------------------------------------------------------------------------
     def _enter(self, phase: Phase) -> None:
@@ -134,7 +134,7 @@ class RequestActor(PooledSupervisedActor):
             if timer is not None:
                 timer.cancel()
 
-    def _retry_later(self, exc: redis.RedisError, what: str, message: Any) -> None:
+    def _retry_later(self, exc: redis.RedisError, what: str, message: object) -> None:
         """A Redis error: tell ``message`` to this actor again after the back-off."""
         self.outage += 1
         delay = backoff(self.outage)
@@ -198,18 +198,18 @@ class RequestActor(PooledSupervisedActor):
         self._sync_tasks(stale=tuple(vms.entries.values()))
 
     # -- mailbox --------------------------------------------------------------------------------
-    def handle(self, message: Any) -> Any:
+    def handle(self, message: object) -> None:
         match self.phase, message:
             case Phase.FINISHED, _:
-                return None
+                return
             case Phase.CLAIMING, ClaimRequest():
                 self._start()
-                return None
+                return
             case Phase.CLAIMING, _:
                 self.waiting.append(message)
-                return None
+                return
             case _, ClaimRequest():  # claimed already
-                return None
+                return
         try:
             self._dispatch(message)
             self.outage = 0
@@ -219,9 +219,8 @@ class RequestActor(PooledSupervisedActor):
         except redis.RedisError as exc:
             # Redis is away: handle the message again later (the scripts make that safe).
             self._retry_later(exc, "", message)
-        return None
 
-    def _dispatch(self, message: Any) -> None:
+    def _dispatch(self, message: object) -> None:
         match message:
             case RequestVmCloning(alias=alias, pool=pool, vm=vm):
                 self.vms.cloning(vm, (alias, pool))
@@ -368,7 +367,7 @@ class RequestActor(PooledSupervisedActor):
         self._tell_manager(RequestFinished(self.request_id, ""))
         self.actor_ref.stop(block=False)
 
-    def _tell_manager(self, message: Any) -> None:
+    def _tell_manager(self, message: object) -> None:
         with contextlib.suppress(pykka.ActorDeadError):  # it is being restarted
             self.manager.tell(message)
 

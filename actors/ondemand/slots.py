@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import pykka
 import redis
@@ -26,11 +27,32 @@ from vmpooler.actors.runtime.supervisor import ActorDirectory
 from vmpooler.actors.storage.redis_errors import redis_failure
 from vmpooler.actors.storage.request_store import RequestStore
 
-__all__ = ["GRANT_LOST_AFTER", "CloneSlots"]
+__all__ = ["GRANT_LOST_AFTER", "CloneSlots", "Grant", "Want"]
 
 log = logging.getLogger(__name__)
 
 GRANT_LOST_AFTER = 30.0  # s without an answer from the pool actor (it answers at once): regrant
+
+
+@dataclass(frozen=True, slots=True)
+class Want:
+    """One VM a request waits a clone slot for: ``wanted_at`` (monotonic) is when the
+    request first asked, kept across regrants so ``clone.queue_wait`` measures the whole
+    wait."""
+
+    alias: str
+    pool: str
+    wanted_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """A slot handed to ``request_id`` for ``want`` at ``granted_at`` (monotonic), not yet
+    answered by the pool actor."""
+
+    request_id: str
+    want: Want
+    granted_at: float
 
 
 class CloneSlots:
@@ -58,10 +80,8 @@ class CloneSlots:
         self.remote = remote
         self.leases = leases
         self.runs = runs
-        # request -> (alias, pool, monotonic time the request asked for it)
-        self.wants: FairQueue[str, tuple[str, str, float]] = FairQueue()
-        # grant -> id, alias, pool, granted at, wanted at (monotonic)
-        self.granted: dict[int, tuple[str, str, str, float, float]] = {}
+        self.wants: FairQueue[str, Want] = FairQueue()  # request -> the VMs it waits for
+        self.granted: dict[int, Grant] = {}  # grant number -> the grant
         self.grants = 0
         self.blocked = False  # the last grant found no free slot: wait for one to be freed
 
@@ -70,7 +90,7 @@ class CloneSlots:
         queued ones. Grants what it can."""
         if wants:
             at = self.clock.monotonic()
-            self.wants.extend(request_id, [(alias, pool, at) for alias, pool in wants])
+            self.wants.extend(request_id, [Want(alias, pool, at) for alias, pool in wants])
         else:
             self.wants.drop(request_id)
         self.grant()
@@ -106,23 +126,22 @@ class CloneSlots:
             popped = self.wants.pop()
             if popped is None:
                 break
-            request_id, (alias, pool, wanted_at) = popped
-            ref = self.directory.get(f"pool:{pool}")
+            request_id, want = popped
+            ref = self.directory.get(f"pool:{want.pool}")
             if ref is None:  # the pool actor is restarting: try again at the next sweep
-                self.wants.push_front(request_id, (alias, pool, wanted_at))
+                self.wants.push_front(request_id, want)
                 self.blocked = True
                 return
             self.grants += 1
-            self.granted[self.grants] = (request_id, alias, pool, self.clock.monotonic(),
-                                         wanted_at)
+            self.granted[self.grants] = Grant(request_id, want, self.clock.monotonic())
             fence = self.leases.fence(request_id)
             try:
-                ref.tell(CloneForRequest(request_id, alias, pool, grant=self.grants,
+                ref.tell(CloneForRequest(request_id, want.alias, want.pool, grant=self.grants,
                                          reply_to=self.remote.member,
                                          fence="" if fence is None else fence.value))
             except pykka.ActorDeadError:
                 del self.granted[self.grants]
-                self.wants.push_front(request_id, (alias, pool, wanted_at))
+                self.wants.push_front(request_id, want)
                 self.blocked = True
                 return
             free -= 1
@@ -133,11 +152,11 @@ class CloneSlots:
         grant = self.granted.pop(message.grant, None)
         if grant is None:
             return  # already given up on and granted again
-        wanted_at = grant[4]
+        wanted_at = grant.want.wanted_at
         if message.vm is None:
             if self.runs(message.request_id):
                 self.wants.push_front(message.request_id,
-                                      (message.alias, message.pool, wanted_at))
+                                      Want(message.alias, message.pool, wanted_at))
             self.blocked = True  # no slot (or no name): wait for a freed slot or the sweep
             return
         # the pool actor reserved the slot: the wait ends here, however often it was regranted
@@ -148,8 +167,8 @@ class CloneSlots:
     def regrant_lost(self) -> None:
         """Grants unanswered for :data:`GRANT_LOST_AFTER` seconds are queued again."""
         now = self.clock.monotonic()
-        for grant, (request_id, alias, pool, at, wanted_at) in list(self.granted.items()):
-            if now - at > GRANT_LOST_AFTER:
-                del self.granted[grant]
-                if self.runs(request_id):
-                    self.wants.push_front(request_id, (alias, pool, wanted_at))
+        for number, grant in list(self.granted.items()):
+            if now - grant.granted_at > GRANT_LOST_AFTER:
+                del self.granted[number]
+                if self.runs(grant.request_id):
+                    self.wants.push_front(grant.request_id, grant.want)

@@ -173,52 +173,59 @@ class PoolActor(PooledSupervisedActor):
             self.renew_timer.cancel()
         self.io.ownership.release()  # the next owner need not wait for the TTL
 
-    def handle(self, message: Any) -> Any:
-        if isinstance(message, ProviderCallFinished):
-            if message.vm is not None:
-                self.calls.finished(message.vm)
-            if message.op is ProviderOp.LIST_VMS:
-                self._guard(self.cycle.listed, message)
-            else:
-                self._guard(self._answered, message)
-        elif isinstance(message, RunPoolCycle):
-            if message.generation in (0, self.cycle.generation):
-                self.cycle.request()
-        elif isinstance(message, PoolChanged):
-            log.debug("[%s] woken: %s", self.policy.name, message.reason)
-            self.upkeep.changed()  # the override keys may have changed: read them
-            self.cycle.request()
-            if not self._acting() and not message.forwarded:  # the news is for its owner
-                self.remote.to_lease_holder(POOL, self.policy.name, f"pool:{self.policy.name}",
-                                            replace(message, forwarded=True))
-        elif isinstance(message, RenewLease):
-            self._arm_renewal()
-            self._refresh()
-        elif isinstance(message, PoolHandedOver):
-            log.debug("[%s] handed over by its former owner: taking the lease", self.policy.name)
-            self._refresh()
-        elif isinstance(message, RefillPool):
-            # A slot is offered; if this pool no longer needs it, refill passes it on.
-            if self._acting():
-                self._guard(lambda: self.clones.refill(freed=1))
-            elif (broker := self.io.directory.get("slots")) is not None:
-                broker.tell(CloneSlotFreed(1))
-        elif isinstance(message, StartDrain):
-            self._guard(self.upkeep.drain, message.reason or "drain requested")
-        elif isinstance(message, CloneForRequest):
-            if self._acting():
-                self._guard(self.clones.for_request, message)
-            elif message.forwarded or not self.remote.to_lease_holder(
-                    POOL, self.policy.name, f"pool:{self.policy.name}",
-                    replace(message, forwarded=True)):
-                self.ondemand.clone_answered(message, None)  # nobody here owns the pool
-        elif isinstance(message, PurgeStaleVms):
-            if not self._acting():
-                self._refresh()  # the first round may come before the first cycle
-            if self._acting():
-                self._guard(self.purge.purge, message)
-            self.purge.answer(message)  # always: the housekeeper waits for every pool
-        return None
+    def handle(self, message: object) -> None:
+        match message:
+            case ProviderCallFinished():
+                if message.vm is not None:
+                    self.calls.finished(message.vm)
+                if message.op is ProviderOp.LIST_VMS:
+                    self._guard(self.cycle.listed, message)
+                else:
+                    self._guard(self._answered, message)
+            case RunPoolCycle(generation=generation):
+                if generation in (0, self.cycle.generation):
+                    self.cycle.request()
+            case PoolChanged():
+                self._changed(message)
+            case RenewLease():
+                self._arm_renewal()
+                self._refresh()
+            case PoolHandedOver():
+                log.debug("[%s] handed over by its former owner: taking the lease",
+                          self.policy.name)
+                self._refresh()
+            case RefillPool():
+                # A slot is offered; if this pool no longer needs it, refill passes it on.
+                if self._acting():
+                    self._guard(lambda: self.clones.refill(freed=1))
+                elif (broker := self.io.directory.get("slots")) is not None:
+                    broker.tell(CloneSlotFreed(1))
+            case StartDrain(reason=reason):
+                self._guard(self.upkeep.drain, reason or "drain requested")
+            case CloneForRequest():
+                self._clone_for_request(message)
+            case PurgeStaleVms():
+                if not self._acting():
+                    self._refresh()  # the first round may come before the first cycle
+                if self._acting():
+                    self._guard(self.purge.purge, message)
+                self.purge.answer(message)  # always: the housekeeper waits for every pool
+
+    def _changed(self, message: PoolChanged) -> None:
+        log.debug("[%s] woken: %s", self.policy.name, message.reason)
+        self.upkeep.changed()  # the override keys may have changed: read them
+        self.cycle.request()
+        if not self._acting() and not message.forwarded:  # the news is for its owner
+            self.remote.to_lease_holder(POOL, self.policy.name, f"pool:{self.policy.name}",
+                                        replace(message, forwarded=True))
+
+    def _clone_for_request(self, message: CloneForRequest) -> None:
+        if self._acting():
+            self._guard(self.clones.for_request, message)
+        elif message.forwarded or not self.remote.to_lease_holder(
+                POOL, self.policy.name, f"pool:{self.policy.name}",
+                replace(message, forwarded=True)):
+            self.ondemand.clone_answered(message, None)  # nobody here owns the pool
 
     def _answered(self, msg: ProviderCallFinished) -> None:
         """Route a provider answer (not ``LIST_VMS``) to the part that sent the call. A

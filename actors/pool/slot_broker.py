@@ -34,12 +34,12 @@ class SlotBroker(SupervisedActor):
         self.directory = directory
         self.waiting: OrderedDict[str, None] = OrderedDict()
 
-    def handle(self, message: Any) -> Any:
-        if isinstance(message, WantCloneSlot):
-            self.waiting.setdefault(message.pool, None)
-        elif isinstance(message, CloneSlotFreed):
-            self._wake(message.count)
-        return None
+    def handle(self, message: object) -> None:
+        match message:
+            case WantCloneSlot(pool=pool):
+                self.waiting.setdefault(pool, None)
+            case CloneSlotFreed(count=count):
+                self._wake(count)
 
     def _wake(self, count: int) -> None:
         for _ in range(count):

@@ -72,15 +72,15 @@ class TaskActor(SupervisedActor):
     def setup(self) -> None:
         self.actor_ref.tell(RunPoolCycle())
 
-    def handle(self, message: Any) -> Any:
-        if isinstance(message, RunPoolCycle):
-            self._round()
-            self.scheduler.tell_later(self.interval, self.actor_ref, RunPoolCycle())
-        elif isinstance(message, TasksQueued):
-            self._round()
-        elif isinstance(message, ProviderCallFinished):
-            self._finished(message)
-        return None
+    def handle(self, message: object) -> None:
+        match message:
+            case RunPoolCycle():
+                self._round()
+                self.scheduler.tell_later(self.interval, self.actor_ref, RunPoolCycle())
+            case TasksQueued():
+                self._round()
+            case ProviderCallFinished():
+                self._finished(message)
 
     def _round(self) -> None:
         try:

@@ -100,7 +100,7 @@ class _Supervised:
             self.on_failure(type(exc), exc, exc.__traceback__)
             raise
 
-    def on_receive(self, message: Any) -> Any:
+    def on_receive(self, message: object) -> Any:
         try:
             return self.handle(message)
         except Exception:
@@ -198,7 +198,7 @@ class Supervisor(pykka.ThreadingActor):
         """Restarts of each child within the current period."""
         return {n: len(s.restarts) for n, s in self.children.items()}
 
-    def on_receive(self, message: Any) -> Any:
+    def on_receive(self, message: object) -> Any:
         try:
             self._receive(message)
         except BaseException:  # the supervisor must outlive any of its own mistakes
@@ -206,12 +206,11 @@ class Supervisor(pykka.ThreadingActor):
         return None
 
     def _receive(self, message: object) -> None:
-        if isinstance(message, StopSupervising):
-            self.stopping = True
-            return
-        if self.stopping:
-            return
         match message:
+            case StopSupervising():
+                self.stopping = True
+            case _ if self.stopping:
+                return  # after StopSupervising: restart nothing
             case ActorCrashed():
                 self._crashed(message)
             case RestartActor():

@@ -1,0 +1,164 @@
+"""On-demand requests: the API, the on-demand manager, request actors and pool actors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "ClaimRequest",
+    "CloneForRequest",
+    "RenewRequestLeases",
+    "RequestChanged",
+    "RequestCloneAnswered",
+    "RequestExpired",
+    "RequestFinished",
+    "RequestSlotFreed",
+    "RequestVmCloning",
+    "RequestVmFailed",
+    "RequestVmReady",
+    "SweepRequests",
+    "VerifyInFlight",
+    "WantRequestVms",
+    "request_actor_name",
+]
+
+
+def request_actor_name(request_id: str) -> str:
+    """The name a request's actor is registered under in the actor directory."""
+    return f"request:{request_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestChanged:
+    """API (through Commands) → on-demand manager → request actor: the request was created
+    or deleted in Redis. The manager starts an actor for a request that has none."""
+
+    request_id: str
+    reason: str = ""
+    forwarded: bool = False  # it already went on from another manager: never again
+
+
+@dataclass(frozen=True, slots=True)
+class RenewRequestLeases:
+    """Scheduler → on-demand manager: renew the leases of the requests it runs."""
+
+
+@dataclass(frozen=True, slots=True)
+class SweepRequests:
+    """Scheduler → on-demand manager: look for requests without an actor and hand out any
+    clone slot that is free."""
+
+
+@dataclass(frozen=True, slots=True)
+class WantRequestVms:
+    """Request actor → on-demand manager: clone one VM for each ``(alias, pool)`` in
+    ``wants``, when a slot is free and it is this request's turn. Empty ``wants``
+    withdraws everything the request still has queued."""
+
+    request_id: str
+    wants: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CloneForRequest:
+    """On-demand manager → pool actor: clone one VM for the request, using an on-demand
+    clone slot. Answered to the manager with :class:`RequestCloneAnswered`; the request
+    actor hears :class:`RequestVmCloning`, then :class:`RequestVmReady` or
+    :class:`RequestVmFailed`. ``grant`` numbers the manager's grants; ``reply_to`` is the
+    granting manager's id ('' = the pool actor's own manager), ``fence`` the value of the
+    request's lease the grant was made under ('' = none: the clone is not fenced by it), and
+    ``forwarded`` says it already went on from a manager not owning the pool."""
+
+    request_id: str
+    alias: str
+    pool: str
+    grant: int = 0
+    reply_to: str = ""
+    fence: str = ""
+    forwarded: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RequestCloneAnswered:
+    """Pool actor → on-demand manager: the clone of :class:`CloneForRequest` started
+    (``vm`` set) or could not start (``vm`` None: no slot, no provider, no name)."""
+
+    request_id: str
+    alias: str
+    pool: str
+    vm: str | None
+    grant: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSlotFreed:
+    """Pool actor → on-demand manager: an on-demand clone finished; its slot is free."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestVmCloning:
+    """Pool actor → request actor: ``vm`` is being cloned for the request."""
+
+    request_id: str
+    alias: str
+    pool: str
+    vm: str
+
+
+@dataclass(frozen=True, slots=True)
+class RequestVmReady:
+    """Pool actor → request actor: ``vm`` (still pending) passed its readiness check."""
+
+    request_id: str
+    alias: str
+    pool: str
+    vm: str
+
+
+@dataclass(frozen=True, slots=True)
+class RequestVmFailed:
+    """Pool actor → request actor: ``vm``'s clone failed or it never became ready (it is
+    already out of pending). ``permanent`` errors are not worth retrying; ``refused`` means
+    nothing was attempted (the provider's circuit breaker is open): not counted as a retry,
+    asked again later."""
+
+    request_id: str
+    alias: str
+    pool: str
+    vm: str
+    reason: str
+    permanent: bool = False
+    refused: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RequestExpired:
+    """Scheduler → request actor: the request's deadline (or its grace window) is over."""
+
+    request_id: str
+    grace: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """Request actor → itself, on a timer: claim the request again (its start met a Redis
+    outage; messages that came meanwhile wait for the claim)."""
+
+    request_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyInFlight:
+    """Request actor → itself, on a timer: are its VMs on their way still pending? One that
+    left pending unannounced (the message was lost with a manager) counts as failed."""
+
+    request_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFinished:
+    """Request actor → on-demand manager: the request reached ``status`` (or is gone, ``""``);
+    the actor has stopped and its queued clones are cancelled."""
+
+    request_id: str
+    status: str
