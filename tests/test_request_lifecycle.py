@@ -16,6 +16,7 @@ from vmpooler.actors.config import GlobalSettings
 from vmpooler.actors.messages import (
     RequestChanged,
     RequestFinished,
+    RequestVmCloning,
     RequestVmFailed,
     RequestVmReady,
     WantRequestVms,
@@ -234,3 +235,33 @@ def test_a_request_finishing_while_redis_goes_away_still_stops(rig: Rig) -> None
     assert rig.status() == "failed"
     assert RequestFinished(RID, "failed") in rig.told()
     assert rig.client.sismember(schema.pending(POOL), "vm-0")
+
+
+# -- a VM's outcome may come before its clone's start ------------------------------------------
+# The pool tells the request of a VM's failure or readiness directly, but of its clone's start
+# through the on-demand manager: under load the outcome can come first.
+def test_a_failure_heard_before_its_clone_started_is_counted(rig: Rig) -> None:
+    assert rig.store.create(RID, [Entry(POOL, POOL, 1)], created=int(rig.clock.now()))
+    ref = rig.start()
+    ref.ask("sync", timeout=5)
+    assert wants(rig) == [((POOL, POOL),)]
+    ref.tell(RequestVmFailed(RID, POOL, POOL, "vm-9", "clone failed"))
+    ref.tell(RequestVmCloning(RID, POOL, POOL, "vm-9"))
+    ref.ask("sync", timeout=5)
+    assert rig.client.hget(schema.odrequest(RID), "retry_count") == "1"
+    assert wants(rig) == [((POOL, POOL),), ((POOL, POOL),)]  # replaced
+
+
+def test_a_vm_delivered_before_its_clone_started_is_not_left_on_its_way(rig: Rig) -> None:
+    assert rig.store.create(RID, [Entry(POOL, POOL, 2)], created=int(rig.clock.now()))
+    ref = rig.start()
+    ref.ask("sync", timeout=5)
+    add_pending_vm(rig.client, "vm-9")
+    ref.tell(RequestVmReady(RID, POOL, POOL, "vm-9"))
+    ref.tell(RequestVmCloning(RID, POOL, POOL, "vm-9"))
+    ref.ask("sync", timeout=5)
+    assert rig.delivered() == {"vm-9"}
+    rig.clock.advance(verify_interval(GlobalSettings()))  # the check of VMs on their way
+    ref.ask("sync", timeout=5)
+    assert rig.client.hget(schema.odrequest(RID), "retry_count") is None
+    assert wants(rig) == [((POOL, POOL), (POOL, POOL))]  # nothing asked again

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import redis
 
+from vmpooler.actors.messages import RequestVmFailed
 from vmpooler.actors.storage.request_store import Entry, RequestStore
 
 __all__ = ["EntryKey", "Ledger", "TaskMirror"]
@@ -19,6 +20,9 @@ log = logging.getLogger(__name__)
 EntryKey = tuple[str, str]
 """``(alias, pool)``: one entry of a request."""
 
+EARLY_KEPT = 1000
+"""At most this many outcomes heard before their clone's start are kept (oldest dropped)."""
+
 
 @dataclass(slots=True)
 class Ledger:
@@ -26,12 +30,16 @@ class Ledger:
 
     ``entries``: what the request asks for; ``delivered``: VMs attached per entry;
     ``in_flight``: ``vm -> entry`` of the VMs cloning or booting for it; ``queued``: VMs
-    asked of the manager whose clone has not started."""
+    asked of the manager whose clone has not started; ``early``: ``vm -> outcome`` of VMs
+    whose failure (the message) or delivery (None) was heard before their clone's start.
+    A pool tells a request of its VM's outcome directly, but of its clone's start through
+    the on-demand manager, so the two may arrive in either order."""
 
     entries: dict[EntryKey, Entry] = field(default_factory=dict)
     delivered: Counter[EntryKey] = field(default_factory=Counter)
     in_flight: dict[str, EntryKey] = field(default_factory=dict)
     queued: Counter[EntryKey] = field(default_factory=Counter)
+    early: dict[str, RequestVmFailed | None] = field(default_factory=dict)
 
     def complete(self) -> bool:
         """True when every entry has received all its VMs."""
@@ -42,6 +50,13 @@ class Ledger:
         if self.queued[key] > 0:
             self.queued[key] -= 1
         self.in_flight[vm] = key
+
+    def heard_early(self, vm: str, outcome: RequestVmFailed | None) -> None:
+        """``vm``'s outcome came before its clone's start: kept for :meth:`cloning`'s
+        caller (at most :data:`EARLY_KEPT`, the oldest dropped first)."""
+        if vm not in self.early and len(self.early) >= EARLY_KEPT:
+            del self.early[next(iter(self.early))]
+        self.early[vm] = outcome
 
     def take_missing(self) -> list[EntryKey]:
         """The VMs neither delivered, on their way nor queued, one key per VM; they count as

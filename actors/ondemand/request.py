@@ -223,7 +223,7 @@ class RequestActor(PooledSupervisedActor):
     def _dispatch(self, message: object) -> None:
         match message:
             case RequestVmCloning(alias=alias, pool=pool, vm=vm):
-                self.vms.cloning(vm, (alias, pool))
+                self._cloning(vm, (alias, pool))
             case RequestVmReady():
                 self._vm_ready(message)
             case RequestVmFailed():
@@ -237,14 +237,29 @@ class RequestActor(PooledSupervisedActor):
                 if status is not None:
                     self._finish(status)
 
+    def _cloning(self, vm: str, key: tuple[str, str]) -> None:
+        """``vm``'s clone started for ``key``. An outcome heard before (its pool's word comes
+        straight here, the start through the manager) is applied now: a failure is counted,
+        a delivered VM is not on its way any more."""
+        self.vms.cloning(vm, key)
+        if vm not in self.vms.early:
+            return
+        outcome = self.vms.early.pop(vm)
+        if outcome is None:
+            self.vms.in_flight.pop(vm, None)
+        else:
+            self._vm_failed(outcome)
+
     def _vm_ready(self, msg: RequestVmReady) -> None:
         key = (msg.alias, msg.pool)
-        self.vms.in_flight.pop(msg.vm, None)
+        announced = self.vms.in_flight.pop(msg.vm, None) is not None
         entry = self.vms.entries.get(key) or Entry(msg.alias, msg.pool, 0)  # 0: refused
         lifetime = self.settings.vm_lifetime_auth if self.has_token else None
         outcome = self.store.attach(self.request_id, entry, msg.vm,
                                     now=timefmt.format_epoch(self.clock.now()),
                                     lifetime=lifetime, fence=self.fence)
+        if not announced and outcome is not AttachOutcome.NOT_PENDING:
+            self.vms.heard_early(msg.vm, None)  # its clone's start may still be on its way
         if outcome is AttachOutcome.ATTACHED:
             self.vms.delivered[key] += 1
             log.info("[>] [%s] '%s' delivered to request '%s' (%d of %d)", msg.pool, msg.vm,
@@ -267,7 +282,9 @@ class RequestActor(PooledSupervisedActor):
     def _vm_failed(self, msg: RequestVmFailed, *, tracked: bool = False) -> None:
         key = (msg.alias, msg.pool)
         if not tracked and self.vms.in_flight.pop(msg.vm, None) is None:
-            return  # not ours, or already counted
+            # not ours, already counted, or its clone's start is still on its way
+            self.vms.heard_early(msg.vm, msg)
+            return
         if msg.permanent:
             self.metrics.increment("vmpooler_errors.permanently_failed", tags={"pool": msg.pool})
             self._fail(f"Configuration error: {msg.reason}")
