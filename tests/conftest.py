@@ -51,3 +51,4 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     import pykka
 
     pykka.ActorRegistry.stop_all(block=True, timeout=5)
+

@@ -11,6 +11,7 @@ import pytest
 from tests.deploy.podman import Podman, build_redis_image, build_vmpooler_image, podman_or_skip
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every deployment test builds images and runs containers: mark it ``integration``
     (a ``pytestmark`` in a conftest marks nothing)."""

@@ -200,7 +200,12 @@ def test_every_route_under_hostile_values(service: Service) -> None:
             "GET", f"/api/v3/vm/{value}", {}, b"")))
         check(f"/api/v3/ondemandvm/{value}", exchange(service, "GET", encode(
             "GET", f"/api/v3/ondemandvm/{value}", {}, b"")))
-    hostile = [key for key in redis_keys(service) if MARK in key or "\n" in key]
+    def unmarked(key: str) -> str:  # a real token may hold the mark by chance ("…inj6v…")
+        for value in real:
+            key = key.replace(value, "")
+        return key
+
+    hostile = [key for key in redis_keys(service) if MARK in unmarked(key) or "\n" in key]
     assert not hostile, hostile[:10]
     assert "Traceback" not in service.log_text()
 
