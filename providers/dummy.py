@@ -73,6 +73,11 @@ from vmpooler.providers.errors import (
 
 __all__ = ["DummyProvider"]
 
+# libyaml when PyYAML was built with it: the file is read and written on every call, by
+# every manager sharing it, and the pure-Python parser is ten times slower.
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
 log = logging.getLogger(__name__)
 
 _Vm = dict[str, Any]
@@ -136,7 +141,7 @@ class DummyProvider(Provider):
         from_file = self._path is not None and self._path.exists()
         if self._path is not None and from_file:
             try:
-                state = yaml.safe_load(self._path.read_text())
+                state = yaml.load(self._path.read_text(), Loader=_Loader)
             except (OSError, yaml.YAMLError) as exc:
                 raise PermanentProviderError(
                     f"configuration error: cannot load dummy file {self._path}: {exc}"
@@ -185,7 +190,7 @@ class DummyProvider(Provider):
 
     def _reload(self) -> None:  # caller holds the lock
         try:
-            state = yaml.safe_load(self._path.read_text()) if self._path else None
+            state = yaml.load(self._path.read_text(), Loader=_Loader) if self._path else None
         except FileNotFoundError:
             state = None
         pools = (state or {}).get("pool") or {} if isinstance(state, Mapping) else {}
@@ -445,7 +450,8 @@ class DummyProvider(Provider):
         """Caller holds the lock: rewrite the file atomically, so writes never interleave."""
         if self._path is None:
             return
-        text = yaml.safe_dump({"pool": self._pools}, default_flow_style=False, sort_keys=False)
+        text = yaml.dump({"pool": self._pools}, Dumper=_Dumper, default_flow_style=False,
+                         sort_keys=False)
         fd, tmp = tempfile.mkstemp(dir=self._path.parent, prefix=f".{self._path.name}.")
         try:
             with os.fdopen(fd, "w") as handle:

@@ -3,6 +3,7 @@ request lifecycle of reference §2.4 (over a real redis-server, on a fake clock)
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 from typing import Any
@@ -439,3 +440,36 @@ def test_refill_after_request_vms_left_pending_does_not_clone_above_the_size(
             assert len(provider.created) == 4
     finally:
         provider.go.set()
+
+
+def test_no_clone_starts_for_a_request_while_the_breaker_is_open(
+    redis_client: redis.Redis, caplog: Any,
+) -> None:
+    """A clone refused by the provider's open breaker tells the pool for how long: the
+    request's slots wait, no VM is named, pending or logged as cloning meanwhile, and no
+    retry is spent; once the breaker lets calls through, the request completes."""
+    config = make_config([pool("a", 0)], circuit_breaker_failure_threshold=1,
+                         circuit_breaker_timeout=60, max_vm_retries=3,
+                         check_loop_delay_min=5, check_loop_delay_max=5)  # asks every 5 s
+    provider = gated(config)
+    provider.fail_next.append(TransientProviderError("busy"))  # opens the breaker
+    provider.all_ready = True
+    caplog.set_level(logging.INFO, logger="vmpooler")
+    with started(redis_client, config, provider=provider) as h:
+        rid = h.system.request_ondemand({"a": 1})
+        wait_until(lambda: len(provider.created) == 1)
+        h.advance(50, step=1)  # sweeps and checks, every second, with the breaker open
+
+        def cloning() -> list[str]:
+            return [r.getMessage() for r in caplog.records
+                    if "is being cloned" in r.getMessage()]
+
+        assert len(provider.created) == 1
+        # the failed clone, and its replacement refused once
+        assert len(cloning()) <= 2, cloning()
+        assert status(redis_client, rid) is None
+        assert redis_client.hget(schema.odrequest(rid), "retry_count") == "1"
+        h.advance(90, step=1)
+        assert status(redis_client, rid) == "ready", caplog.text[-3000:]
+        assert len(provider.created) == 2
+        assert redis_client.hget(schema.odrequest(rid), "retry_count") == "1"

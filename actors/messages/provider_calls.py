@@ -70,7 +70,8 @@ class ProviderFailure:
     ``permanent`` errors are not worth retrying (bad template, bad credentials...).
     ``timed_out`` means the call exceeded its deadline (it may still finish in its worker).
     ``busy`` means another call for the same VM was still running: nothing was attempted.
-    ``circuit_open`` means the provider's circuit breaker refused the call.
+    ``circuit_open`` means the provider's circuit breaker refused the call; it lets calls
+    through again in ``retry_after`` seconds.
     """
 
     message: str
@@ -79,6 +80,7 @@ class ProviderFailure:
     timed_out: bool = False
     busy: bool = False
     circuit_open: bool = False
+    retry_after: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,6 +53,7 @@ class Clones:
         self.slot_wait_since: float | None = None  # monotonic: first NO_SLOT of a shortage
         self.failures = 0  # consecutive failed clones
         self.retry_at = 0.0  # monotonic: no clone starts before this
+        self.breaker_until = 0.0  # monotonic: the provider's breaker refuses clones until then
         self.owed_slots: dict[str, bool] = {}  # vm -> on-demand: releases Redis missed
         self.config_error = ConfigError(policy, io, busy=calls.busy)
 
@@ -120,10 +121,13 @@ class Clones:
     def for_request(self, msg: CloneForRequest) -> None:
         """Clone one VM for an on-demand request with an on-demand slot; the on-demand
         manager that granted it is answered whatever happens (``RequestCloneAnswered``; it
-        tells the request's actor of a started clone, in the same manager)."""
+        tells the request's actor of a started clone, in the same manager). While the
+        provider's breaker refuses clones, none starts: the answer is None and the request
+        keeps its place in the manager's queue."""
         vm: str | None = None
         try:
-            vm = self.start((msg.request_id, msg.alias), request_fence=msg.fence)
+            if self.io.clock.monotonic() >= self.breaker_until:  # else: the slot waits
+                vm = self.start((msg.request_id, msg.alias), request_fence=msg.fence)
         finally:
             self.ondemand.clone_answered(msg, vm)
 
@@ -222,6 +226,9 @@ class Clones:
         backoff = self.policy.backoff
         self.retry_at = self.io.clock.monotonic() + min(
             backoff.max, backoff.min * 2 ** (self.failures - 1))
+        if failure.circuit_open:  # no clone is tried before the breaker lets calls through
+            self.breaker_until = self.io.clock.monotonic() + failure.retry_after
+            self.retry_at = max(self.retry_at, self.breaker_until)
         if failure.error_class == "StaleDnsError":
             self.io.metrics.increment("vmpooler_errors.staledns", tags={"pool": name})
         if not failure.circuit_open:  # refused before reaching the provider: nothing died

@@ -174,9 +174,11 @@ class ProviderActor(SupervisedActor):
                 "another call for this VM is still running", "Busy", busy=True))
             return
         if call.op in _BREAKER_OPS and not self.breaker.allow():
+            retry_after = self.breaker.retry_after()
             self._reply(call, 0.0, failure=ProviderFailure(
                 f"circuit breaker open for provider {self.provider.name}; retry in "
-                f"{self.breaker.retry_after():.0f}s", "CircuitOpenError", circuit_open=True))
+                f"{retry_after:.0f}s", "CircuitOpenError", circuit_open=True,
+                retry_after=retry_after))
             return
         token = next(self.runtime.tokens)
         now = self.clock.monotonic()
