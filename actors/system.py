@@ -48,6 +48,7 @@ from vmpooler.actors.provider.startup_purge import request_startup_purges
 from vmpooler.actors.provider.work import resolves
 from vmpooler.actors.runtime.clock import Clock, RealClock, Scheduler, ThreadScheduler
 from vmpooler.actors.runtime.executor import ActorExecutor
+from vmpooler.actors.runtime.idle import wait_idle
 from vmpooler.actors.runtime.restart_policy import RestartPolicy
 from vmpooler.actors.runtime.supervisor import ActorDirectory, Supervisor
 from vmpooler.actors.service.command_stream import consumer_factory
@@ -92,6 +93,7 @@ class PoolerSystem:
         self._supervisor: pykka.ActorRef[Any] | None = None
         self._children: tuple[str, ...] = ()  # the supervisor's, once booted
         self._stopped = False
+        self._proxies: dict[str, tuple[pykka.ActorRef[Any], Any]] = {}  # name: (ref, proxy)
         self.restart_policy = RestartPolicy()  # the Supervisor's and the on-demand manager's
         self.membership = Membership(
             manager=self.manager_id, heartbeats=HeartbeatStore(store.client), now=clock.now,
@@ -369,6 +371,44 @@ class PoolerSystem:
     def actor_ref(self, name: str) -> pykka.ActorRef[Any] | None:
         """The live actor named ``pool:<name>``, ``provider:<name>`` or ``tasks``."""
         return self.directory.get(name)
+
+    def calls_in_flight(self) -> int:
+        """Provider calls running or queued now, over every provider (asks each provider
+        actor; not from inside an actor)."""
+        return sum(counts[0] for counts in self._call_counts())
+
+    def _call_counts(self) -> list[tuple[int, int, int]]:
+        found = []
+        for name in self.directory.names():
+            ref = self.directory.get(name) if name.startswith("provider:") else None
+            if ref is None:
+                continue
+            cached = self._proxies.get(name)
+            if cached is None or cached[0] is not ref:  # a restart makes a new actor
+                with contextlib.suppress(pykka.ActorDeadError):
+                    cached = self._proxies[name] = (ref, ref.proxy())
+            if cached is None:
+                continue
+            with contextlib.suppress(pykka.ActorDeadError):
+                found.append(cached[1].call_counts().get(timeout=10))
+        return found
+
+    def wait_idle(self, *, parked: Callable[[], int] = lambda: 0, timeout: float = 30.0) -> None:
+        """Return once every actor has handled its mail and no provider call is running but
+        the ``parked()`` clones (blocked until a fake clock moves) and the clones queued
+        behind them; for a driver of a fake clock, before it moves time. Raises
+        :class:`~vmpooler.actors.runtime.idle.IdleTimeoutError` after ``timeout`` seconds."""
+        def refs() -> list[pykka.ActorRef[Any]]:
+            return [r for r in map(self.directory.get, self.directory.names()) if r]
+
+        def settled() -> bool:
+            counts = self._call_counts()
+            asleep = parked()
+            if any(calls != clones for calls, clones, _workers in counts):
+                return False
+            clones = sum(c[1] for c in counts)
+            return clones <= asleep or asleep >= sum(c[2] for c in counts)
+        wait_idle(refs, settled=settled, timeout=timeout)
 
     def _tell(self, name: str, message: Any) -> bool:
         ref = self.directory.get(name)

@@ -166,6 +166,14 @@ class ProviderActor(SupervisedActor):
         """Calls currently running or queued (for tests and status)."""
         return len(self._busy)
 
+    def call_counts(self) -> tuple[int, int, int]:
+        """``(calls in flight, clones among them, clone worker threads)``, for a driver of
+        a fake clock: clones beyond the workers wait in the queue for one to free up."""
+        clones = sum(1 for token in self._busy.values()
+                     if (entry := self._calls.get(token)) is not None
+                     and entry.call.op is ProviderOp.CLONE)
+        return len(self._busy), clones, self.runtime.clone_pool.size
+
     # -- submission -------------------------------------------------------------------------
     def _submit(self, call: CallProvider) -> None:
         key = (call.pool, call.vm)

@@ -167,6 +167,16 @@ class FakeClock:
                 if not e.cancelled
             ]
 
+    def next_due(self) -> float | None:
+        """Seconds from now until the soonest live timer is due (0 when one is already due),
+        or None when no timer is pending. Cancelled timers are not counted."""
+        with self._lock:
+            while self._heap and self._heap[0].cancelled:
+                heapq.heappop(self._heap)
+            if not self._heap:
+                return None
+            return max(0.0, self._heap[0].due - self._elapsed)
+
     def advance(self, seconds: float, *, after_each: Callable[[], None] | None = None) -> None:
         """Move time forward by ``seconds``, delivering due timers in order.
 

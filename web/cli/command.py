@@ -1,4 +1,5 @@
-"""The ``vmpooler`` command: ``run``, ``api``, ``manager``, ``check-config`` and ``dlq``.
+"""The ``vmpooler`` command: ``run``, ``api``, ``manager``, ``check-config``, ``dlq``,
+``replay`` and ``history export``.
 
 Only this module configures logging and installs signal handlers. SIGTERM and SIGINT stop
 the manager cleanly (every Redis transition is one atomic script, so nothing is left
@@ -29,7 +30,7 @@ from vmpooler.actors.storage.connection import connect_configured
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedisError
 from vmpooler.actors.storage.published_pools import redis_pool_reader
 from vmpooler.actors.system import PoolerSystem
-from vmpooler.web.cli import dlq, probe_server
+from vmpooler.web.cli import dlq, probe_server, replay
 from vmpooler.web.cli.log_setup import LOG_FORMATS, configure_logging, refuse_to_start
 from vmpooler.web.cli.startup import Backoff, retry_while_unavailable
 
@@ -89,6 +90,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("check-config", parents=[common],
                    help="print the effective configuration (secrets masked) or its errors")
     dlq.add_parser(sub, [common])
+    replay.add_parser(sub, [common])
     return parser
 
 
@@ -110,6 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     args.log_format = _log_format(args)
     if args.log_format is None:
         return 1
+    if command == "replay":  # its own configuration handling; logs on stderr, warnings up
+        level = "warning" if args.log_level == "info" else args.log_level
+        logging.basicConfig(stream=sys.stderr, level=level.upper(),
+                            format="%(levelname)s %(name)s: %(message)s")
+        return replay.run(args)
     try:
         config = load_config(args.config, pool_reader=redis_pool_reader)
     except ConfigError as exc:

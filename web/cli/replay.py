@@ -1,0 +1,125 @@
+"""``vmpooler replay``: try a sizing policy on a trace of checkouts before turning it on.
+
+It reads the operator's configuration and a CSV trace (:mod:`.replay_trace`), starts an
+embedded redis-server for the run, and for each policy runs the real pool actors on a fake
+clock against the trace (:mod:`.replay_run`), from an empty Redis each time; then it prints
+a table per policy, or one JSON document (:mod:`.replay_stats`). Bad input (the trace, the
+configuration, the options) is one line on stderr naming the file, line and column where
+there is one, and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+from vmpooler.actors.config import ConfigError, load_config
+from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, EmbeddedRedisError
+from vmpooler.web.cli.replay_config import POLICIES, ReplayInputError, replay_config
+from vmpooler.web.cli.replay_run import replay
+from vmpooler.web.cli.replay_stats import RunResult, as_json, as_table
+from vmpooler.web.cli.replay_trace import Checkout, TraceError, parse_moment, read_trace
+
+__all__ = ["add_parser", "run"]
+
+BAD_INPUT = 2
+"""Exit status for a trace, configuration or option that cannot be replayed."""
+
+
+def add_parser(sub: Any, parents: Sequence[argparse.ArgumentParser]) -> None:
+    """Register ``replay`` under ``sub``."""
+    parser = sub.add_parser(
+        "replay", parents=list(parents),
+        help="replay a trace of checkouts on the configured pools (simulated time) and "
+             "report warm hits, waits, idle VM-hours and clones")
+    parser.add_argument("--trace", metavar="FILE.csv", required=True,
+                        help="CSV with queued_at (or start_time), platform (or pool), "
+                             "duration_s")
+    parser.add_argument("--clone-time", metavar="S", type=float, default=120.0,
+                        help="simulated seconds a clone takes (default 120)")
+    parser.add_argument("--policy", choices=[*POLICIES, "both"], default="static",
+                        help="static: every pool at its fixed size; demand: every pool "
+                             "sized by demand; both: one after the other (default static)")
+    parser.add_argument("--skip-negative-durations", action="store_true",
+                        help="leave out rows with a negative duration_s (aborted jobs) "
+                             "instead of refusing the trace")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON document keyed by policy")
+    parser.add_argument("--start", metavar="ISO",
+                        help="replay the checkouts from this moment on (default: the first)")
+    parser.add_argument("--hours", metavar="H", type=float,
+                        help="replay this many hours from the start (default: all)")
+
+
+def _window(trace: list[Checkout], start: str | None,
+            hours: float | None) -> tuple[list[Checkout], float | None]:
+    """The checkouts of the chosen window and its end (None: the last checkout's time)."""
+    begin = trace[0].t if trace else 0.0
+    if start is not None:
+        try:
+            begin = parse_moment(start)
+        except ValueError as exc:
+            raise ReplayInputError(f"--start: {exc}") from None
+    if hours is not None and not hours > 0:
+        raise ReplayInputError(f"--hours: must be positive, got {hours}")
+    end = None if hours is None else begin + hours * 3600
+    chosen = [c for c in trace if c.t >= begin and (end is None or c.t < end)]
+    return chosen, end
+
+
+def _results(args: argparse.Namespace) -> list[RunResult]:
+    if args.clone_time < 0:
+        raise ReplayInputError(f"--clone-time: must not be negative, got {args.clone_time}")
+    skipped: list[int] = []
+    trace, end = _window(
+        read_trace(args.trace, skip_negative=skipped.append if args.skip_negative_durations
+                   else None), args.start, args.hours)
+    if not trace:
+        raise ReplayInputError(f"{args.trace}: no checkout in the chosen window")
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        raise ReplayInputError(f"the configuration is invalid:\n{exc}") from None
+    policies = list(POLICIES) if args.policy == "both" else [args.policy]
+    platforms = [c.pool for c in trace]
+    with tempfile.TemporaryDirectory(prefix="vmpooler-replay-") as data_dir:
+        server = EmbeddedRedis(data_dir=data_dir, persist=False).start()
+        try:
+            results = []
+            for policy in policies:
+                setup = replay_config(config, platforms, policy, redis_port=server.port)
+                client = server.client(decode_responses=True)
+                try:
+                    client.flushall()  # each policy starts from an empty Redis
+                    result = replay(setup, trace, policy=policy, clone_time=args.clone_time,
+                                    client=client, end=end)
+                finally:
+                    client.close()
+                result.notes[:0] = list(setup.notes)
+                if skipped:
+                    result.notes.append(f"{len(skipped)} row(s) of {args.trace} with a "
+                                        "negative duration_s left out")
+                results.append(result)
+        finally:
+            server.stop()
+    return results
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``vmpooler replay``; returns the exit status (2 for bad input)."""
+    try:
+        results = _results(args)
+    except (TraceError, ReplayInputError) as exc:
+        print(f"vmpooler replay: {exc}", file=sys.stderr)
+        return BAD_INPUT
+    except EmbeddedRedisError as exc:
+        print(f"vmpooler replay: cannot start redis-server: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(as_json(results))
+    else:
+        print("\n\n".join(as_table(r) for r in results))
+    return 0

@@ -1,0 +1,244 @@
+"""One replay: the real pool actors on a fake clock, fed a trace of checkouts.
+
+How time moves: the simulated clock (a :class:`FakeClock`, the actors' clock and scheduler)
+jumps from one event to the next, never in fixed steps. The next event is the soonest of:
+the next checkout or return of the trace, the next timer due in the clock
+(:meth:`FakeClock.next_due`), the end of a clone in progress
+(:meth:`SimulatedSleep.next_wake`). After each jump the driver waits until the actors are
+idle (:meth:`PoolerSystem.wait_idle`, clones waiting for simulated time excepted), reads the
+ready counts (idle VM-time is their integral, constant between events), hands VMs that
+became ready to the missed checkouts, in arrival order, and goes on.
+
+A checkout is the API's: :meth:`CheckoutStore.checkout` (one script), then the pool is told
+(``PoolChanged``); a return is DELETE /vm's :meth:`CheckoutStore.return_vm`. A checkout
+that finds no ready VM is a miss: like a client falling back to on-demand, it files an
+on-demand request for one VM of its pool, and takes whichever comes first, a VM becoming
+ready in its pool(s) (missed checkouts in arrival order) or its own request's VM; a request
+no longer needed is deleted (its VM destroyed). Its wait runs from its arrival until then.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import redis
+
+from vmpooler.actors.metrics.backends import NullMetrics
+from vmpooler.actors.pool.hostnames import HostnameGenerator
+from vmpooler.actors.runtime.clock import FakeClock
+from vmpooler.actors.storage import timefmt
+from vmpooler.actors.storage.checkout_store import CheckoutStore
+from vmpooler.actors.storage.status_store import StatusStore
+from vmpooler.actors.system import PoolerSystem
+from vmpooler.providers.base import ProviderContext
+from vmpooler.web.cli.replay_config import ReplaySetup
+from vmpooler.web.cli.replay_provider import ReplayProvider, SimulatedSleep
+from vmpooler.web.cli.replay_stats import PoolStats, RunResult
+from vmpooler.web.cli.replay_trace import Checkout
+from vmpooler.web.resources.vm_checkout import weighted_draw
+
+__all__ = ["WARMUP_S", "replay"]
+
+WARMUP_S = 3600.0
+"""Simulated seconds the actors run before the first checkout (the pools fill); nothing is
+measured during them."""
+
+OVERTIME_S = 6 * 3600.0
+"""How long past the end of the trace the replay goes on for missed checkouts still waiting."""
+
+
+@dataclass(slots=True)
+class _Waiter:
+    """A missed checkout waiting for a VM."""
+
+    arrived: float
+    units: tuple[str, ...]
+    duration: float
+    request_id: str | None = None
+
+
+@dataclass(order=True, slots=True)
+class _Event:
+    t: float
+    seq: int
+    checkout: Checkout | None = field(compare=False, default=None)
+    returned: tuple[str, str] | None = field(compare=False, default=None)  # (pool, vm)
+
+
+class _Replay:
+    def __init__(self, setup: ReplaySetup, trace: Sequence[Checkout], *, policy: str,
+                 clone_time: float, client: redis.Redis, end: float, seed: int) -> None:
+        self.setup, self.policy, self.end = setup, policy, end
+        self.clone_time = clone_time
+        self.start = trace[0].t if trace else end
+        self.clock = FakeClock(start=self.start - WARMUP_S)
+        self.sleeper = SimulatedSleep(self.clock.monotonic)
+        config = setup.config
+        context = ProviderContext(
+            name="dummy", settings={}, pools={p.name: dict(p.raw) for p in config.pools},
+            global_settings={}, dns_domains={p.name: None for p in config.pools})
+        self.provider = ReplayProvider(context, clone_time=clone_time, sleeper=self.sleeper)
+        self.client = client
+        self.store = CheckoutStore(client)
+        self.status = StatusStore(client)
+        self.rng = random.Random(seed)
+        self.seq = itertools.count()
+        self.events: list[_Event] = [_Event(c.t, next(self.seq), checkout=c) for c in trace]
+        heapq.heapify(self.events)
+        self.waiters: list[_Waiter] = []
+        self.stats = {p.name: PoolStats() for p in config.pools}
+        self.ready = {p.name: 0 for p in config.pools}
+        self.sampled_at = self.clock.now()
+        self.system = PoolerSystem.start(
+            config, redis_client=client, clock=self.clock, scheduler=self.clock,
+            metrics=NullMetrics(), providers={"dummy": self.provider},
+            hostnames=HostnameGenerator(rng=random.Random(seed)), resolver=lambda _f: False,
+            task_interval=3600.0, consume_commands=False)
+
+    # -- the loop -------------------------------------------------------------------------
+    def run(self) -> RunResult:
+        wall = time.monotonic()
+        try:
+            self._loop()
+        finally:
+            self.sleeper.stop()
+            self.system.stop()
+        for name, count in self.provider.clones.items():
+            if name in self.stats:
+                self.stats[name].clones = count
+        unserved = len(self.waiters)
+        for waiter in self.waiters:  # counted up to when the replay stopped
+            self.stats[waiter.units[0]].waits.append(self.clock.now() - waiter.arrived)
+        return RunResult(self.policy, self.stats, simulated_s=max(0.0, self.end - self.start),
+                         wall_s=time.monotonic() - wall, unserved=unserved)
+
+    def _loop(self) -> None:
+        stop_at = self.end + OVERTIME_S
+        while True:
+            self.system.wait_idle(parked=lambda: self.sleeper.sleeping)
+            now = self.clock.now()
+            self._sample(now)
+            if self._serve_waiters(now) or self._due_events(now):
+                continue
+            if (not self.events or self.events[0].t > self.end) and not self.waiters:
+                return
+            if now >= stop_at:
+                return
+            steps = [d for d in (self.clock.next_due(), self.sleeper.next_wake()) if d is not None]
+            if self.events:
+                steps.append(max(0.0, self.events[0].t - now))
+            self.clock.advance(min([*steps, stop_at - now]))
+            self.sleeper.wake()
+
+    def _sample(self, now: float) -> None:
+        """Add the idle VM-time since the last sample (clipped to the measured window)."""
+        low, high = max(self.sampled_at, self.start), min(now, self.end)
+        if high > low:
+            for name, count in self.ready.items():
+                self.stats[name].idle_vm_seconds += count * (high - low)
+        self.sampled_at = now
+        counts, _overrides = self.status.ready_counts(list(self.ready))
+        self.ready = {name: int(counts.get(name, 0)) for name in self.ready}
+
+    def _due_events(self, now: float) -> bool:
+        handled = False
+        while self.events and self.events[0].t <= now:
+            event = heapq.heappop(self.events)
+            handled = True
+            if event.checkout is not None:
+                self._arrive(event.checkout, now)
+            elif event.returned is not None:
+                pool, vm = event.returned
+                self.store.return_vm(pool, vm)
+                self.system.notify(pool, "vm returned")
+        return handled
+
+    # -- checkouts ------------------------------------------------------------------------
+    def _units(self, platform: str) -> tuple[str, ...]:
+        pools = list(self.setup.candidates[platform])
+        if len(pools) > 1:  # an alias: vmpooler's draw, the others as fallbacks
+            first = weighted_draw(self.setup.config, self.rng, pools) or self.rng.choice(pools)
+            pools.remove(first)
+            pools.insert(0, first)
+        return tuple(pools)
+
+    def _take(self, units: tuple[str, ...], now: float) -> tuple[str, str] | None:
+        outcome = self.store.checkout([units], now=timefmt.format_epoch(now))
+        if not outcome.ok:
+            return None
+        taken = outcome.taken[0]
+        self.system.notify(taken.pool, "checkout")
+        return taken.pool, taken.vm
+
+    def _arrive(self, checkout: Checkout, now: float) -> None:
+        units = self._units(checkout.pool)
+        duration = checkout.duration_s or 0.0
+        taken = self._take(units, now) if not self._waiting_for(units) else None
+        measured = checkout.t <= self.end
+        if taken is not None:
+            if measured:
+                self.stats[taken[0]].checkouts += 1
+                self.stats[taken[0]].hits += 1
+            self._hold(taken, now + duration)
+            return
+        if not measured:
+            return
+        waiter = _Waiter(now, units, duration)
+        waiter.request_id = self.system.request_ondemand({units[0]: 1})
+        self.waiters.append(waiter)
+
+    def _waiting_for(self, units: tuple[str, ...]) -> bool:
+        """Whether an earlier missed checkout waits for one of these pools (it goes first)."""
+        return any(set(units) & set(w.units) for w in self.waiters)
+
+    def _hold(self, taken: tuple[str, str], until: float) -> None:
+        heapq.heappush(self.events, _Event(until, next(self.seq), returned=taken))
+
+    def _serve_waiters(self, now: float) -> bool:
+        served = False
+        blocked: set[str] = set()  # pools found empty in this pass
+        for waiter in list(self.waiters):
+            taken = None
+            if not blocked.issuperset(waiter.units) and any(self.ready[u] for u in waiter.units):
+                taken = self._take(waiter.units, now)
+                if taken is None:
+                    blocked.update(waiter.units)
+            if taken is None:
+                taken = self._delivered(waiter, now)
+            elif waiter.request_id is not None:
+                self.system.delete_ondemand(waiter.request_id)
+            if taken is None:
+                continue
+            self.waiters.remove(waiter)
+            stats = self.stats[taken[0]]
+            stats.checkouts += 1
+            stats.waits.append(now - waiter.arrived)
+            self._hold(taken, now + waiter.duration)
+            served = True
+        return served
+
+    def _delivered(self, waiter: _Waiter, now: float) -> tuple[str, str] | None:
+        if waiter.request_id is None or now - waiter.arrived < self.clone_time:
+            return None  # its VM cannot be there before one clone time
+        record = self.system.ondemand_request(waiter.request_id)
+        if record is None or record.status != "ready":
+            return None
+        for (_alias, pool), vms in record.delivered.items():
+            for vm in vms:
+                return pool, vm
+        return None
+
+
+def replay(setup: ReplaySetup, trace: Sequence[Checkout], *, policy: str, clone_time: float,
+           client: redis.Redis, end: float | None = None, seed: int = 1) -> RunResult:
+    """Replay ``trace`` (sorted by time) on the actors of ``setup.config`` under ``policy``,
+    on the redis-server of ``client``, which must be empty (it is left dirty). Checkouts up
+    to ``end`` (default: the last one's time) are measured; see the module docstring."""
+    last = end if end is not None else (trace[-1].t if trace else 0.0)
+    return _Replay(setup, trace, policy=policy, clone_time=clone_time, client=client,
+                   end=last, seed=seed).run()
