@@ -408,7 +408,7 @@ class PoolerSystem:
                 return False
             clones = sum(c[1] for c in counts)
             return clones <= asleep or asleep >= sum(c[2] for c in counts)
-        wait_idle(refs, settled=settled, timeout=timeout)
+        wait_idle(refs, settled=settled, executor=self._res.executor, timeout=timeout)
 
     def _tell(self, name: str, message: Any) -> bool:
         ref = self.directory.get(name)

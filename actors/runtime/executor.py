@@ -77,6 +77,8 @@ class ActorExecutor:
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._stopped = False
+        self._active = 0  # actors submitted whose turn has not ended
+        self._active_lock = threading.Lock()
 
     def start(self) -> ActorExecutor:
         """Start the worker threads (idempotent); returns ``self``."""
@@ -106,7 +108,17 @@ class ActorExecutor:
         if self._stopped:
             actor._actor_abandon()
             return
+        with self._active_lock:
+            self._active += 1
         self._runq.put(actor)
+
+    def idle(self) -> bool:
+        """True when no actor is on the run queue or running a turn. An actor with more
+        mail is put back before its turn ends, so a busy one never reads as idle; a
+        message sent later makes it busy again (for a driver of a fake clock, which reads
+        this between moves of time, when nothing else sends)."""
+        with self._active_lock:
+            return self._active == 0
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop taking work and end the threads (idempotent).
@@ -143,3 +155,6 @@ class ActorExecutor:
                 item._actor_run_slice()  # type: ignore[attr-defined]
             except BaseException:  # a worker never dies; the actor's loop has its own net
                 log.exception("[!] [%s] an actor's turn raised", self.name)
+            finally:
+                with self._active_lock:
+                    self._active -= 1

@@ -15,6 +15,9 @@ from typing import Any
 
 import pykka
 
+from vmpooler.actors.runtime.executor import ActorExecutor
+from vmpooler.actors.runtime.pooled import PooledActor
+
 __all__ = ["IdleTimeoutError", "wait_idle"]
 
 
@@ -22,12 +25,16 @@ class IdleTimeoutError(RuntimeError):
     """The actors did not go idle within the time allowed."""
 
 
-def _ping_all(refs: Iterable[pykka.ActorRef[Any]], timeout: float) -> bool:
-    """Ask each actor a ``"ping"`` (answered once its earlier mail is handled); True when
-    every inbox is empty afterwards."""
+def _ping_all(refs: Iterable[pykka.ActorRef[Any]], timeout: float,
+              executor: ActorExecutor | None) -> bool:
+    """Ask each actor a ``"ping"`` (answered once its earlier mail is handled; with
+    ``executor``, only the actors with a thread of their own: the executor says whether
+    the pooled ones are idle); True when every inbox is empty afterwards."""
     refs = list(refs)
     futures = []
     for ref in refs:
+        if executor is not None and issubclass(ref.actor_class, PooledActor):
+            continue
         try:
             futures.append(ref.ask("ping", block=False))
         except pykka.ActorDeadError:
@@ -37,27 +44,38 @@ def _ping_all(refs: Iterable[pykka.ActorRef[Any]], timeout: float) -> bool:
             future.get(timeout=timeout)
         except pykka.ActorDeadError:
             continue
-    return all(not ref.actor_inbox.qsize() for ref in refs)
+    return all(not ref.actor_inbox.qsize() for ref in refs) and (
+        executor is None or executor.idle())
+
+
+def _quiet(refs: list[pykka.ActorRef[Any]], executor: ActorExecutor | None) -> bool:
+    """Cheap, asks nothing: every inbox is empty and the executor runs nothing."""
+    return (executor is None or executor.idle()) and all(
+        not ref.actor_inbox.qsize() for ref in refs)
 
 
 def wait_idle(
     refs: Callable[[], Iterable[pykka.ActorRef[Any]]],
     *,
     settled: Callable[[], bool] = lambda: True,
+    executor: ActorExecutor | None = None,
     timeout: float = 30.0,
 ) -> None:
     """Return once every actor of ``refs()`` has an empty inbox, having handled all its
     earlier mail, and ``settled()`` is true (say, no blocking call is running), twice in a
-    row with nothing in between. Raises :class:`IdleTimeoutError` after ``timeout`` real seconds.
+    row with nothing in between. With ``executor``, the actors it runs are not asked: it is
+    idle, or not. Raises :class:`IdleTimeoutError` after ``timeout`` real seconds.
 
-    Between checks it yields the processor for 0.2 ms, so it costs little when the actors
-    are quick. Any thread may call it but an actor's own (it would wait for itself).
+    While the actors are visibly busy (mail waiting, the executor running) it only looks,
+    every 0.5 ms, and asks nothing, so it takes little processor time from them. Any thread
+    may call it but an actor's own (it would wait for itself).
     """
     deadline = time.monotonic() + timeout
     pause = threading.Event()
     quiet = 0
     while True:
-        if _ping_all(refs(), timeout) and settled():
+        current = list(refs())
+        if _quiet(current, executor) and _ping_all(current, timeout, executor) and settled():
             quiet += 1
             if quiet == 2:
                 return
@@ -65,4 +83,4 @@ def wait_idle(
         quiet = 0
         if time.monotonic() > deadline:
             raise IdleTimeoutError(f"the actors were still busy after {timeout:.0f}s")
-        pause.wait(0.0002)
+        pause.wait(0.0005)

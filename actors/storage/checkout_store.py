@@ -186,6 +186,15 @@ class CheckoutStore:
         self.client.sadd(_TASK_KEYS[kind](), member)
 
     # -- reads ------------------------------------------------------------------------------
+    def ready_sizes(self, pools: Sequence[str]) -> dict[str, int]:
+        """How many ready VMs each of ``pools`` has now, in one round trip (pipelined
+        ``SCARD``s, no transaction)."""
+        with self.client.pipeline(transaction=False) as pipe:
+            for pool in pools:
+                pipe.scard(schema.ready(pool))
+            sizes = pipe.execute()
+        return {pool: int(size) for pool, size in zip(pools, sizes, strict=True)}
+
     def vm_hash(self, vm: str) -> dict[str, str]:
         """All fields of the VM's hash, in Redis order ({} when it does not exist, or when
         its key holds something else than a hash)."""

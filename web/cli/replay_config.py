@@ -32,6 +32,9 @@ SIZING_KEYS = ("sizing",)
 """Pool keys that choose a sizing policy (dropped for ``static``)."""
 
 REPLAY_SETTINGS: Mapping[str, Any] = {
+    # the on-demand sweep's period (each pool keeps its own loop delays): it finds requests
+    # nobody announced, and the replay announces every one
+    "check_loop_delay_min": 600,
     # background work that changes no pool: rarer, so the simulated clock jumps further
     "connection_pool_monitor_interval": 3600,
     "connection_pool_monitor_enabled": False,
@@ -88,8 +91,12 @@ def _candidates(config: Config, platforms: Sequence[str]) -> dict[str, tuple[str
     return found
 
 
-def _pool_entry(entry: Mapping[str, Any], policy: str) -> dict[str, Any]:
+def _pool_entry(entry: Mapping[str, Any], policy: str,
+                delays: tuple[float, float, float]) -> dict[str, Any]:
     pool = dict(entry)
+    # the pool's own loop delays, written out: the global minimum is the replay's
+    pool["check_loop_delay_min"], pool["check_loop_delay_max"] = delays[0], delays[1]
+    pool["check_loop_delay_decay"] = delays[2]
     pool["provider"] = "dummy"
     for key in ("dns_plugin", "clone_target"):
         pool.pop(key, None)
@@ -98,6 +105,14 @@ def _pool_entry(entry: Mapping[str, Any], policy: str) -> dict[str, Any]:
     if policy == "demand":
         pool["sizing"] = "demand"
     return pool
+
+
+def _delays(config: Config, entry: Mapping[str, Any]) -> tuple[float, float, float]:
+    """The pool's effective check-loop ``(min, max, decay)`` under ``config``."""
+    name = entry["name"]
+    pool = config.pool(name) if name in config.pool_names else PoolConfig(
+        name=name, size=0, template=name, ready_ttl=0)
+    return pool.loop_delays(config.settings)
 
 
 def replay_config(config: Config, platforms: Sequence[str], policy: str, *,
@@ -127,7 +142,7 @@ def replay_config(config: Config, platforms: Sequence[str], policy: str, *,
         notes.append(f"{config.source} has no pools: one pool per trace platform "
                      f"({', '.join(names)}), size {SYNTHESISED_SIZE}, the configuration's "
                      f"defaults for everything else")
-    doc["pools"] = [_pool_entry(entry, policy) for entry in entries]
+    doc["pools"] = [_pool_entry(entry, policy, _delays(config, entry)) for entry in entries]
     doc["providers"] = {"dummy": {"provider_class": "dummy"}}
     doc["dns_configs"] = {}
     doc["redis"] = {"server": "127.0.0.1", "port": redis_port}
@@ -135,7 +150,8 @@ def replay_config(config: Config, platforms: Sequence[str], policy: str, *,
         doc.pop(section, None)
     settings = doc.setdefault("config", {})
     written = config.settings.raw
-    changed = sorted(k for k, v in REPLAY_SETTINGS.items() if k in written and written[k] != v)
+    changed = sorted(k for k, v in REPLAY_SETTINGS.items()
+                     if k in written and written[k] != v and k != "check_loop_delay_min")
     settings.update(REPLAY_SETTINGS)
     for key in ("logfile", "extra_config", "pools_from_dir"):
         settings.pop(key, None)

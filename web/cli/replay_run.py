@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import random
 import time
 from collections.abc import Sequence
@@ -28,12 +29,12 @@ from dataclasses import dataclass, field
 
 import redis
 
+from vmpooler.actors.config import Config
 from vmpooler.actors.metrics.backends import NullMetrics
 from vmpooler.actors.pool.hostnames import HostnameGenerator
 from vmpooler.actors.runtime.clock import FakeClock
 from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.checkout_store import CheckoutStore
-from vmpooler.actors.storage.status_store import StatusStore
 from vmpooler.actors.system import PoolerSystem
 from vmpooler.providers.base import ProviderContext
 from vmpooler.web.cli.replay_config import ReplaySetup
@@ -42,11 +43,15 @@ from vmpooler.web.cli.replay_stats import PoolStats, RunResult
 from vmpooler.web.cli.replay_trace import Checkout
 from vmpooler.web.resources.vm_checkout import weighted_draw
 
-__all__ = ["WARMUP_S", "replay"]
+__all__ = ["replay", "warmup_s"]
 
-WARMUP_S = 3600.0
-"""Simulated seconds the actors run before the first checkout (the pools fill); nothing is
-measured during them."""
+def warmup_s(config: Config, clone_time: float) -> float:
+    """Simulated seconds the actors run before the first checkout, for the pools to fill
+    (rounds of ``task_limit`` clones, one more clone time and a minute; at least 5 minutes).
+    Nothing is measured during them."""
+    total = sum(p.size for p in config.pools)
+    rounds = math.ceil(total / max(1, config.settings.task_limit)) + 1
+    return max(300.0, rounds * clone_time + 60.0)
 
 OVERTIME_S = 6 * 3600.0
 """How long past the end of the trace the replay goes on for missed checkouts still waiting."""
@@ -75,8 +80,10 @@ class _Replay:
                  clone_time: float, client: redis.Redis, end: float, seed: int) -> None:
         self.setup, self.policy, self.end = setup, policy, end
         self.clone_time = clone_time
+        self.clone_ended, self.poll_requests, self.polled_at = False, False, 0.0
         self.start = trace[0].t if trace else end
-        self.clock = FakeClock(start=self.start - WARMUP_S)
+        self.warmup = warmup_s(setup.config, clone_time)
+        self.clock = FakeClock(start=self.start - self.warmup)
         self.sleeper = SimulatedSleep(self.clock.monotonic)
         config = setup.config
         context = ProviderContext(
@@ -85,7 +92,6 @@ class _Replay:
         self.provider = ReplayProvider(context, clone_time=clone_time, sleeper=self.sleeper)
         self.client = client
         self.store = CheckoutStore(client)
-        self.status = StatusStore(client)
         self.rng = random.Random(seed)
         self.seq = itertools.count()
         self.events: list[_Event] = [_Event(c.t, next(self.seq), checkout=c) for c in trace]
@@ -115,7 +121,8 @@ class _Replay:
         for waiter in self.waiters:  # counted up to when the replay stopped
             self.stats[waiter.units[0]].waits.append(self.clock.now() - waiter.arrived)
         return RunResult(self.policy, self.stats, simulated_s=max(0.0, self.end - self.start),
-                         wall_s=time.monotonic() - wall, unserved=unserved)
+                         wall_s=time.monotonic() - wall, unserved=unserved,
+                         warmup_s=self.warmup)
 
     def _loop(self) -> None:
         stop_at = self.end + OVERTIME_S
@@ -132,8 +139,12 @@ class _Replay:
             steps = [d for d in (self.clock.next_due(), self.sleeper.next_wake()) if d is not None]
             if self.events:
                 steps.append(max(0.0, self.events[0].t - now))
-            self.clock.advance(min([*steps, stop_at - now]))
+            step = min([*steps, stop_at - now])
+            wake = self.sleeper.next_wake()
+            self.clock.advance(step)
             self.sleeper.wake()
+            if wake is not None and wake <= step:
+                self.clone_ended = True  # a request's VM may come with it
 
     def _sample(self, now: float) -> None:
         """Add the idle VM-time since the last sample (clipped to the measured window)."""
@@ -142,8 +153,7 @@ class _Replay:
             for name, count in self.ready.items():
                 self.stats[name].idle_vm_seconds += count * (high - low)
         self.sampled_at = now
-        counts, _overrides = self.status.ready_counts(list(self.ready))
-        self.ready = {name: int(counts.get(name, 0)) for name in self.ready}
+        self.ready = self.store.ready_sizes(list(self.ready))
 
     def _due_events(self, now: float) -> bool:
         handled = False
@@ -200,6 +210,11 @@ class _Replay:
         heapq.heappush(self.events, _Event(until, next(self.seq), returned=taken))
 
     def _serve_waiters(self, now: float) -> bool:
+        # The requests' records are read only when a clone ended since the last read (a
+        # request's VM comes with the end of its clone), and once a simulated minute.
+        self.poll_requests = self.clone_ended or now >= self.polled_at + 60
+        if self.poll_requests:
+            self.clone_ended, self.polled_at = False, now
         served = False
         blocked: set[str] = set()  # pools found empty in this pass
         for waiter in list(self.waiters):
@@ -223,8 +238,8 @@ class _Replay:
         return served
 
     def _delivered(self, waiter: _Waiter, now: float) -> tuple[str, str] | None:
-        if waiter.request_id is None or now - waiter.arrived < self.clone_time:
-            return None  # its VM cannot be there before one clone time
+        if waiter.request_id is None or not self.poll_requests:
+            return None
         record = self.system.ondemand_request(waiter.request_id)
         if record is None or record.status != "ready":
             return None

@@ -67,7 +67,13 @@ class RunResult:
     simulated_s: float
     wall_s: float
     unserved: int = 0
+    warmup_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+
+    def seconds_per_day(self) -> float:
+        """Wall seconds per simulated day, the warm-up included (0 when nothing ran)."""
+        simulated = self.simulated_s + self.warmup_s
+        return self.wall_s / simulated * 86400 if simulated > 0 else 0.0
 
     def total(self) -> PoolStats:
         """The pools' rows added up."""
@@ -106,10 +112,9 @@ def as_table(result: RunResult) -> str:
     for row in rows:
         lines.append("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
                                for i, (cell, w) in enumerate(zip(row, widths, strict=True))))
-    days = result.simulated_s / 86400
-    per_day = result.wall_s / days if days > 0 else 0.0
-    lines.append(f"simulated {result.simulated_s / 3600:.1f} h in {result.wall_s:.1f} s "
-                 f"({per_day:.1f} s per simulated day)")
+    lines.append(f"simulated {result.simulated_s / 3600:.1f} h (and {result.warmup_s / 60:.0f}"
+                 f" min of warm-up) in {result.wall_s:.1f} s ({result.seconds_per_day():.1f} s"
+                 " per simulated day)")
     if result.unserved:
         lines.append(f"{result.unserved} missed checkout(s) still had no VM when the replay "
                      "stopped (their wait is counted up to then)")
