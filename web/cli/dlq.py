@@ -27,16 +27,14 @@ import json
 import sys
 from collections.abc import Sequence
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import redis
 
 from vmpooler.actors.config import Config
-from vmpooler.actors.storage.connection import connect_configured
 from vmpooler.actors.storage.dlq_store import QUEUES, DeadLetter
-from vmpooler.actors.storage.embedded_files import DataDirError, read_port
 from vmpooler.actors.storage.upkeep_store import ReplayOutcome, UpkeepStore
+from vmpooler.web.cli.site_redis import site_client
 
 __all__ = ["add_parser", "run"]
 
@@ -61,24 +59,6 @@ def add_parser(sub: Any, parents: Sequence[argparse.ArgumentParser]) -> None:
                         help="report what would happen, change nothing")
 
 
-def _client(config: Config) -> redis.Redis | None:
-    address = None
-    if config.redis.embedded:  # where a running vmpooler's embedded server listens
-        port = read_port(Path(config.redis.data_dir))
-        if port is None:
-            print(f"vmpooler: no embedded redis-server is running for {config.redis.data_dir} "
-                  "(start vmpooler run or vmpooler manager, or set :redis: server)",
-                  file=sys.stderr)
-            return None
-        address = ("127.0.0.1", port)
-    try:  # the embedded server's password is read from its data directory
-        return connect_configured(config.redis, address=address, pool_size=2,
-                                  reconnect_attempts=1)
-    except DataDirError as exc:
-        print(f"vmpooler: the embedded redis-server's password: {exc}", file=sys.stderr)
-        return None
-
-
 def _selected(store: UpkeepStore, args: argparse.Namespace) -> list[DeadLetter]:
     entries = store.dead_letters(args.queue or QUEUES)
     if args.pool:
@@ -90,7 +70,7 @@ def _selected(store: UpkeepStore, args: argparse.Namespace) -> list[DeadLetter]:
 
 def run(config: Config, args: argparse.Namespace) -> int:
     """Run ``dlq list`` or ``dlq replay``; returns the exit status (1: Redis unreachable)."""
-    client = _client(config)
+    client = site_client(config)
     if client is None:
         return 1
     try:

@@ -132,13 +132,16 @@ class _Replay:
             self._sample(now)
             if self._serve_waiters(now) or self._due_events(now):
                 continue
-            if (not self.events or self.events[0].t > self.end) and not self.waiters:
+            if (now >= self.end and not self.waiters
+                    and (not self.events or self.events[0].t > self.end)):
                 return
             if now >= stop_at:
                 return
             steps = [d for d in (self.clock.next_due(), self.sleeper.next_wake()) if d is not None]
             if self.events:
                 steps.append(max(0.0, self.events[0].t - now))
+            if now < self.end:
+                steps.append(self.end - now)  # the idle time is measured up to the end
             step = min([*steps, stop_at - now])
             wake = self.sleeper.next_wake()
             self.clock.advance(step)

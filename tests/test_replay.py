@@ -1,0 +1,145 @@
+"""``vmpooler replay``: the real pool actors on a fake clock against a trace of checkouts.
+
+Known answers on small synthetic traces (a size-0 pool: every checkout misses and waits one
+clone time; a big static pool: every checkout hits and the idle VM-time is the pool's size
+times the window, less one clone time per refill), the JSON shape, and the command's
+answer to a trace or configuration it cannot replay (exit 2, one line, no traceback).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import redis
+
+from vmpooler.actors.config import load_config
+from vmpooler.web.cli.command import main
+from vmpooler.web.cli.replay_config import ReplayInputError, replay_config
+from vmpooler.web.cli.replay_run import replay
+from vmpooler.web.cli.replay_stats import RunResult, as_json, as_table
+from vmpooler.web.cli.replay_trace import Checkout
+
+T0 = 1_757_000_000.0
+
+
+def _config(tmp_path: Path, pools: str, settings: str = "") -> Path:
+    path = tmp_path / "vmpooler.yaml"
+    path.write_text(f":config:\n  task_limit: 10\n{settings}:pools:\n{pools}" if pools
+                    else f":config:\n  task_limit: 10\n{settings}")
+    return path
+
+
+def _replay(tmp_path: Path, client: redis.Redis, pools: str, trace: list[Checkout], *,
+            clone_time: float, end: float | None = None) -> RunResult:
+    config = load_config(_config(tmp_path, pools), environ={})
+    setup = replay_config(config, [c.pool for c in trace], "static", redis_port=6379)
+    return replay(setup, trace, policy="static", clone_time=clone_time, client=client, end=end)
+
+
+def test_every_checkout_of_a_size_0_pool_misses_and_waits_one_clone_time(
+        tmp_path: Path, redis_client: redis.Redis) -> None:
+    trace = [Checkout(T0 + 600 * i, "empty", 120.0) for i in range(3)]
+    result = _replay(tmp_path, redis_client, "  - name: empty\n    size: 0\n", trace,
+                     clone_time=90)
+    stats = result.pools["empty"]
+    assert (stats.checkouts, stats.hits) == (3, 0)
+    assert stats.waits == [90.0, 90.0, 90.0]
+    assert stats.clones == 3  # one on-demand clone per miss
+    assert stats.idle_vm_seconds == 0.0
+    assert result.unserved == 0
+
+
+def test_a_big_static_pool_serves_every_checkout_warm(
+        tmp_path: Path, redis_client: redis.Redis) -> None:
+    trace = [Checkout(T0 + 900 * i, "big", 300.0) for i in range(4)]
+    end = T0 + 3600
+    pool = "  - name: big\n    size: 5\n    ready_ttl: 1440\n"  # no VM recycled meanwhile
+    result = _replay(tmp_path, redis_client, pool, trace, clone_time=60, end=end)
+    stats = result.pools["big"]
+    assert (stats.checkouts, stats.hits, stats.waits) == (4, 4, [])
+    # five ready VMs all along, but for one clone time after each checkout (the refill)
+    assert stats.idle_vm_seconds == pytest.approx(5 * 3600 - 4 * 60)
+    assert stats.clones == 5 + 4
+    doc = result.document()
+    assert doc["big"]["hit_ratio"] == 1.0
+    assert doc["total"]["idle_vm_hours"] == round((5 * 3600 - 4 * 60) / 3600, 2)
+
+
+def test_an_alias_is_served_by_its_pools(tmp_path: Path, redis_client: redis.Redis) -> None:
+    trace = [Checkout(T0, "linux", 60.0), Checkout(T0 + 1, "linux", 60.0)]
+    pools = ("  - name: a\n    size: 1\n    alias: [linux]\n"
+             "  - name: b\n    size: 1\n    alias: [linux]\n")
+    result = _replay(tmp_path, redis_client, pools, trace, clone_time=30)
+    assert sum(s.hits for s in result.pools.values()) == 2
+    assert {n: s.checkouts for n, s in result.pools.items()} == {"a": 1, "b": 1}
+
+
+def test_a_platform_without_a_pool_is_named(tmp_path: Path) -> None:
+    config = load_config(_config(tmp_path, "  - name: a\n    size: 1\n"), environ={})
+    with pytest.raises(ReplayInputError, match="'windows'"):
+        replay_config(config, ["a", "windows"], "static", redis_port=6379)
+
+
+def test_pools_are_made_up_from_the_platforms_when_the_configuration_has_none(
+        tmp_path: Path) -> None:
+    config = load_config(_config(tmp_path, ""), environ={})
+    setup = replay_config(config, ["x", "y", "x"], "static", redis_port=6379)
+    assert [(p.name, p.size) for p in setup.config.pools] == [("x", 1), ("y", 1)]
+    assert any("no pools" in note for note in setup.notes)
+
+
+def test_the_replay_keeps_the_pools_loop_delays(tmp_path: Path) -> None:
+    path = _config(tmp_path, "  - name: a\n    size: 1\n",
+                   settings="  check_loop_delay_min: 7\n  check_loop_delay_max: 70\n")
+    setup = replay_config(load_config(path, environ={}), ["a"], "static", redis_port=6379)
+    pool = setup.config.pools[0]
+    assert pool.loop_delays(setup.config.settings)[:2] == (7, 70)
+    assert pool.provider == "dummy"
+
+
+def test_the_json_document_is_keyed_by_policy_then_pool_and_total() -> None:
+    from vmpooler.web.cli.replay_stats import PoolStats
+    result = RunResult("static", {"a": PoolStats(4, 3, [10.0], 7200.0, 5)}, 3600.0, 1.0)
+    doc = json.loads(as_json([result]))
+    fields = {"checkouts", "hits", "hit_ratio", "wait_mean_s", "wait_p95_s",
+              "idle_vm_hours", "clones"}
+    assert set(doc) == {"static"}
+    assert set(doc["static"]) == {"a", "total"}
+    assert set(doc["static"]["a"]) == fields
+    assert doc["static"]["total"] == {"checkouts": 4, "hits": 3, "hit_ratio": 0.75,
+                                      "wait_mean_s": 10.0, "wait_p95_s": 10.0,
+                                      "idle_vm_hours": 2.0, "clones": 5}
+    table = as_table(result).splitlines()
+    assert table[1].split()[:3] == ["pool", "checkouts", "hits"]
+    assert len({len(line) for line in table[1:4]}) == 1  # aligned columns
+
+
+@pytest.mark.parametrize(("content", "where"), [
+    ("queued_at,platform\n2025-09-04T17:25:47Z,a\n", ":1: column duration_s: missing column"),
+    ("queued_at,platform,duration_s\n2025-09-04T17:25:47Z,a,10\nyesterday,a,3\n",
+     ":3: column queued_at: bad time"),
+    ("queued_at,platform,duration_s\n2025-09-04T17:25:47Z,a,-1\n",
+     ":2: column duration_s: negative"),
+    ("start_time,pool,duration_s\n2025-09-04T17:25:47Z,a,ten\n",
+     ":2: column duration_s: not a number"),
+])
+def test_a_bad_trace_is_one_line_naming_file_line_and_column_and_exit_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, where: str) -> None:
+    trace = tmp_path / "trace.csv"
+    trace.write_text(content)
+    config = _config(tmp_path, "  - name: a\n    size: 1\n")
+    status = main(["replay", "--trace", str(trace), "--config", str(config)])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert f"{trace}{where}" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_missing_pool_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "trace.csv"
+    trace.write_text("queued_at,platform,duration_s\n2025-09-04T17:25:47Z,windows,10\n")
+    config = _config(tmp_path, "  - name: a\n    size: 1\n")
+    assert main(["replay", "--trace", str(trace), "--config", str(config)]) == 2
+    assert "no pool or alias for the trace's platform(s) 'windows'" in capsys.readouterr().err

@@ -1,0 +1,80 @@
+"""``vmpooler replay`` and ``vmpooler history export`` as the shipped command, real processes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import redis
+import yaml
+
+from vmpooler.actors.storage.demand_export import DemandLog
+from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
+
+VMPOOLER = [sys.executable, "-m", "vmpooler.web.cli"]
+BITCOIN = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / \
+    "bitcoin-core-gha-2025-09-04_2025-09-17.csv"
+FIELDS = {"checkouts", "hits", "hit_ratio", "wait_mean_s", "wait_p95_s", "idle_vm_hours",
+          "clones"}
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.skipif(not BITCOIN.exists(), reason="the Bitcoin Core trace is not here")
+def test_replay_of_two_hours_of_the_bitcoin_trace(repo_root: Path, tmp_path: Path) -> None:
+    head = BITCOIN.read_text().splitlines()
+    trace = tmp_path / "slice.csv"
+    trace.write_text("\n".join(head[:120]) + "\n")  # about two hours, from the first job
+    result = subprocess.run(
+        [*VMPOOLER, "replay", "--trace", str(trace), "--config",
+         str(repo_root / "conf" / "replay.example.yaml"), "--json", "--hours", "2",
+         "--clone-time", "60", "--skip-negative-durations"],
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert set(doc) == {"static"}
+    rows = doc["static"]
+    assert "total" in rows and "linux-x64" in rows
+    assert all(set(row) == FIELDS for row in rows.values())
+    total = rows["total"]
+    assert total["checkouts"] == sum(r["checkouts"] for n, r in rows.items() if n != "total")
+    assert 0 < total["checkouts"] <= 119 and 0 < total["hits"] <= total["checkouts"]
+    assert total["idle_vm_hours"] > 0 and total["clones"] >= 38  # the pools filled
+
+
+def test_replay_refuses_a_bad_trace_with_exit_2(repo_root: Path, tmp_path: Path) -> None:
+    trace = tmp_path / "bad.csv"
+    trace.write_text("queued_at,platform,duration_s\nsoon,linux-x64,10\n")
+    result = subprocess.run(
+        [*VMPOOLER, "replay", "--trace", str(trace), "--config",
+         str(repo_root / "conf" / "replay.example.yaml")],
+        capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"vmpooler replay: {trace}:2: column queued_at: bad time")
+    assert "Traceback" not in result.stderr
+
+
+def test_history_export_writes_the_recorded_checkouts(
+        redis_server: EmbeddedRedis, redis_client: redis.Redis, tmp_path: Path) -> None:
+    config = tmp_path / "vmpooler.yaml"
+    config.write_text(yaml.safe_dump({
+        ":redis": {"server": "127.0.0.1", "port": redis_server.port},
+        ":pools": [{"name": "a", "size": 1}, {"name": "b", "size": 1}],
+    }))
+    log = DemandLog(redis_client)
+    log.record("a", 1_757_000_000, vm="vm-1")
+    log.record("b", 1_757_000_060)
+    out = tmp_path / "history.csv"
+    result = subprocess.run(
+        [*VMPOOLER, "history", "export", "--config", str(config), "--since",
+         "2025-09-04T15:33:20Z", "--output", str(out)],
+        capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert out.read_text().splitlines() == [
+        "queued_at,pool,duration_s",
+        "2025-09-04T15:33:20Z,a,",
+        "2025-09-04T15:34:20Z,b,",
+    ]
