@@ -266,10 +266,11 @@ return tonumber(redis.call('GET', KEYS[1]) or '0')
     # ARGV[1] now, ARGV[2] VM hash key prefix, ARGV[3] owner token ('' = none), ARGV[4] lifetime
     # ('' = none), ARGV[5] epoch of now ('' = no checkout log), ARGV[6] seconds the log keeps,
     # ARGV[7] members it keeps, ARGV[8] number of units, then per unit: n, then n pool indexes
-    # in preference order. Each unit takes one ready VM of the first of its pools that has one; a ready VM
-    # whose hash is gone is moved to completed and never handed out. All or nothing: if a unit
-    # finds no VM, every VM taken in this call goes back to ready and nothing else is written
-    # (apart from vanished VMs moved to completed and the token's ``last``).
+    # in preference order. Each unit takes one ready VM of the first of its pools that has one;
+    # a ready VM whose hash is gone is moved to completed and never handed out. All or
+    # nothing: if a unit finds no VM, every VM taken in this call goes back to ready and
+    # nothing else is written (apart from vanished VMs moved to completed, the token's
+    # ``last`` and the checkout log).
     # Each VM handed out counts in its pool's field of ``vmpooler__history__checkouts``
     # (schema.history_checkouts; the pool name is its ready key's after ``vmpooler__ready__``).
     # With an epoch, each checkout is logged in its pool's ``vmpooler__demand__<pool>``

@@ -1,0 +1,116 @@
+"""A pool sized by demand (``sizing: demand``) in the actor system, over a real redis-server,
+on a fake clock: it learns from the checkout log the API's checkout script writes, grows at a
+burst, shrinks over silence (never below its floor, never above its ceiling), publishes its
+target for /status, and another manager taking the pool over carries on from the same log."""
+
+from __future__ import annotations
+
+import redis
+
+from tests.api_harness import api
+from tests.harness import Harness, make_config, pool, started, wait_until
+from vmpooler.actors.config.model import DemandSizing
+from vmpooler.actors.storage import schema, timefmt
+from vmpooler.actors.storage.checkout_store import CheckoutStore
+from vmpooler.actors.storage.demand_store import DemandStore
+
+
+def demand_pool(name: str = "a", *, size_min: int = 1, size_max: int = 8, **extra: object):
+    return pool(name, size_max, demand=DemandSizing(size_min=size_min, size_max=size_max,
+                                                    target_warm_hit=0.99), **extra)
+
+
+def checkouts(h: Harness, pool_name: str, count: int) -> int:
+    """``count`` checkouts through the API's script at the fake clock's time; how many
+    found a ready VM."""
+    store = CheckoutStore(h.client)
+    now = h.clock.now()
+    return sum(store.checkout([[pool_name]], now=timefmt.format_epoch(now), epoch=now).ok
+               for _ in range(count))
+
+
+def ready(client: redis.Redis, pool_name: str) -> int:
+    return client.scard(schema.ready(pool_name))
+
+
+def published(client: redis.Redis, pool_name: str) -> dict[str, str]:
+    return DemandStore(client).published([pool_name]).get(pool_name, {})
+
+
+def test_a_demand_pool_grows_at_a_burst_and_shrinks_over_silence(
+    redis_client: redis.Redis,
+) -> None:
+    config = make_config([demand_pool(check_loop_delay_min=5, check_loop_delay_max=5)])
+    with started(redis_client, config) as h:
+        h.advance(30)
+        assert ready(redis_client, "a") == 1  # nothing learned: size_min
+        assert published(redis_client, "a")["reason"] == "minimum"
+        assert checkouts(h, "a", 6) == 1  # one served, five missed
+        h.advance(30)
+        assert ready(redis_client, "a") == 6, "the burst's size is held ready"
+        status = published(redis_client, "a")
+        assert (status["target"], status["reason"]) == ("6", "forecast")
+        assert float(status["warm_hit"]) == round(1 / 6, 4)
+        assert checkouts(h, "a", 20) == 6
+        h.advance(30)
+        assert ready(redis_client, "a") == 8, "never above size_max"
+        assert published(redis_client, "a")["reason"] == "ceiling"
+        sizes = []
+        for _ in range(12):  # three hours of silence
+            h.advance(900, step=60)
+            sizes.append(ready(redis_client, "a"))
+        assert sizes[-1] == 1, sizes  # back to the floor
+        assert sizes == sorted(sizes, reverse=True), f"shrinks without flapping: {sizes}"
+        assert min(sizes) >= 1
+
+
+def test_poolsize_override_is_the_floor_of_a_demand_pool(redis_client: redis.Redis) -> None:
+    config = make_config([demand_pool(size_min=0, check_loop_delay_min=5,
+                                      check_loop_delay_max=5)])
+    with started(redis_client, config) as h:
+        h.advance(30)
+        assert ready(redis_client, "a") == 0
+        redis_client.hset(schema.config_poolsize(), "a", "3")
+        h.advance(400, step=5)
+        assert ready(redis_client, "a") == 3
+        status = published(redis_client, "a")
+        assert (status["target"], status["reason"], status["floor"]) == ("3", "floor", "3")
+
+
+def test_the_learned_demand_survives_a_handover(redis_client: redis.Redis) -> None:
+    """The log is in Redis: a second system (a new owner of the pool) starts from it."""
+    config = make_config([demand_pool(check_loop_delay_min=5, check_loop_delay_max=5)])
+    with started(redis_client, config) as h:
+        h.advance(30)
+        checkouts(h, "a", 5)
+        h.advance(30)
+        assert published(redis_client, "a")["target"] == "5"
+        stopped_at = h.clock.now()
+    with started(redis_client, config) as h2:
+        h2.clock.advance(stopped_at - h2.clock.now() + 60)  # a minute later
+        h2.advance(30)
+        wait_until(lambda: published(redis_client, "a").get("target") == "5")
+        assert ready(redis_client, "a") >= 5
+
+
+def test_status_shows_the_target_and_why(redis_client: redis.Redis) -> None:
+    """/status (Falcon's test client over the same Redis): ``max`` is the target the owner
+    published and ``sizing`` says why; checkouts through the API are what it learns from."""
+    config = make_config([demand_pool(check_loop_delay_min=5, check_loop_delay_max=5)])
+    with started(redis_client, config) as h:
+        web = api(redis_client, config)
+        h.advance(30)
+        before = web.client.simulate_get("/api/v3/status").json["pools"]["a"]
+        assert (before["sizing"]["target"], before["sizing"]["reason"]) == (1, "minimum")
+        assert before["max"] == 1
+        for _ in range(4):
+            web.clock.advance(h.clock.now() - web.clock.now())
+            web.client.simulate_post("/api/v3/vm/a")
+        h.advance(30)
+        entry = web.client.simulate_get("/api/v3/status").json["pools"]["a"]
+        assert entry["max"] == 4
+        assert entry["sizing"] == {
+            "policy": "demand", "size_min": 1, "size_max": 8, "target_warm_hit": 0.99,
+            "target": 4, "reason": "forecast", "forecast": 4, "floor": 1, "ceiling": 8,
+            "clone_time": entry["sizing"]["clone_time"], "warm_hit": 0.25,
+            "updated": entry["sizing"]["updated"]}
