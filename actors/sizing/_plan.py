@@ -7,8 +7,10 @@ learning began, ``now``, and the target warm-hit ratio.
 1. Exposure: how many times each time-of-week slot elapsed in ``[begin, now)`` (fractions at
    the edges), so rates are per visit of a slot.
 2. Day-of-week factor ``f_w``: checkouts per elapsed weekday ``w`` over checkouts per elapsed
-   day, shrunk toward 1 by ``PRIOR_DAYS`` of pseudo-evidence (one week of history is one sample
-   per weekday: a quiet Saturday counts, but does not yet mean every Saturday is silent).
+   day. A weekday seen for less than ``PRIOR_DAYS`` (one day) is drawn toward 1 (an average
+   day) by the part not yet seen; after that the data alone decide. No pseudo-demand is kept
+   beyond that: at a 99 % target any invented demand above 1 % of the total would have to be
+   covered, which would keep VMs through every silent night and weekend.
 3. Daily profile ``c_h(r)``: per time-of-day slot ``h``, checkouts of rank ``r`` per visit, with
    each checkout weighted by ``1/f_w`` of its weekday (taking the weekly cycle out), smoothed
    over neighbouring slots with the kernel ``(1, 2, 1)/4`` (demand at 10:00 says something
@@ -30,10 +32,8 @@ __all__ = ["DAY", "MONDAY_EPOCH", "PRIOR_DAYS", "WEEK", "build_plan", "week_slot
 DAY = 86400.0
 WEEK = 7 * DAY
 MONDAY_EPOCH = 4 * DAY  # 1970-01-05T00:00Z, a Monday: time-of-week slots count from there.
-# Pseudo-days of "an average day" each weekday's factor starts from (see step 2).
+# A weekday seen for less than this many days is drawn toward an average day (see step 2).
 PRIOR_DAYS = 1.0
-# Pseudo-visits of the all-day profile each time-of-day slot's profile starts from (step 3).
-PRIOR_VISITS = 1.0
 
 
 def week_slot(epoch: float, slot_seconds: float) -> int:
@@ -80,8 +80,10 @@ def build_plan(times: Sequence[float], ranks: Sequence[int], begin: float, now: 
     if total_days <= 0:
         return plan
     mean = len(times) / total_days
-    factor = [(day_count[w] + PRIOR_DAYS * mean) / ((day_seen[w] + PRIOR_DAYS) * mean)
-              for w in range(7)]
+    factor = []
+    for w in range(7):
+        prior = max(0.0, PRIOR_DAYS - day_seen[w])
+        factor.append((day_count[w] + prior * mean) / ((day_seen[w] + prior) * mean))
     # Daily profile: weekday-normalised counts per (time-of-day slot, rank).
     raw: list[dict[int, float]] = [{} for _ in range(per_day)]
     for s, rank in zip(slot_of, ranks, strict=True):
@@ -89,12 +91,6 @@ def build_plan(times: Sequence[float], ranks: Sequence[int], begin: float, now: 
         cell = raw[h]
         cell[rank] = cell.get(rank, 0.0) + 1.0 / factor[w]
     visits = [sum(seen[w * per_day + h] for w in range(7)) for h in range(per_day)]
-    # The all-day profile: checkouts of each rank per visit of any time-of-day slot.
-    all_visits = sum(visits)
-    overall: dict[int, float] = {}
-    for cell in raw:
-        for rank, count in cell.items():
-            overall[rank] = overall.get(rank, 0.0) + count / all_visits
     profile: list[dict[int, float]] = [{} for _ in range(per_day)]
     for h in range(per_day):
         counts: dict[int, float] = {}
@@ -104,11 +100,8 @@ def build_plan(times: Sequence[float], ranks: Sequence[int], begin: float, now: 
             seen_h += weight * visits[src]
             for rank, count in raw[src].items():
                 counts[rank] = counts.get(rank, 0.0) + weight * count
-        # Shrunk toward the all-day profile by PRIOR_VISITS pseudo-visits: a slot that was
-        # quiet on the few days seen is not taken for certain to be silent.
-        cell = profile[h]
-        for rank, mean in overall.items():
-            cell[rank] = (counts.get(rank, 0.0) + PRIOR_VISITS * mean) / (seen_h + PRIOR_VISITS)
+        if seen_h > 0:
+            profile[h] = {rank: count / seen_h for rank, count in counts.items()}
     # Allocation by a threshold on checkouts served per VM-slot.
     items: list[float] = []
     total = 0.0
