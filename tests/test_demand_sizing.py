@@ -8,11 +8,16 @@ from __future__ import annotations
 import redis
 
 from tests.api_harness import api
-from tests.harness import Harness, make_config, pool, started, wait_until
+from tests.harness import Harness, dummy_for, make_config, pool, started, wait_until
+from vmpooler.actors.cluster.ownership import rendezvous_owner
+from vmpooler.actors.runtime.clock import FakeClock
 from vmpooler.actors.config.model import DemandSizing
 from vmpooler.actors.storage import schema, timefmt
 from vmpooler.actors.storage.checkout_store import CheckoutStore
 from vmpooler.actors.storage.demand_store import DemandStore
+from vmpooler.actors.storage.heartbeat_store import manager_id
+from vmpooler.actors.storage.lease_store import LeaseStore
+from vmpooler.actors.system import PoolerSystem
 
 
 def demand_pool(name: str = "a", *, size_min: int = 1, size_max: int = 8, **extra: object):
@@ -77,20 +82,48 @@ def test_poolsize_override_is_the_floor_of_a_demand_pool(redis_client: redis.Red
         assert (status["target"], status["reason"], status["floor"]) == ("3", "floor", "3")
 
 
-def test_the_learned_demand_survives_a_handover(redis_client: redis.Redis) -> None:
-    """The log is in Redis: a second system (a new owner of the pool) starts from it."""
-    config = make_config([demand_pool(check_loop_delay_min=5, check_loop_delay_max=5)])
-    with started(redis_client, config) as h:
-        h.advance(30)
-        checkouts(h, "a", 5)
-        h.advance(30)
-        assert published(redis_client, "a")["target"] == "5"
-        stopped_at = h.clock.now()
-    with started(redis_client, config) as h2:
-        h2.clock.advance(stopped_at - h2.clock.now() + 60)  # a minute later
-        h2.advance(30)
-        wait_until(lambda: published(redis_client, "a").get("target") == "5")
-        assert ready(redis_client, "a") >= 5
+def test_the_learned_demand_and_the_target_move_with_the_pool_to_its_new_owner(
+    redis_client: redis.Redis,
+) -> None:
+    """Manager A owns a demand pool and learns a burst from the checkout log; B joins and the
+    pool is handed to B, which sizes it from the same log (the target is B's, published
+    under B's id) while A stops sizing it."""
+    start_a, start_b = 1_700_000_000.0, 1_700_000_001.0
+    id_a, id_b = manager_id(start_a), manager_id(start_b)
+    name = next(f"pool{n}" for n in range(100)
+                if rendezvous_owner([id_a, id_b], f"pool{n}") == id_b)
+    config = make_config([demand_pool(name, check_loop_delay_min=5, check_loop_delay_max=5)],
+                         manager_heartbeat_interval=5)
+    clock_a, clock_b = FakeClock(start=start_a), FakeClock(start=start_b)
+    a = PoolerSystem.start(config, redis_client=redis_client, clock=clock_a, scheduler=clock_a,
+                           providers={"dummy": dummy_for(config)}, resolver=lambda _f: False)
+    b = None
+    try:
+        wait_until(lambda: published(redis_client, name).get("manager") == id_a, 10,
+                   "A to size the pool")
+        store = CheckoutStore(redis_client)
+        for _ in range(5):
+            store.checkout([[name]], now="x", epoch=clock_a.now())
+        clock_a.advance(5)
+        wait_until(lambda: published(redis_client, name).get("target") == "5", 10,
+                   "A to learn the burst")
+        b = PoolerSystem.start(config, redis_client=redis_client, clock=clock_b,
+                               scheduler=clock_b, providers={"dummy": dummy_for(config)},
+                               resolver=lambda _f: False)
+        clock_a.advance(5)  # A's renewal: B is live, the pool is B's
+        wait_until(lambda: LeaseStore(redis_client).holder("pool", name) is not None
+                   and LeaseStore(redis_client).holder("pool", name).holder == id_b, 10,
+                   "B to take the pool")
+        clock_b.advance(5)
+        wait_until(lambda: published(redis_client, name).get("manager") == id_b, 10,
+                   "B to size the pool")
+        assert published(redis_client, name)["target"] == "5"
+        clock_a.advance(10)
+        assert published(redis_client, name)["manager"] == id_b, "A sized a pool it gave away"
+    finally:
+        if b is not None:
+            b.stop()
+        a.stop()
 
 
 def test_status_shows_the_target_and_why(redis_client: redis.Redis) -> None:

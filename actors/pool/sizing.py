@@ -150,5 +150,6 @@ class PoolSizing:
             "floor": target.floor, "ceiling": target.ceiling,
             "clone_time": round(self.clone_time(), 1), "updated": round(now, 3),
             "warm_hit": "" if warm is None else round(warm, 4),
+            "manager": str(getattr(self.io.ownership, "manager", "")),
         }
         self.store.publish(name, fields)
