@@ -10,8 +10,8 @@ import redis
 from tests.api_harness import api
 from tests.harness import Harness, dummy_for, make_config, pool, started, wait_until
 from vmpooler.actors.cluster.ownership import rendezvous_owner
-from vmpooler.actors.runtime.clock import FakeClock
 from vmpooler.actors.config.model import DemandSizing
+from vmpooler.actors.runtime.clock import FakeClock
 from vmpooler.actors.storage import schema, timefmt
 from vmpooler.actors.storage.checkout_store import CheckoutStore
 from vmpooler.actors.storage.demand_store import DemandStore
