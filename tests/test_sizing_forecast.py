@@ -27,8 +27,11 @@ def test_daily_cycle_high_before_the_peak_low_at_night() -> None:
     model = DemandForecast.from_history(working_hours(7), now=now, target_hit=0.99,
                                         clone_time=CLONE)
     assert model.target(now + 3 * 3600, CLONE).value == 0                 # 03:00
-    assert model.target(now + 9 * 3600 - 4 * 60, CLONE).value == 5        # 08:56, ahead
-    assert model.target(now + 9 * 3600 - 4 * 60, CLONE).basis == "seasonal"
+    # The 08:30 slot holds (its neighbour 09:00 is busy); the 08:00 slot does not, but from
+    # one clone time before 08:30 the pool looks ahead into it.
+    assert model.target(now + 8 * 3600 + 20 * 60, CLONE).value == 0       # 08:20
+    assert model.target(now + 8 * 3600 + 26 * 60, CLONE).value == 5       # 08:26, ahead
+    assert model.target(now + 8 * 3600 + 26 * 60, CLONE).basis == "seasonal"
     assert model.target(now + 12 * 3600, CLONE).value == 5
     assert model.target(now + 20 * 3600, CLONE).value == 0
 
