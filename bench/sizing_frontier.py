@@ -4,8 +4,9 @@ For each trace, clone time and target warm-hit ratio, per pool (the trace's plat
 
 - static: the smallest fixed size whose replay reaches the target, summed idle VM-hours;
 - demand, online: ``DemandSizer`` learning from nothing over the whole trace;
-- demand, second half: learning on the first half (``from_history``), measured on the second,
-  against the static frontier of the second half (the fixed sizes chosen knowing it);
+- demand, second half: learning online from the first checkout (as a pool does once turned
+  on), measured on the second half only, against the static frontier of the second half (the
+  fixed sizes chosen knowing it);
 - static at the demand's hit ratio: the fixed sizes reaching the hit ratio the demand policy
   actually reached (so the two are compared at the same warm-hit ratio).
 
@@ -34,15 +35,12 @@ TARGETS = (0.90, 0.95, 0.98, 0.99)
 
 
 def _demand(times: list[float], clone: float, target: float, tick: float,
-            learned: list[float] | None = None, start: float | None = None,
-            end: float | None = None) -> PoolRun:
-    forecast = None
-    if learned is not None and start is not None:
-        forecast = DemandForecast.from_history(learned, now=start, target_hit=target,
-                                               clone_time=clone)
-    sizer = DemandSizer(SizingPolicy(0, 100_000, target), forecast=forecast, clone_time=clone)
+            measure_from: float | None = None) -> PoolRun:
+    """The demand policy learning online from the first checkout (what a pool does once
+    turned on); counted from ``measure_from`` (default: all)."""
+    sizer = DemandSizer(SizingPolicy(0, 100_000, target), clone_time=clone)
     return run_demand(times, clone, lambda now: sizer.target(now, clone).size, sizer.observe,
-                      start=start, end=end, tick=tick)
+                      tick=tick, measure_from=measure_from)
 
 
 def _static(pools: dict[str, list[float]], clone: float, target: float,
@@ -86,9 +84,8 @@ def evaluate(path: str, clone: float, tick: float) -> dict[str, object]:
         s_hits, n, s_idle = _static(seconds, clone, target, middle, last)
         d_hits = 0
         d_idle = 0.0
-        for pool, times in seconds.items():
-            learned = [t for t in pools[pool] if t < middle]
-            run = _demand(times, clone, target, tick, learned, middle, last)
+        for pool in seconds:
+            run = _demand(pools[pool], clone, target, tick, measure_from=middle)
             d_hits += run.hits
             d_idle += run.idle_vm_hours
         reached = d_hits / n

@@ -97,16 +97,21 @@ def smallest_fixed(times: Sequence[float], clone_time: float, target_hit: float,
 
 def run_demand(times: Sequence[float], clone_time: float, target: Callable[[float], int],
                observe: Callable[[float], None], *, start: float | None = None,
-               end: float | None = None, tick: float = 60.0) -> PoolRun:
-    """Replay sorted checkout ``times`` with a target asked of ``target(now)``; ``observe(t)``
-    is told each checkout after it was served. The pool starts at its target at ``start``
-    (default: the first checkout) and the replay ends at ``end`` (default: the last one)."""
+               end: float | None = None, tick: float = 60.0,
+               measure_from: float | None = None) -> PoolRun:
+    """Replay sorted checkout ``times`` with a target asked of ``target(now)``;
+    ``observe(t)`` is told each checkout after it was served (or not). The pool
+    starts at its target at ``start`` (default: the first checkout) and the replay ends at
+    ``end`` (default: the last one); only what happens from ``measure_from`` on is counted
+    (default: everything)."""
     if not times:
         return PoolRun(0, 0, 0.0, 0, 0.0)
     now = times[0] if start is None else start
     stop = times[-1] if end is None else end
     ready = max(0, target(now))
     hits, idle, waits, clones, served = 0, 0.0, 0.0, 0, 0
+    counted = 0  # checkouts counted
+    origin = now if measure_from is None else measure_from
     waiting: list[float] = []
     pending: list[float] = []
     next_tick = now + tick
@@ -116,22 +121,26 @@ def run_demand(times: Sequence[float], clone_time: float, target: Callable[[floa
         done = pending[0] if pending else float("inf")
         moment = min(upcoming, done, next_tick)
         if moment > stop and index >= count:
-            idle += ready * max(0.0, stop - now)
+            idle += ready * max(0.0, stop - max(now, origin))
             break
-        idle += ready * (moment - now)
+        idle += ready * max(0.0, moment - max(now, origin))
         now = moment
         if done == moment:
             heapq.heappop(pending)
             if served < len(waiting):
-                waits += now - waiting[served]
+                if waiting[served] >= origin:
+                    waits += now - waiting[served]
                 served += 1
             else:
                 ready += 1
         elif upcoming == moment:
             index += 1
-            if ready > 0:
+            measured = now >= origin
+            counted += measured
+            hit = ready > 0
+            if hit:
                 ready -= 1
-                hits += 1
+                hits += measured
             else:
                 waiting.append(now)
             observe(now)
@@ -142,7 +151,8 @@ def run_demand(times: Sequence[float], clone_time: float, target: Callable[[floa
         if level < size:
             for _ in range(size - level):
                 heapq.heappush(pending, now + clone_time)
-            clones += size - level
+            clones += (size - level) if now >= origin else 0
         elif level > size and ready:
             ready -= min(ready, level - size)
-    return PoolRun(count, hits, idle / 3600.0, clones, waits / served if served else 0.0)
+    missed = sum(1 for t in waiting if t >= origin)
+    return PoolRun(counted, hits, idle / 3600.0, clones, waits / missed if missed else 0.0)
