@@ -226,3 +226,43 @@ def test_touch_token(redis_client: redis.Redis) -> None:
     redis_client.hset(schema.token("t"), "created", NOW)
     assert store.touch_token("t", now="later") == ""
     assert redis_client.hget(schema.token("t"), "last") == "later"
+
+
+def demand(client: redis.Redis, pool: str) -> list[tuple[str, float]]:
+    return client.zrange(schema.demand(pool), 0, -1, withscores=True)
+
+
+def test_checkouts_served_and_missed_are_logged_per_pool(redis_client: redis.Redis) -> None:
+    """Served: ``<epoch>:<vm>`` in the pool that served it; a call that finds no VM: a miss
+    for each of its units, in the unit's first pool, counted in history_misses."""
+    seed(redis_client, "p1", "a1")
+    seed(redis_client, "p2", "b1")
+    store = CheckoutStore(redis_client)
+    assert store.checkout([["p1", "p2"]], now=NOW, epoch=1000.5).ok
+    assert demand(redis_client, "p1") == [("1000.500:a1", 1000.5)]
+    # unit 2 finds nothing: b1 goes back; units 1, 2 and 3 each count a miss
+    outcome = store.checkout([["p2"], ["p1"], ["p2", "p1"]], now=NOW, epoch=1001.0)
+    assert not outcome.ok and outcome.failed_unit == 1
+    assert demand(redis_client, "p2") == [("1001.000:-1", 1001.0), ("1001.000:-2", 1001.0)]
+    assert demand(redis_client, "p1") == [("1000.500:a1", 1000.5), ("1001.000:-1", 1001.0)]
+    assert redis_client.hgetall(schema.history_misses()) == {"p1": "1", "p2": "2"}
+    assert redis_client.smembers(schema.ready("p2")) == {"b1"}
+    assert store.checkout([["p1"]], now=NOW).ok is False  # no epoch: nothing logged
+    assert len(demand(redis_client, "p1")) == 2
+
+
+def test_the_checkout_log_is_bounded_in_time(redis_client: redis.Redis) -> None:
+    store = CheckoutStore(redis_client)
+    store.checkout([["p1"]], now=NOW, epoch=10.0)
+    store.checkout([["p1"]], now=NOW, epoch=20.0)
+    store.checkout([["p1"]], now=NOW, epoch=20.0 + schema.DEMAND_RETENTION)
+    assert [s for _m, s in demand(redis_client, "p1")] == [20.0, 20.0 + schema.DEMAND_RETENTION]
+
+
+def test_a_stray_key_in_place_of_the_log_never_fails_a_checkout(
+    redis_client: redis.Redis,
+) -> None:
+    seed(redis_client, "p1", "a1")
+    redis_client.set(schema.demand("p1"), "not a sorted set")
+    assert CheckoutStore(redis_client).checkout([["p1"]], now=NOW, epoch=5.0).ok
+    assert redis_client.get(schema.demand("p1")) == "not a sorted set"

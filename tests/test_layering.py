@@ -19,7 +19,7 @@ ALLOWED: dict[str, set[str]] = {
                   "metrics", "config", "messages"},
     # actors: each may use the runtime, the Redis layer, metrics, configuration, messages;
     # those whose entity has one owner among several managers also the cluster
-    "pool": {"cluster", "runtime", "storage", "metrics", "config", "messages"},
+    "pool": {"cluster", "runtime", "storage", "metrics", "config", "messages", "sizing"},
     "ondemand": {"cluster", "runtime", "storage", "metrics", "config", "messages"},
     "provider": {"runtime", "storage", "metrics", "config", "messages"},
     "service": {"runtime", "storage", "metrics", "config", "messages"},
@@ -29,7 +29,8 @@ ALLOWED: dict[str, set[str]] = {
     # the foundations
     "runtime": {"metrics", "messages"},
     "storage": {"config"},
-    "config": set(),
+    "config": {"sizing"},
+    "sizing": set(),  # demand sizing: the forecast, schedules and policy, pure
     "metrics": set(),
     "messages": set(),
     "facade": set(),  # actors/__init__.py: a lazy facade, imports nothing at load

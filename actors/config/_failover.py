@@ -3,9 +3,10 @@
 The keys themselves are read with the pool (``_pools.py``: ``failover`` a boolean,
 ``size_max`` an integer ≥ 0); here the rules between them and the pool's other keys: a pool
 with ``failover: true`` must carry an alias; ``size_max`` may not be below the pool's
-``size`` nor above the largest size allowed (its provider's ``max_pool_size``, else the
-global one). Keys that are valid but do nothing (``size_max`` without ``failover``, a
-failover pool alone in its aliases) are reported by ``unacted.py``.
+``size`` (unless it is sized by demand: there it is the ceiling) nor above the largest size
+allowed (its provider's ``max_pool_size``, else the global one). Keys that are valid but do
+nothing (``size_max`` without ``failover``, a failover pool alone in its aliases) are
+reported by ``unacted.py``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def check_failover(pools: Sequence[tuple[int, PoolConfig]], chk: Checker,
                      "capacity between the pools of one alias")
         if pool.size_max is None:
             continue
-        if pool.size_max < pool.size:
+        if pool.size_max < pool.size and pool.demand is None:
             chk.fail((*path, "size_max"),
                      f"size_max {pool.size_max} is below the pool's size {pool.size}")
         provider = providers.get(pool.provider)

@@ -9,6 +9,7 @@ from typing import Any
 from vmpooler.actors.config._check import MISSING, Checker
 from vmpooler.actors.config._data import freeze
 from vmpooler.actors.config._failover import check_failover
+from vmpooler.actors.config._sizing import demand_sizing
 from vmpooler.actors.config._values import coerce, show
 from vmpooler.actors.config.model import DnsConfig, GlobalSettings, PoolConfig, ProviderConfig
 from vmpooler.actors.config.overrides import HUGE
@@ -174,6 +175,9 @@ def build_pools(
         )
         if name is MISSING or size is MISSING:
             continue
+        optional["demand"] = demand_sizing(
+            entry, path, chk, settings, size=size,
+            limit=_limit(settings, providers.get(provider)))
         places.append(index)
         pools.append(
             PoolConfig(
@@ -191,11 +195,17 @@ def build_pools(
     return tuple(pools)
 
 
+def _limit(settings: GlobalSettings, provider: ProviderConfig | None) -> int:
+    """The largest size a pool of ``provider`` may have."""
+    own = provider.settings.get("max_pool_size") if provider is not None else None
+    return own if isinstance(own, int) else settings.max_pool_size
+
+
 def _check_size(chk: Checker, path: tuple[str | int, ...], size: int,
                 settings: GlobalSettings, provider: ProviderConfig | None) -> None:
     """A pool's size must not exceed its provider's ``max_pool_size``, else the global one."""
     own = provider.settings.get("max_pool_size") if provider is not None else None
-    limit = own if isinstance(own, int) else settings.max_pool_size
+    limit = _limit(settings, provider)
     if size > limit:
         where = (f"providers.{provider.name}.max_pool_size" if own is not None and provider
                  else "max_pool_size")

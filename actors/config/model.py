@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 from vmpooler.actors.config._data import empty_mapping, freeze, mask_secrets
+from vmpooler.actors.sizing.schedule import Window
 
 __all__ = [
     "DEFAULT_HEALTH_THRESHOLDS",
@@ -118,6 +119,13 @@ class GlobalSettings:
     # Ours: the largest pool size a pool, a size override or POST /config/poolsize may set;
     # a provider's own ``max_pool_size`` wins for its pools.
     max_pool_size: int = setting(10_000, "int", env="MAX_POOL_SIZE", minimum=1)
+    # Ours (docs/sizing.md): how pools are sized unless a pool says otherwise: ``static``
+    # (vmpooler's fixed ``size``) or ``demand`` (between ``size_min`` and ``size_max``, the
+    # ready count the pool's checkout history calls for, to serve ``target_warm_hit`` of its
+    # checkouts from ready VMs).
+    sizing: str = setting("static", "str", env="SIZING")
+    size_min: int = setting(0, "int")
+    target_warm_hit: float = setting(0.99, "share")
     # Ours (vmpooler PR #456): a directory whose *.yaml/*.yml files each hold pools (a
     # :pools: list or a bare list), appended in file-name order (actors/config/pools_dir.py).
     pools_from_dir: str | None = setting(None, "str?", env="POOLS_FROM_DIR")
@@ -270,6 +278,19 @@ class RedisSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class DemandSizing:
+    """A pool sized by demand (``sizing: demand``): it keeps between ``size_min`` and
+    ``size_max`` ready VMs, as many as its checkout history calls for to serve
+    ``target_warm_hit`` (0..1, exclusive) of its checkouts from ready VMs; each ``schedule``
+    window covering the time sets a floor (the largest wins)."""
+
+    size_min: int
+    size_max: int
+    target_warm_hit: float
+    schedule: tuple[Window, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class PoolConfig:
     """One entry of ``:pools:``. ``None`` fields fall back to the global setting.
 
@@ -300,6 +321,8 @@ class PoolConfig:
     # sibling's, see actors/pool/failover.py).
     failover: bool = False
     size_max: int | None = None
+    # Demand sizing (ours, docs/sizing.md): None for a pool of fixed ``size``.
+    demand: DemandSizing | None = None
     raw: Mapping[str, Any] = field(default_factory=empty_mapping)
 
     def loop_delays(self, settings: GlobalSettings) -> tuple[float, float, float]:

@@ -100,8 +100,8 @@ def _brake_windows(config: Config) -> list[tuple[KeyPath, str]]:
 
 
 def _failover_keys(config: Config) -> list[tuple[KeyPath, str]]:
-    """``size_max`` without ``failover``, ``failover`` of a pool with no failover sibling,
-    and ``failover_failures`` when no such pool has one."""
+    """``size_max`` without ``failover`` (on a pool not sized by demand), ``failover`` of a
+    pool with no failover sibling, and ``failover_failures`` when no such pool has one."""
     out: list[tuple[KeyPath, str]] = []
     opted = [pool for pool in config.pools if pool.failover]
     alone = {pool.name for pool in opted if not any(
@@ -110,7 +110,7 @@ def _failover_keys(config: Config) -> list[tuple[KeyPath, str]]:
         out.append((("config", "failover_failures"),
                     "no two pools of one alias have failover: true"))
     for index, pool in enumerate(config.pools):
-        if pool.size_max is not None and not pool.failover:
+        if pool.size_max is not None and not pool.failover and pool.demand is None:
             out.append((("pools", index, "size_max"),
                         f"pool {pool.name!r} has no failover: true"))
         elif pool.name in alone:

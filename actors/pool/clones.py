@@ -215,6 +215,7 @@ class Clones:
                 "pool": name, "provider": self.policy.pool.provider, "result": "success"})
             self.io.metrics.gauge("vmpooler_clone", result.seconds, tags={"pool": name})
             log.info("[+] [%s] '%s' cloned in %.2f seconds", name, vm, result.seconds)
+            self.upkeep.cloned(result.seconds)
             self.calls.send(CheckPending(), vm)
             if ondemand:
                 self.ondemand.slot_freed()

@@ -225,10 +225,11 @@ class PoolCycle:
                 self.vms.forget(vm)
         if self.upkeep.apply_overrides():
             return True
+        self.upkeep.follow_demand(len(ready))
         self.failover.cycle(inventory_ok=True, inventory_failures=0, breaker_open=False,
                             ready=len(ready))
         activity |= self.clones.repopulate(len(ready) + len(held), len(pending))
-        self.upkeep.remove_excess(ready, pending)
+        self.upkeep.remove_excess(ready, pending, self.vms.ready_since)
         self.upkeep.flag_empty(len(ready))
         size = self.upkeep.size
         self.io.metrics.gauge("ready", len(ready), tags={"pool": name})

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from vmpooler.actors.config.overrides import effective_size, size_override
 from vmpooler.actors.messages import PoolChanged, PrepareTemplate, ProviderCallFinished
 from vmpooler.actors.pool.calls import ProviderCalls
 from vmpooler.actors.pool.context import PoolIO, PoolPolicy
+from vmpooler.actors.pool.sizing import PoolSizing
 from vmpooler.actors.storage.pool_snapshot import PoolFlags, PoolOverrides, PoolSnapshot
 
 __all__ = ["OVERRIDE_REFRESH_CYCLES", "PoolUpkeep"]
@@ -58,6 +59,10 @@ class PoolUpkeep:
         self.on_drain = on_drain  # also drains what the pool holds aside (the brake's VMs)
         self.base = min(self.policy.pool.size, self.policy.max_size)  # configured, or its override
         self.extra = 0  # taken over from alias siblings (alias failover; never below 0)
+        demand = self.policy.pool.demand
+        self.sizing = None if demand is None else PoolSizing(policy, io, demand)
+        if demand is not None:
+            self.base = demand.size_min  # until the first cycle reads the demand
         self.template = self.policy.pool.template
         self.clone_target = self.policy.pool.clone_target
         self.initialised = False
@@ -73,8 +78,9 @@ class PoolUpkeep:
     @property
     def size(self) -> int:
         """The size the pool keeps: ``base`` (the configured size or its override, at most
-        ``max_pool_size``) plus ``extra``, what it takes over for alias siblings that cannot
-        deliver (:mod:`~vmpooler.actors.pool.failover_watch`)."""
+        ``max_pool_size``; for a pool sized by demand, its demand target) plus ``extra``, what
+        it takes over for alias siblings that cannot deliver
+        (:mod:`~vmpooler.actors.pool.failover_watch`)."""
         return self.base + self.extra
 
     # -- reading the override keys and flags ---------------------------------------------------
@@ -123,7 +129,9 @@ class PoolUpkeep:
             store.ack_undo(name, size=True)
             self._acknowledged(undo_size=False)
         size = self._size(ov.size)
-        if size != self.base:
+        if self.sizing is not None:  # an override is the floor of a pool sized by demand
+            self.sizing.set_floor(size if ov.size is not None else None)
+        elif size != self.base:
             log.info("[*] [%s] size changed from %d to %d", name, self.base, size)
             self.base = size
         if ov.undo_template:
@@ -147,6 +155,17 @@ class PoolUpkeep:
         if self.flags.prepared_template != self.template and not self.preparing:
             self.prepare_template()
         return drained
+
+    def follow_demand(self, ready: int) -> None:
+        """For a pool sized by demand, take its target now as ``base`` (``ready``: its ready
+        VMs, for the metrics)."""
+        if self.sizing is not None:
+            self.base = self.sizing.update(ready).size
+
+    def cloned(self, seconds: float) -> None:
+        """A clone of the pool finished in ``seconds`` (demand sizing learns clone times)."""
+        if self.sizing is not None:
+            self.sizing.cloned(seconds)
 
     def _size(self, override: str | None) -> int:
         """The size in effect for the override last read (None: none): never above
@@ -218,14 +237,24 @@ class PoolUpkeep:
             self.preparing = False
 
     # -- excess and the empty flag ---------------------------------------------------------------
-    def remove_excess(self, ready: set[str], pending: set[str]) -> None:
+    def remove_excess(self, ready: set[str], pending: set[str],
+                      ready_since: Mapping[str, float] | None = None) -> None:
         """When ``ready`` exceeds the size, retire the surplus (sorted, not busy) and, as
-        vmpooler does, drain every pending VM too. ``ready`` is updated in place."""
+        vmpooler does, drain every pending VM too. A pool sized by demand retires its oldest
+        ready VMs (by ``ready_since``) and lets its pending ones finish (its target shrinks
+        with hysteresis: they are likely wanted). ``ready`` is updated in place."""
         name = self.policy.name
         surplus = len(ready) - self.size
         if surplus <= 0:
             return
-        for vm in sorted(ready - self.calls.busy)[:surplus]:
+        if self.sizing is not None:
+            since = ready_since or {}
+            surplus_vms = sorted(ready - self.calls.busy,
+                                 key=lambda vm: (since.get(vm, 0.0), vm))
+            pending = set()
+        else:
+            surplus_vms = sorted(ready - self.calls.busy)
+        for vm in surplus_vms[:surplus]:
             if self.io.store.retire(name, vm, "ready"):
                 ready.discard(vm)
                 self.io.lost("excess")

@@ -117,6 +117,7 @@ class CheckoutStore:
         now: str,
         token: str | None = None,
         lifetime: int | None = None,
+        epoch: float | None = None,
     ) -> CheckoutOutcome:
         """Take one ready VM per unit, all or nothing, in one round trip.
 
@@ -124,6 +125,8 @@ class CheckoutStore:
         serves it. With ``token``, the token must exist (else ``bad_token``, nothing
         written); its ``last`` becomes ``now`` and every VM gets ``token:token`` and
         ``token:user``. ``lifetime`` (hours) is written to every VM when given.
+        With ``epoch`` (``now`` as epoch seconds), the checkout is logged in each pool's
+        :func:`~vmpooler.actors.storage.schema.demand` (served or not) in the same step.
         An empty ``units`` succeeds without touching Redis.
         """
         if not units:
@@ -135,7 +138,8 @@ class CheckoutStore:
             plan += [len(pools), *pools]
         token_key = schema.token(token) if token else schema.token("")
         args = [now, schema.vm(""), token or "", "" if lifetime is None else int(lifetime),
-                len(units), *plan]
+                "" if epoch is None else f"{epoch:.3f}", schema.DEMAND_RETENTION,
+                schema.DEMAND_MAX, len(units), *plan]
         reply = self._run("CHECKOUT", [token_key, *enc.keys], args)
         code = int(reply[0])
         if code == -1:

@@ -75,7 +75,8 @@ class StatusReading:
     absent before the first write; ``config_errors[pool]`` the raw field of a pool in the
     configuration-error state (``vmpooler__configerror``, JSON), absent otherwise;
     ``failovers[pool]`` the hash a failover pool's actor publishes
-    (``vmpooler__failover__<pool>``), absent when none is fresh.
+    (``vmpooler__failover__<pool>``), absent when none is fresh; ``sizings[pool]`` the hash a
+    demand-sized pool's owner publishes (``vmpooler__sizing__<pool>``), absent when none is.
     """
 
     counts: Mapping[Queue, Mapping[str, int]] = field(default_factory=_empty)
@@ -92,6 +93,7 @@ class StatusReading:
     brakes: Mapping[str, Mapping[str, str]] = field(default_factory=_empty)
     config_errors: Mapping[str, str] = field(default_factory=_empty)
     failovers: Mapping[str, Mapping[str, str]] = field(default_factory=_empty)
+    sizings: Mapping[str, Mapping[str, str]] = field(default_factory=_empty)
 
 
 class _Flight(Generic[T]):
@@ -317,6 +319,7 @@ class StatusStore:
         brakes: Sequence[str] = (),
         config_errors: bool = False,
         failovers: Sequence[str] = (),
+        sizings: Sequence[str] = (),
     ) -> StatusReading:
         """Read what ``/status`` needs in one round trip (one EVALSHA).
 
@@ -327,14 +330,15 @@ class StatusStore:
         kinds (``clone``, ``boot``) whose totals to read, summed in Redis; ``providers``
         names the providers whose published state to read, ``brakes`` the pools whose brake
         state to read; ``config_errors`` adds every pool's configuration error,
-        ``failovers`` the pools whose failover state to read.
+        ``failovers`` the pools whose failover state to read, ``sizings`` the demand-sized
+        pools whose target to read.
 
         Concurrent calls with equal arguments may share one reading (see
         :class:`SharedReads`): it is read-only, and was read after each of them was made.
         """
         request = (tuple(pools), tuple(queues), bool(last_boot), bool(queue_totals),
                    tuple(daily), tuple(durations), date, tuple(providers), tuple(brakes),
-                   bool(config_errors), tuple(failovers))
+                   bool(config_errors), tuple(failovers), tuple(sizings))
         return self._shared.read(request, lambda: self._status(*request))
 
     def _status(self, pools: tuple[str, ...], queues: tuple[Queue, ...], last_boot: bool,
@@ -342,9 +346,10 @@ class StatusStore:
                 date: str, providers: tuple[str, ...],
                 brakes: tuple[str, ...] = (),
                 config_errors: bool = False,
-                failovers: tuple[str, ...] = ()) -> StatusReading:
+                failovers: tuple[str, ...] = (),
+                sizings: tuple[str, ...] = ()) -> StatusReading:
         request = (pools, queues, last_boot, queue_totals, daily, durations, date, providers,
-                   brakes, config_errors, failovers)
+                   brakes, config_errors, failovers, sizings)
         layout = self._layouts.get(request)
         if layout is None:
             lookups = []
@@ -360,7 +365,8 @@ class StatusStore:
                 wholes=[*(DAILY_KINDS[kind](date) for kind in daily),
                         *(schema.provider_health(name) for name in providers),
                         *(schema.brake(pool) for pool in brakes),
-                        *(schema.failover(pool) for pool in failovers)],
+                        *(schema.failover(pool) for pool in failovers),
+                        *(schema.sizing(pool) for pool in sizings)],
                 sums=[DAILY_KINDS[kind](date) for kind in durations])
             if len(self._layouts) >= self._LAYOUTS_KEPT:
                 self._layouts.clear()
@@ -379,7 +385,9 @@ class StatusStore:
         published = raw.wholes[len(daily):]
         provider_wholes = published[:len(providers)]
         brake_wholes = published[len(providers):len(providers) + len(brakes)]
-        failover_wholes = published[len(providers) + len(brakes):]
+        start = len(providers) + len(brakes)
+        failover_wholes = published[start:start + len(failovers)]
+        sizing_wholes = published[start + len(failovers):]
         return StatusReading(
             counts=MappingProxyType(counts),
             size_overrides=MappingProxyType(overrides),
@@ -400,6 +408,9 @@ class StatusStore:
             config_errors=MappingProxyType(dict(errors)),
             failovers=MappingProxyType({
                 pool: whole for pool, whole in zip(failovers, failover_wholes, strict=True)
+                if whole}),
+            sizings=MappingProxyType({
+                pool: whole for pool, whole in zip(sizings, sizing_wholes, strict=True)
                 if whole}),
         )
 

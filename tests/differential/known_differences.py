@@ -29,6 +29,11 @@ KNOWN_DIFFERENCES: tuple[Known, ...] = (
     # The dashboard's history: checkouts are counted per pool.
     Known("*", "redis", "vmpooler__history__checkouts *",
           "The checkout and clone-succeeded scripts each run one `HINCRBY` more"),
+    # Demand sizing learns from every checkout, served or not (docs/sizing.md).
+    Known("*", "redis", "vmpooler__demand__* *",
+          "The checkout script logs each checkout in the pool's `vmpooler__demand__<pool>`"),
+    Known("*", "redis", "vmpooler__history__misses *",
+          "The checkout script counts the checkouts that found no VM per pool"),
     # Routes of ours, and 405 for a method a route lacks.
     Known("root", "content-type", "", "redirects to the dashboard with an empty body typed "
           "`application/json` like every answer"),

@@ -104,9 +104,13 @@ def _query(req: falcon.Request) -> dict[str, str | None]:
     return params
 
 
-def _size(config: Config, pool: PoolConfig, overrides: Mapping[str, str]) -> int:
+def _size(config: Config, pool: PoolConfig, overrides: Mapping[str, str],
+          sizing: Mapping[str, str] | None = None) -> int:
     """The pool's size with its Redis override applied (:mod:`vmpooler.actors.config.overrides`),
-    at most its ``max_pool_size``: the size the manager keeps."""
+    at most its ``max_pool_size``: the size the manager keeps. A pool sized by demand keeps
+    the target its owner published (``sizing``), its ``size_min`` before that."""
+    if pool.demand is not None:
+        return _number(sizing.get("target")) if sizing else pool.demand.size_min
     return effective_size(pool.size, overrides.get(pool.name), config.max_pool_size(pool))
 
 
@@ -173,7 +177,8 @@ class Status(_Resource):
             providers=self._providers_used() if "providers" in wanted else (),
             brakes=self._braked() if "pools" in wanted else (),
             config_errors="pools" in wanted,
-            failovers=failover_pools(config) if "pools" in wanted else ())
+            failovers=failover_pools(config) if "pools" in wanted else (),
+            sizings=demand_pools(config) if "pools" in wanted else ())
         # Requests that shared one reading get the same sections: build them once.
         built = self._built
         if (built is None or built[0] is not reading or built[1] is not config
@@ -190,7 +195,8 @@ class Status(_Resource):
         """The body's sections from ``reading`` but ``status``, in body order, and the
         ``status`` section without its ``uptime``. Callers must not change them: they are
         shared by the requests that shared ``reading``."""
-        sizes = {pool.name: _size(self._ctx.config, pool, reading.size_overrides)
+        sizes = {pool.name: _size(self._ctx.config, pool, reading.size_overrides,
+                                  reading.sizings.get(pool.name))
                  for pool in pools}
         ready = reading.counts[Queue.READY]
         result: dict[str, Any] = {}
@@ -241,6 +247,8 @@ class Status(_Resource):
             if name in failovers:
                 entry["failover"] = failover_section(name, sizes[name],
                                                      reading.failovers.get(name))
+            if pool.demand is not None:
+                entry["sizing"] = sizing_section(pool, reading.sizings.get(name))
             body[name] = entry
         return body
 
@@ -261,6 +269,43 @@ class Status(_Resource):
         if empty:
             status.update(ok=False, message=f"Found {len(empty)} empty pools.", empty=empty)
         return status
+
+
+def demand_pools(config: Config) -> list[str]:
+    """The pools sized by demand (``sizing: demand``)."""
+    return [pool.name for pool in config.pools if pool.demand is not None]
+
+
+def sizing_section(pool: PoolConfig, published: Mapping[str, str] | None) -> dict[str, Any]:
+    """A demand-sized pool's ``sizing`` entry (ours): the target its owner published and
+    why (``reason``: forecast, schedule, floor, minimum or ceiling), the forecast, the floor
+    and ceiling in force, the clone time it plans with, the share of the last day's
+    checkouts served warm (None before any) and when it was computed; before the owner
+    published anything, the configured bounds with ``target`` None."""
+    demand = pool.demand
+    assert demand is not None
+    section: dict[str, Any] = {"policy": "demand", "size_min": demand.size_min,
+                               "size_max": demand.size_max,
+                               "target_warm_hit": demand.target_warm_hit}
+    if not published:
+        return {**section, "target": None, "reason": None}
+    warm = published.get("warm_hit") or ""
+    return {**section,
+            "target": _number(published.get("target")),
+            "reason": published.get("reason") or None,
+            "forecast": _number(published.get("forecast")),
+            "floor": _number(published.get("floor")),
+            "ceiling": _number(published.get("ceiling")),
+            "clone_time": _float(published.get("clone_time")),
+            "warm_hit": _float(warm) if warm else None,
+            "updated": _float(published.get("updated"))}
+
+
+def _float(text: str | None) -> float:
+    try:
+        return float(text or 0.0)
+    except ValueError:
+        return 0.0
 
 
 def brake_section(published: Mapping[str, str] | None) -> dict[str, Any]:

@@ -242,9 +242,9 @@ def allocate(req: falcon.Request, ctx: ApiContext, store: CheckoutStore,
     lifetime = ctx.config.settings.vm_lifetime_auth
     requested = [name for name, count in payload.items() for _ in range(count)]
     units = [candidate_pools(ctx, name) for name in requested]
+    now = ctx.clock.now()
     outcome = store.checkout(
-        units,
-        now=_now_text(ctx.clock.now()), token=token,
+        units, now=_now_text(now), epoch=now, token=token,
         lifetime=lifetime if token is not None and lifetime and lifetime > 0 else None)
     if outcome.bad_token:
         raise unauthorized()

@@ -26,6 +26,8 @@ from vmpooler.actors.storage.schema.status_scripts import StatusScripts
 from vmpooler.actors.storage.schema.upkeep_scripts import UpkeepScripts
 
 __all__ = [
+    "DEMAND_MAX",
+    "DEMAND_RETENTION",
     "NAMESPACES",
     "BrakeScripts",
     "FailoverScripts",
@@ -46,6 +48,7 @@ __all__ = [
     "config_errors",
     "config_poolsize",
     "config_template",
+    "demand",
     "discovered",
     "dlq",
     "dlq_pattern",
@@ -56,6 +59,7 @@ __all__ = [
     "history",
     "history_checkouts",
     "history_clones",
+    "history_misses",
     "lastboot",
     "lease",
     "lease_token",
@@ -80,6 +84,7 @@ __all__ = [
     "ready",
     "request_vms",
     "running",
+    "sizing",
     "tasks_clone",
     "tasks_clone_slots",
     "tasks_disk",
@@ -400,6 +405,36 @@ def history(pool: str) -> str:
 def history_checkouts() -> str:
     """Hash pool -> checkouts ever served from it (ours; ``HINCRBY`` in the checkout script)."""
     return f"{_P}history__checkouts"
+
+
+def history_misses() -> str:
+    """Hash pool -> checkouts that found no ready VM (ours; ``HINCRBY`` in the checkout script
+    when it logs the checkout, attributed to the first pool each asked for)."""
+    return f"{_P}history__misses"
+
+
+def demand(pool: str) -> str:
+    """Sorted set of one pool's checkouts (ours): every checkout the API served from the pool,
+    member ``"<epoch>:<vm>"``, and every one that found no ready VM (attributed to the first
+    pool it asked for), member ``"<epoch>:-<n>"``, scored by its epoch. Written by the checkout
+    script, which keeps at most :data:`DEMAND_RETENTION` seconds and :data:`DEMAND_MAX`
+    members. What demand sizing learns from and ``vmpooler history export`` writes."""
+    return f"{_P}demand__{pool}"
+
+
+DEMAND_RETENTION = 28 * 24 * 3600
+"""Seconds of checkouts :func:`demand` keeps (four weeks: weekly cycles need a few)."""
+
+DEMAND_MAX = 50_000
+"""Members :func:`demand` keeps at most per pool (about 3 MB), the oldest dropped first."""
+
+
+def sizing(pool: str) -> str:
+    """Hash of a demand-sized pool's current target and why (ours): ``target``, ``reason``,
+    ``forecast``, ``floor``, ``ceiling``, ``clone_time`` (seconds), ``warm_hit`` (the share
+    of the last day's checkouts served warm), ``updated`` (epoch); written by the pool's
+    owner, read by ``/status``."""
+    return f"{_P}sizing__{pool}"
 
 
 def history_clones() -> str:

@@ -7,10 +7,11 @@ __all__ = ["NAMESPACES"]
 
 NAMESPACES: frozenset[str] = frozenset({
     "active", "boot", "brake", "clone", "commands", "completed", "config", "configerror",
-    "discovered", "dlq", "empty", "failover", "health", "held", "history", "lastboot",
+    "demand", "discovered", "dlq", "empty", "failover", "health", "held", "history", "lastboot",
     "lease", "login_failures", "manager", "migrating", "migration", "odcreate",
     "odinflight", "odrequest", "pending", "pool", "poolreset", "pools", "provider",
-    "provisioning", "ratelimit", "ready", "running", "tag", "tasks", "template", "token", "vm",
+    "provisioning", "ratelimit", "ready", "running", "sizing", "tag", "tasks", "template",
+    "token", "vm",
 })
 """The first word after ``vmpooler__`` of every key name of the schema but
 :func:`~vmpooler.actors.storage.schema.request_vms` (``vmpooler__<word>`` or

@@ -264,18 +264,33 @@ return tonumber(redis.call('GET', KEYS[1]) or '0')
     # KEYS[1] token hash (any key when ARGV[3] is ''), then five keys per pool i (1-based) at
     # KEYS[2 + 5*(i-1)] ..: ready, running, completed, migrating, active
     # ARGV[1] now, ARGV[2] VM hash key prefix, ARGV[3] owner token ('' = none), ARGV[4] lifetime
-    # ('' = none), ARGV[5] number of units, then per unit: n, then n pool indexes in preference
-    # order. Each unit takes one ready VM of the first of its pools that has one; a ready VM
-    # whose hash is gone is moved to completed and never handed out. All or nothing: if a unit
-    # finds no VM, every VM taken in this call goes back to ready and nothing else is written
-    # (apart from vanished VMs moved to completed and the token's ``last``).
+    # ('' = none), ARGV[5] epoch of now ('' = no checkout log), ARGV[6] seconds the log keeps,
+    # ARGV[7] members it keeps, ARGV[8] number of units, then per unit: n, then n pool indexes
+    # in preference order. Each unit takes one ready VM of the first of its pools that has one;
+    # a ready VM whose hash is gone is moved to completed and never handed out. All or
+    # nothing: if a unit finds no VM, every VM taken in this call goes back to ready and
+    # nothing else is written (apart from vanished VMs moved to completed, the token's
+    # ``last`` and the checkout log).
     # Each VM handed out counts in its pool's field of ``vmpooler__history__checkouts``
     # (schema.history_checkouts; the pool name is its ready key's after ``vmpooler__ready__``).
+    # With an epoch, each checkout is logged in its pool's ``vmpooler__demand__<pool>``
+    # (schema.demand): a VM handed out as ``<epoch>:<vm>``, and when the call finds none, each
+    # unit as a miss ``<epoch>:-<n>`` in its first pool's (n: that pool's misses so far, from
+    # ``vmpooler__history__misses``); the log is trimmed to ARGV[6] seconds and ARGV[7] members.
     # Returns {-1} token unknown (nothing written), {0, u} unit u (1-based) found no VM,
     #         {1, p1, vm1, p2, vm2, ...} the pool index and VM of every unit, in unit order.
     CHECKOUT = """
 if redis.replicate_commands then redis.replicate_commands() end
 local now, prefix, token, lifetime = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local epoch, keep_s, keep_n = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
+local function log_demand(pool, what)
+  local key = 'vmpooler__demand__' .. pool
+  local kind = redis.call('TYPE', key).ok
+  if kind ~= 'zset' and kind ~= 'none' then return end  -- a stray key never fails a checkout
+  redis.call('ZADD', key, epoch, epoch .. ':' .. what)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. (tonumber(epoch) - keep_s))
+  redis.call('ZREMRANGEBYRANK', key, 0, -(keep_n + 1))
+end
 local user = false
 if token ~= '' then
   if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
@@ -283,10 +298,13 @@ if token ~= '' then
   user = redis.call('HGET', KEYS[1], 'user')
 end
 local function key(p, k) return KEYS[1 + 5 * (p - 1) + k] end
+local function pool_of(p) return string.sub(key(p, 1), 18) end
 local taken = {}
-local pos = 6
-for u = 1, tonumber(ARGV[5]) do
+local firsts = {}
+local pos = 9
+for u = 1, tonumber(ARGV[8]) do
   local n = tonumber(ARGV[pos])
+  firsts[u] = n > 0 and tonumber(ARGV[pos + 1])
   local got = false
   for c = 1, n do
     local p = tonumber(ARGV[pos + c])
@@ -303,6 +321,20 @@ for u = 1, tonumber(ARGV[5]) do
   end
   if not got then
     for _, t in ipairs(taken) do redis.call('SADD', key(t[1], 1), t[2]) end
+    if epoch ~= '' then
+      pos = pos + n + 1
+      for v = u + 1, tonumber(ARGV[8]) do
+        firsts[v] = tonumber(ARGV[pos]) > 0 and tonumber(ARGV[pos + 1])
+        pos = pos + tonumber(ARGV[pos]) + 1
+      end
+      for v = 1, tonumber(ARGV[8]) do
+        if firsts[v] then
+          local pool = pool_of(firsts[v])
+          local missed = redis.call('HINCRBY', 'vmpooler__history__misses', pool, 1)
+          log_demand(pool, '-' .. missed)
+        end
+      end
+    end
     return {0, u}
   end
   taken[#taken + 1] = got
@@ -316,7 +348,8 @@ for _, t in ipairs(taken) do
   redis.call('SADD', key(p, 4), vm)
   redis.call('HSET', key(p, 5), vm, now)
   redis.call('HSET', h, 'checkout', now)
-  redis.call('HINCRBY', 'vmpooler__history__checkouts', string.sub(key(p, 1), 18), 1)
+  redis.call('HINCRBY', 'vmpooler__history__checkouts', pool_of(p), 1)
+  if epoch ~= '' then log_demand(pool_of(p), vm) end
   if token ~= '' then
     redis.call('HSET', h, 'token:token', token)
     if user then redis.call('HSET', h, 'token:user', user) end

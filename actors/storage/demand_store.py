@@ -1,0 +1,74 @@
+"""The checkout log and the published sizing of demand-sized pools, in Redis.
+
+The checkout script writes the log (:func:`~vmpooler.actors.storage.schema.demand`); this
+store reads it for the pool's owner, and writes and reads the target the owner publishes
+(:func:`~vmpooler.actors.storage.schema.sizing`) for ``/status``.
+
+What callers may rely on: :meth:`DemandStore.since` is one round trip and returns entries in
+score order; :meth:`DemandStore.publish` is one round trip and the hash expires after
+:data:`PUBLISHED_TTL` seconds without an update (a pool no longer sized by demand, or no
+longer configured, stops showing a target); :meth:`DemandStore.published` is one round trip
+for any number of pools.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import redis
+
+from vmpooler.actors.storage import schema
+
+__all__ = ["PUBLISHED_TTL", "DemandStore", "Logged"]
+
+PUBLISHED_TTL = 3600
+"""Seconds a published target is kept without an update."""
+
+
+@dataclass(frozen=True, slots=True)
+class Logged:
+    """One entry of the checkout log: when, and whether a ready VM served it."""
+
+    t: float
+    member: str
+
+    @property
+    def served(self) -> bool:
+        """True for a checkout served from a ready VM, False for one that found none."""
+        return not self.member.partition(":")[2].startswith("-")
+
+
+class DemandStore:
+    """Reads the checkout log; writes and reads the published targets."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+
+    def since(self, pool: str, t: float) -> list[Logged]:
+        """The entries of ``pool``'s log scored ``t`` or later, oldest first."""
+        rows = self.client.zrangebyscore(schema.demand(pool), t, "+inf", withscores=True)
+        return [Logged(float(score), m.decode() if isinstance(m, bytes) else str(m))
+                for m, score in rows]
+
+    def publish(self, pool: str, fields: Mapping[str, str | int | float]) -> None:
+        """Write ``pool``'s target and why (replacing what was there)."""
+        key = schema.sizing(pool)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.delete(key)
+        pipe.hset(key, mapping=dict(fields))
+        pipe.expire(key, PUBLISHED_TTL)
+        pipe.execute()
+
+    def published(self, pools: Sequence[str]) -> dict[str, dict[str, str]]:
+        """``pool -> fields`` of the pools with a published target."""
+        pipe = self.client.pipeline(transaction=False)
+        for pool in pools:
+            pipe.hgetall(schema.sizing(pool))
+        found: dict[str, dict[str, str]] = {}
+        for pool, fields in zip(pools, pipe.execute(), strict=True):
+            if fields:
+                found[pool] = {(k.decode() if isinstance(k, bytes) else k):
+                               (v.decode() if isinstance(v, bytes) else v)
+                               for k, v in fields.items()}
+        return found
