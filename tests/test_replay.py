@@ -15,6 +15,7 @@ import pytest
 import redis
 
 from vmpooler.actors.config import load_config
+from vmpooler.actors.storage.demand_export import demand_key
 from vmpooler.web.cli.command import main
 from vmpooler.web.cli.replay_config import ReplayInputError, replay_config
 from vmpooler.web.cli.replay_run import replay
@@ -49,6 +50,9 @@ def test_every_checkout_of_a_size_0_pool_misses_and_waits_one_clone_time(
     assert stats.clones == 3  # one on-demand clone per miss
     assert stats.idle_vm_seconds == 0.0
     assert result.unserved == 0
+    # each checkout is in the pool's checkout log once, as a miss (its later VM is not)
+    logged = redis_client.zrange(demand_key("empty"), 0, -1)
+    assert len(logged) == 3 and all(m.split(":")[1].startswith("-") for m in logged)
 
 
 def test_a_big_static_pool_serves_every_checkout_warm(

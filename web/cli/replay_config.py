@@ -153,6 +153,8 @@ def replay_config(config: Config, platforms: Sequence[str], policy: str, *,
     changed = sorted(k for k, v in REPLAY_SETTINGS.items()
                      if k in written and written[k] != v and k != "check_loop_delay_min")
     settings.update(REPLAY_SETTINGS)
+    if policy == "static":  # the pools' default too: a pool without sizing is static
+        settings["sizing"] = "static"
     for key in ("logfile", "extra_config", "pools_from_dir"):
         settings.pop(key, None)
     if changed:
@@ -168,5 +170,5 @@ def replay_config(config: Config, platforms: Sequence[str], policy: str, *,
 
 
 def demand_supported() -> bool:
-    """Whether this version sizes pools by demand (its pool configuration has ``sizing``)."""
-    return any(f.name == "sizing" for f in fields(PoolConfig))
+    """Whether this version sizes pools by demand (its pool configuration has ``demand``)."""
+    return any(f.name == "demand" for f in fields(PoolConfig))

@@ -180,8 +180,12 @@ class _Replay:
             pools.insert(0, first)
         return tuple(pools)
 
-    def _take(self, units: tuple[str, ...], now: float) -> tuple[str, str] | None:
-        outcome = self.store.checkout([units], now=timefmt.format_epoch(now))
+    def _take(self, units: tuple[str, ...], now: float, *,
+              logged: bool = True) -> tuple[str, str] | None:
+        """The API's checkout; ``logged``: in the pools' checkout logs (a missed checkout's
+        later VM is not: its miss was)."""
+        outcome = self.store.checkout([units], now=timefmt.format_epoch(now),
+                                      epoch=now if logged else None)
         if not outcome.ok:
             return None
         taken = outcome.taken[0]
@@ -223,7 +227,7 @@ class _Replay:
         for waiter in list(self.waiters):
             taken = None
             if not blocked.issuperset(waiter.units) and any(self.ready[u] for u in waiter.units):
-                taken = self._take(waiter.units, now)
+                taken = self._take(waiter.units, now, logged=False)
                 if taken is None:
                     blocked.update(waiter.units)
             if taken is None:
