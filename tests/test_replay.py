@@ -55,6 +55,21 @@ def test_every_checkout_of_a_size_0_pool_misses_and_waits_one_clone_time(
     assert len(logged) == 3 and all(m.split(":")[1].startswith("-") for m in logged)
 
 
+def test_a_missed_checkout_takes_the_first_vm_to_become_ready_in_its_pool(
+        tmp_path: Path, redis_client: redis.Redis) -> None:
+    # no on-demand clones at all: the second checkout can only get the pool's refill
+    path = _config(tmp_path, "  - name: one\n    size: 1\n",
+                   settings="  ondemand_clone_limit: 0\n")
+    trace = [Checkout(T0, "one", 600.0), Checkout(T0, "one", 600.0)]
+    setup = replay_config(load_config(path, environ={}), ["one"], "static", redis_port=6379)
+    result = replay(setup, trace, policy="static", clone_time=45, client=redis_client)
+    stats = result.pools["one"]
+    assert (stats.checkouts, stats.hits, stats.waits) == (2, 1, [45.0])
+    logged = redis_client.zrange(demand_key("one"), 0, -1)
+    assert len(logged) == 2  # one served, one miss: its later VM is not logged again
+    assert sum(m.split(":")[1].startswith("-") for m in logged) == 1
+
+
 def test_a_big_static_pool_serves_every_checkout_warm(
         tmp_path: Path, redis_client: redis.Redis) -> None:
     trace = [Checkout(T0 + 900 * i, "big", 300.0) for i in range(4)]
