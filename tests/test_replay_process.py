@@ -78,3 +78,22 @@ def test_history_export_writes_the_recorded_checkouts(
         "2025-09-04T15:33:20Z,a,",
         "2025-09-04T15:34:20Z,b,",
     ]
+
+
+def test_both_policies_one_after_the_other(tmp_path: Path) -> None:
+    config = tmp_path / "vmpooler.yaml"
+    config.write_text(yaml.safe_dump({":config": {"task_limit": 4}, ":pools": [
+        {"name": "a", "size": 2, "size_min": 1}]}))
+    trace = tmp_path / "trace.csv"
+    trace.write_text("queued_at,pool,duration_s\n" + "".join(
+        f"2025-09-04T1{h}:00:00Z,a,300\n" for h in range(4)))
+    result = subprocess.run(
+        [*VMPOOLER, "replay", "--trace", str(trace), "--config", str(config), "--json",
+         "--policy", "both", "--clone-time", "30"],
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert list(doc) == ["static", "demand"]
+    for policy in doc.values():  # each from an empty Redis: the same four checkouts
+        assert policy["a"]["checkouts"] == 4 and set(policy["a"]) == FIELDS
+    assert doc["static"]["a"]["hits"] == 4
