@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 import pykka
 
@@ -23,6 +23,11 @@ __all__ = ["IdleTimeoutError", "wait_idle"]
 
 class IdleTimeoutError(RuntimeError):
     """The actors did not go idle within the time allowed."""
+
+
+def _waiting(ref: pykka.ActorRef[Any]) -> int:
+    """Messages in the actor's inbox (pykka's and ours both have ``qsize``)."""
+    return int(cast("Any", ref.actor_inbox).qsize())
 
 
 def _ping_all(refs: Iterable[pykka.ActorRef[Any]], timeout: float,
@@ -44,14 +49,14 @@ def _ping_all(refs: Iterable[pykka.ActorRef[Any]], timeout: float,
             future.get(timeout=timeout)
         except pykka.ActorDeadError:
             continue
-    return all(not ref.actor_inbox.qsize() for ref in refs) and (
+    return all(not _waiting(ref) for ref in refs) and (
         executor is None or executor.idle())
 
 
 def _quiet(refs: list[pykka.ActorRef[Any]], executor: ActorExecutor | None) -> bool:
     """Cheap, asks nothing: every inbox is empty and the executor runs nothing."""
     return (executor is None or executor.idle()) and all(
-        not ref.actor_inbox.qsize() for ref in refs)
+        not _waiting(ref) for ref in refs)
 
 
 def wait_idle(

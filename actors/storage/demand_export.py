@@ -27,12 +27,8 @@ __all__ = ["DemandLog", "DemandRow", "demand_key"]
 
 
 def demand_key(pool: str) -> str:
-    """The checkout log of ``pool``: ``schema.demand(pool)`` when the schema has it, else
-    the same spelling (``vmpooler__demand__<pool>``), kept here until it does."""
-    named = getattr(schema, "demand", None)
-    if callable(named):
-        return str(named(pool))
-    return f"vmpooler__demand__{pool}"
+    """The checkout log of ``pool`` (:func:`vmpooler.actors.storage.schema.demand`)."""
+    return schema.demand(pool)
 
 
 @dataclass(frozen=True, slots=True)

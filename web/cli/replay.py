@@ -14,6 +14,7 @@ import argparse
 import sys
 import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from vmpooler.actors.config import ConfigError, load_config
@@ -86,7 +87,7 @@ def _results(args: argparse.Namespace) -> list[RunResult]:
     policies = list(POLICIES) if args.policy == "both" else [args.policy]
     platforms = [c.pool for c in trace]
     with tempfile.TemporaryDirectory(prefix="vmpooler-replay-") as data_dir:
-        server = EmbeddedRedis(data_dir=data_dir, persist=False).start()
+        server = EmbeddedRedis(data_dir=Path(data_dir), persist=False).start()
         try:
             results = []
             for policy in policies:
