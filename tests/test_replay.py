@@ -162,3 +162,16 @@ def test_a_missing_pool_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[
     config = _config(tmp_path, "  - name: a\n    size: 1\n")
     assert main(["replay", "--trace", str(trace), "--config", str(config)]) == 2
     assert "no pool or alias for the trace's platform(s) 'windows'" in capsys.readouterr().err
+
+
+def test_start_and_hours_choose_the_window() -> None:
+    from vmpooler.web.cli.replay import _window
+    trace = [Checkout(T0 + 1800 * i, "a", 1.0) for i in range(6)]
+    chosen, end = _window(trace, "2025-09-04T16:03:20Z", 1.0)  # T0 + 1800
+    assert [c.t for c in chosen] == [T0 + 1800, T0 + 3600]
+    assert end == T0 + 1800 + 3600
+    assert _window(trace, None, None) == (trace, None)
+    with pytest.raises(ReplayInputError, match="--start"):
+        _window(trace, "tomorrow", None)
+    with pytest.raises(ReplayInputError, match="--hours"):
+        _window(trace, None, 0)
