@@ -57,7 +57,7 @@ def _minutes(req: falcon.Request) -> int:
     return max(1, min(RETENTION // 60, value))
 
 
-def series(points: Sequence[Point]) -> dict[str, list[int]]:
+def series(points: Sequence[Point]) -> dict[str, Sequence[int | None]]:
     """One pool's points as parallel arrays, the counters turned into per-point rates."""
     return {
         "t": [p.t for p in points],
