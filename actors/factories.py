@@ -126,6 +126,7 @@ class ActorFactories:
             return HistoryRecorder.start(
                 pools=pools, store=HistoryStore(res.client), interval=interval,
                 clock=self.clock, scheduler=res.scheduler, supervisor=supervisor, owns=owns,
+                demand=frozenset(p.name for p in self.config.pools if p.demand is not None),
             )
 
         return factory

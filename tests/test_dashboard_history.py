@@ -73,8 +73,8 @@ def test_rates_are_differences_and_survive_a_reset() -> None:
 
 
 def test_the_scripts_count_into_the_history_counters() -> None:
-    from vmpooler.actors.storage.schema import Scripts
-    assert f"'{schema.history_checkouts()}'" in Scripts.CHECKOUT
+    from vmpooler.actors.storage.schema import CheckoutScripts, Scripts
+    assert f"'{schema.history_checkouts()}'" in CheckoutScripts.CHECKOUT
     assert f"'{schema.history_clones()}'" in Scripts.CLONE_SUCCEEDED
     assert len(schema.ready("")) + 1 == 18  # the script's string.sub offset
 

@@ -111,9 +111,8 @@ def test_the_learned_demand_and_the_target_move_with_the_pool_to_its_new_owner(
                                scheduler=clock_b, providers={"dummy": dummy_for(config)},
                                resolver=lambda _f: False)
         clock_a.advance(5)  # A's renewal: B is live, the pool is B's
-        wait_until(lambda: LeaseStore(redis_client).holder("pool", name) is not None
-                   and LeaseStore(redis_client).holder("pool", name).holder == id_b, 10,
-                   "B to take the pool")
+        wait_until(lambda: (held := LeaseStore(redis_client).holder("pool", name)) is not None
+                   and held.holder == id_b, 10, "B to take the pool")
         clock_b.advance(5)
         wait_until(lambda: published(redis_client, name).get("manager") == id_b, 10,
                    "B to size the pool")

@@ -26,7 +26,8 @@ from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 from vmpooler.actors.storage.request_store import Entry, RequestStore
 from vmpooler.web.commands import StreamCommands
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+# solo: three managers, a SIGKILL and lease TTLs of seconds, with every clone counted
+pytestmark = [pytest.mark.integration, pytest.mark.solo, pytest.mark.timeout(240)]
 
 POOLS = [f"pool{n}" for n in range(12)]
 BEAT = 1.0  # manager_heartbeat_interval: the lease TTL is three of them

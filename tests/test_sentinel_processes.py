@@ -23,7 +23,7 @@ from vmpooler.actors.storage.connection import connect_sentinel
 from vmpooler.actors.storage.dlq_store import DeadLetter
 from vmpooler.actors.storage.embedded_redis import find_redis_server, free_port
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.solo]  # a failover timed in seconds
 
 __all__ = ["processes"]  # the fixture, imported for its name
 

@@ -38,7 +38,8 @@ class PipelineStatusStore(StatusStore):
                daily: Collection[str] = (), durations: Collection[str] = (), date: str = "",
                providers: Sequence[str] = (), brakes: Sequence[str] = (),
                config_errors: bool = False,
-               failovers: Sequence[str] = ()) -> StatusReading:
+               failovers: Sequence[str] = (),
+               sizings: Sequence[str] = ()) -> StatusReading:
         pipe = self._client.pipeline(transaction=False)
         for queue in queues:
             for pool in pools:
@@ -65,6 +66,8 @@ class PipelineStatusStore(StatusStore):
             pipe.hgetall(schema.brake(pool))
         for pool in failovers:
             pipe.hgetall(schema.failover(pool))
+        for pool in sizings:
+            pipe.hgetall(schema.sizing(pool))
         got = iter(pipe.execute() if len(pipe) else [])
         counts = {queue: {pool: int(next(got)) for pool in pools} for queue in queues}
         overrides: dict[str, str] = {}
@@ -88,6 +91,7 @@ class PipelineStatusStore(StatusStore):
         published = {name: dict(next(got)) for name in providers}
         braked = {pool: dict(next(got)) for pool in brakes}
         failing = {pool: dict(next(got)) for pool in failovers}
+        sized = {pool: dict(next(got)) for pool in sizings}
         assert next(got, None) is None
         return StatusReading(
             counts=MappingProxyType({q: MappingProxyType(c) for q, c in counts.items()}),
@@ -98,7 +102,8 @@ class PipelineStatusStore(StatusStore):
             providers=MappingProxyType({k: v for k, v in published.items() if v}),
             brakes=MappingProxyType({k: v for k, v in braked.items() if v}),
             config_errors=MappingProxyType(errors),
-            failovers=MappingProxyType({k: v for k, v in failing.items() if v}), **totals)
+            failovers=MappingProxyType({k: v for k, v in failing.items() if v}),
+            sizings=MappingProxyType({k: v for k, v in sized.items() if v}), **totals)
 
     def total_running(self, pools: Sequence[str]) -> int:
         pipe = self._client.pipeline(transaction=False)
@@ -184,10 +189,12 @@ def test_script_reading_by_hand(redis_client: redis.Redis) -> None:
     redis_client.hset(schema.brake("pool b"), mapping={"engaged": "1", "held": "2"})
     redis_client.hset(schema.config_errors(), "ünïcode", '{"error_class": "E"}')
     redis_client.hset(schema.failover("pool-a"), mapping={"state": "down", "size": "3"})
+    redis_client.hset(schema.sizing("colon:pool"), mapping={"target": "4", "reason": "floor"})
     reading = StatusStore(redis_client).status(
         NAMES[:4], queues=ALL_QUEUES, last_boot=True, queue_totals=True,
         daily=("clone", "tag"), date=TODAY, providers=("dummy", "vsphere"),
-        brakes=("pool-a", "pool b"), config_errors=True, failovers=("pool-a", "ünïcode"))
+        brakes=("pool-a", "pool b"), config_errors=True, failovers=("pool-a", "ünïcode"),
+        sizings=("pool b", "colon:pool"))
     assert plain(reading) == {
         # (n + 2q) % 5 members for pool n, queue q (ready 0, running 1, pending 2, completed 3)
         "counts": {"ready": {"pool-a": 0, "pool b": 1, "ünïcode": 2, "colon:pool": 3},
@@ -206,6 +213,7 @@ def test_script_reading_by_hand(redis_client: redis.Redis) -> None:
         "brakes": {"pool b": {"engaged": "1", "held": "2"}},
         "config_errors": {"ünïcode": '{"error_class": "E"}'},
         "failovers": {"pool-a": {"state": "down", "size": "3"}},
+        "sizings": {"colon:pool": {"target": "4", "reason": "floor"}},
     }
     assert StatusStore(redis_client).total_running(NAMES) == 2 + 3 + 4 + 0 + 0 + 2
     assert StatusStore(redis_client).ready_counts(NAMES[:2]) == (

@@ -181,6 +181,13 @@ def _specs() -> list[MetricSpec]:
         MetricSpec("failover.size", "gauge", p, "vms", reference=False,
                    doc="the size a failover pool keeps: its own plus what it takes over of "
                        "alias siblings that cannot deliver (pools with failover only)"),
+        MetricSpec("sizing.target", "gauge", p, "vms", reference=False,
+                   doc="the ready VMs a demand-sized pool keeps now (sizing: demand only)"),
+        MetricSpec("sizing.warm_hit", "gauge", p, "ratio", reference=False,
+                   doc="the share of a demand-sized pool's checkouts of the last day served "
+                       "from a ready VM"),
+        MetricSpec("sizing.idle", "gauge", p, "vms", reference=False,
+                   doc="ready VMs of a demand-sized pool waiting for a checkout"),
         MetricSpec("failover.takeover", "increment", ("sibling", "pool"), reference=False,
                    doc="times the pool started covering the share of a sibling"),
         MetricSpec("failover.giveback", "increment", ("sibling", "pool"), reference=False,

@@ -183,6 +183,12 @@ KEYED: Mapping[str, Family] = {
         "failure)", ("poolname",), keys=_POOL_KEY),
     "failover.size": Family("gauge", "The size a failover pool keeps, its siblings' share "
                             "included", ("poolname",), keys=_POOL_KEY),
+    "sizing.target": Family("gauge", "The ready VMs a demand-sized pool keeps now",
+                            ("poolname",), keys=_POOL_KEY),
+    "sizing.warm_hit": Family("gauge", "Share of a demand-sized pool's checkouts of the last "
+                              "day served from a ready VM", ("poolname",), keys=_POOL_KEY),
+    "sizing.idle": Family("gauge", "Ready VMs of a demand-sized pool waiting for a checkout",
+                          ("poolname",), keys=_POOL_KEY),
     "failover.takeover": Family(
         "counter", "Times the pool started covering an alias sibling's share",
         ("poolname", "sibling"), keys={**_POOL_KEY, "sibling": "sibling"}),

@@ -43,6 +43,9 @@ WARM_HIT_WINDOW = 24 * 3600.0
 
 CLONE_TIMES_KEPT = 20
 
+REPUBLISH_AFTER = 30.0
+"""Seconds after which an unchanged target is published again (``updated`` moves)."""
+
 
 class PoolSizing:
     """The demand-sized size of one pool."""
@@ -59,6 +62,8 @@ class PoolSizing:
         self.seen: dict[str, float] = {}  # members observed in the last LATE_WRITES seconds
         self.outcomes: deque[tuple[float, bool]] = deque()  # (t, served) of the last day
         self.target: Target | None = None
+        self.published: tuple[object, ...] = ()  # the fields last published, but ``updated``
+        self.published_at = 0.0
 
     # -- inputs ----------------------------------------------------------------------------
     def cloned(self, seconds: float) -> None:
@@ -152,4 +157,8 @@ class PoolSizing:
             "warm_hit": "" if warm is None else round(warm, 4),
             "manager": str(getattr(self.io.ownership, "manager", "")),
         }
+        same = tuple(v for k, v in fields.items() if k != "updated")
+        if same == self.published and now - self.published_at < REPUBLISH_AFTER:
+            return  # one write per change, or per REPUBLISH_AFTER seconds
         self.store.publish(name, fields)
+        self.published, self.published_at = same, now

@@ -52,9 +52,11 @@ class HistoryRecorder(SupervisedActor):
         scheduler: Scheduler,
         supervisor: pykka.ActorRef[Any] | None = None,
         owns: Callable[[str], bool] | None = None,
+        demand: frozenset[str] = frozenset(),
     ) -> None:
         super().__init__(name="history", supervisor=supervisor)
         self.pools = tuple(pools)
+        self.demand = demand  # pools sized by demand: their points carry the target
         self.owns = owns  # None: every pool is recorded here
         self.store = store
         self.interval = max(1.0, float(interval))
@@ -82,7 +84,7 @@ class HistoryRecorder(SupervisedActor):
             owns = self.owns
             pools = self.pools if owns is None else tuple(p for p in self.pools if owns(p))
             if pools:
-                self.store.record(pools, now, self.interval)
+                self.store.record(pools, now, self.interval, self.demand)
         except redis.RedisError as exc:
             self.outage.failed(exc)
             return

@@ -78,7 +78,7 @@ def clone_window(clone_time: float) -> float:
     """The clone window used for ranks: ``clone_time`` rounded up to a power of 2^(1/4)
     (at least 1 s)."""
     exponent = math.ceil(_GRID_STEPS * math.log2(max(clone_time, 1.0)) - 1e-9)
-    return 2.0 ** (exponent / _GRID_STEPS)
+    return float(2.0 ** (exponent / _GRID_STEPS))
 
 
 class DemandForecast:

@@ -1,7 +1,7 @@
 """Redis operations of the REST API's ``/vm`` endpoints: checkout, return, reads, tasks.
 
 Every write that could race with the manager or another API process is one Lua script of
-:class:`vmpooler.actors.storage.schema.Scripts`; key names come from
+:class:`vmpooler.actors.storage.schema.CheckoutScripts`; key names come from
 :mod:`vmpooler.actors.storage.schema`.
 What callers may rely on:
 
@@ -24,7 +24,7 @@ import redis
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.redis_errors import WrongTypeKeys, is_wrong_type, tolerant_results
 from vmpooler.actors.storage.replies import text_dict
-from vmpooler.actors.storage.schema import Scripts
+from vmpooler.actors.storage.schema import CheckoutScripts
 from vmpooler.actors.storage.store import read_vm_fields
 
 __all__ = ["CheckoutOutcome", "CheckoutStore", "ModifyOutcome", "ReturnOutcome", "Taken"]
@@ -101,7 +101,7 @@ class CheckoutStore:
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
         self._scripts = {
-            name: client.register_script(getattr(Scripts, name))
+            name: client.register_script(getattr(CheckoutScripts, name))
             for name in ("CHECKOUT", "TOUCH_TOKEN", "RETURN_VM", "MODIFY_VM")
         }
         self.wrong_type = WrongTypeKeys("api")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import redis
 
@@ -47,16 +48,17 @@ class DemandStore:
 
     def since(self, pool: str, t: float) -> list[Logged]:
         """The entries of ``pool``'s log scored ``t`` or later, oldest first."""
-        rows = self.client.zrangebyscore(schema.demand(pool), t, "+inf", withscores=True)
-        return [Logged(float(score), m.decode() if isinstance(m, bytes) else str(m))
-                for m, score in rows]
+        rows = cast("list[tuple[bytes | str, float]]", self.client.zrangebyscore(
+            schema.demand(pool), t, "+inf", withscores=True))
+        return [Logged(float(score), member.decode() if isinstance(member, bytes) else member)
+                for member, score in rows]
 
     def publish(self, pool: str, fields: Mapping[str, str | int | float]) -> None:
         """Write ``pool``'s target and why (replacing what was there)."""
         key = schema.sizing(pool)
         pipe = self.client.pipeline(transaction=True)
         pipe.delete(key)
-        pipe.hset(key, mapping=dict(fields))
+        pipe.hset(key, mapping={name: str(value) for name, value in fields.items()})
         pipe.expire(key, PUBLISHED_TTL)
         pipe.execute()
 

@@ -44,18 +44,20 @@ class Point:
     pending: int
     checkouts: int
     clones: int
+    target: int | None = None  # a demand-sized pool's target then (None: not one)
 
     def member(self) -> str:
-        """The sorted-set member this point is stored as."""
-        return (f"{self.t}:{self.ready}:{self.running}:{self.pending}:{self.checkouts}:"
+        """The sorted-set member this point is stored as (a seventh field: the target)."""
+        base = (f"{self.t}:{self.ready}:{self.running}:{self.pending}:{self.checkouts}:"
                 f"{self.clones}")
+        return base if self.target is None else f"{base}:{self.target}"
 
     @classmethod
     def parse(cls, member: str | bytes) -> Point | None:
         """The point stored as ``member``, or ``None`` when it is not one."""
         text = member.decode() if isinstance(member, bytes) else member
         parts = text.split(":")
-        if len(parts) != 6:
+        if len(parts) not in (6, 7):
             return None
         try:
             return cls(*(int(part) for part in parts))
@@ -87,8 +89,10 @@ class HistoryStore:
         self._redis = client
         self._max_points = max(1, int(max_points))
 
-    def record(self, pools: Sequence[str], now: float, interval: float) -> int:
-        """Record every pool's point for the interval holding ``now``; returns its start."""
+    def record(self, pools: Sequence[str], now: float, interval: float,
+               demand: frozenset[str] = frozenset()) -> int:
+        """Record every pool's point for the interval holding ``now``; returns its start.
+        The points of ``demand`` pools carry the target their owner published."""
         step = max(1, int(interval))
         t = int(now) // step * step
         reads = self._redis.pipeline(transaction=False)
@@ -96,15 +100,22 @@ class HistoryStore:
             reads.scard(schema.ready(pool))
             reads.scard(schema.running(pool))
             reads.scard(schema.pending(pool))
+        sized = [pool for pool in pools if pool in demand]
+        for pool in sized:
+            reads.hget(schema.sizing(pool), "target")
         reads.hgetall(schema.history_checkouts())
         reads.hgetall(schema.history_clones())
         *counts, checkouts, clones = reads.execute()
+        published = counts[3 * len(pools):]
+        targets = {pool: _int(value) for pool, value in zip(sized, published, strict=True)
+                   if value is not None}
         checkouts = {k.decode() if isinstance(k, bytes) else k: v for k, v in checkouts.items()}
         clones = {k.decode() if isinstance(k, bytes) else k: v for k, v in clones.items()}
         writes = self._redis.pipeline(transaction=True)
         for n, pool in enumerate(pools):
             point = Point(t, counts[3 * n], counts[3 * n + 1], counts[3 * n + 2],
-                          _int(checkouts.get(pool)), _int(clones.get(pool)))
+                          _int(checkouts.get(pool)), _int(clones.get(pool)),
+                          targets.get(pool))
             key = schema.history(pool)
             writes.zremrangebyscore(key, t, t)
             writes.zadd(key, {point.member(): t})

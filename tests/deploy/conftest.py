@@ -13,12 +13,14 @@ from tests.deploy.podman import Podman, build_redis_image, build_vmpooler_image,
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every deployment test builds images and runs containers: mark it ``integration``
-    (a ``pytestmark`` in a conftest marks nothing)."""
+    """Every deployment test builds images and runs containers: mark it ``integration`` and
+    ``solo`` (it wants the machine to itself; a ``pytestmark`` in a conftest marks
+    nothing)."""
     here = str(__file__).rsplit("/", 1)[0] + "/"
     for item in items:
         if str(item.path).startswith(here):
             item.add_marker(pytest.mark.integration)
+            item.add_marker(pytest.mark.solo)
 
 
 @pytest.fixture(scope="session")

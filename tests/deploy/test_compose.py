@@ -63,6 +63,7 @@ def compose(podman: Podman, vmpooler_image: str, redis_image: str) -> Iterator[C
                        env=stack.env, cwd=REPO, capture_output=True, timeout=300)
 
 
+@pytest.mark.timeout(240)  # waits up to 90 s for the pools to fill, then for the handover
 def test_compose_runs_two_apis_and_two_managers_sharing_the_pools(compose: Compose) -> None:
     compose("up", "--detach", "redis", "api", "api-2", "manager")
     api = f"http://127.0.0.1:{compose.env['VMPOOLER_PORT']}"

@@ -3,8 +3,9 @@
 * ``GET /dashboard/stats/history?minutes=N`` (default 60, at most 1440) — every pool's
   recorded points (:mod:`vmpooler.actors.storage.history_store`) of the last ``N`` minutes as
   ``{"now", "since", "pools": {pool: {"t", "ready", "running", "pending", "checkouts",
-  "clones"}}}``, each an array oldest first; ``checkouts`` and ``clones`` are per point (the
-  increment since the point before, 0 for the first). One round trip.
+  "clones", "target"}}}``, each an array oldest first; ``checkouts`` and ``clones`` are per
+  point (the increment since the point before, 0 for the first); ``target`` is a demand-sized
+  pool's target then (null for other pools). One round trip.
 * ``GET /dashboard/stats/activity`` — ``{"now", "requests", "errors"}``: the on-demand
   requests in flight (waiting or being provisioned, newest 50) with ``id``, ``created``
   (epoch), ``age`` and ``deadline`` (``created + ondemand_request_ttl`` minutes, epoch),
@@ -56,7 +57,7 @@ def _minutes(req: falcon.Request) -> int:
     return max(1, min(RETENTION // 60, value))
 
 
-def series(points: Sequence[Point]) -> dict[str, list[int]]:
+def series(points: Sequence[Point]) -> dict[str, Sequence[int | None]]:
     """One pool's points as parallel arrays, the counters turned into per-point rates."""
     return {
         "t": [p.t for p in points],
@@ -65,6 +66,7 @@ def series(points: Sequence[Point]) -> dict[str, list[int]]:
         "pending": [p.pending for p in points],
         "checkouts": rates([p.checkouts for p in points]),
         "clones": rates([p.clones for p in points]),
+        "target": [p.target for p in points],
     }
 
 

@@ -350,15 +350,18 @@
       if (chosen && name !== chosen) { return; }
       var h = pools[name];
       h.t.forEach(function (t, i) {
-        var row = byT[t] || (byT[t] = { ready: 0, running: 0, pending: 0, checkouts: 0, clones: 0 });
+        var row = byT[t] || (byT[t] = { ready: 0, running: 0, pending: 0, checkouts: 0, clones: 0,
+                                        target: null });
         row.ready += h.ready[i]; row.running += h.running[i]; row.pending += h.pending[i];
         row.checkouts += h.checkouts[i]; row.clones += h.clones[i];
+        var target = h.target ? h.target[i] : null;  // demand-sized pools only
+        if (target !== null && target !== undefined) { row.target = (row.target || 0) + target; }
       });
     });
     var ts = Object.keys(byT).map(Number).sort(function (a, b) { return a - b; });
     function col(key) { return ts.map(function (t) { return byT[t][key]; }); }
     return { t: ts, ready: col("ready"), running: col("running"), pending: col("pending"),
-             checkouts: col("checkouts"), clones: col("clones") };
+             checkouts: col("checkouts"), clones: col("clones"), target: col("target") };
   }
 
   function renderHistory() {
@@ -377,8 +380,13 @@
     }
     var h = historySeries(pools, pick.value);
     setText("history-span", h.t.length ? "(last hour, " + h.t.length + " points)" : "");
-    drawChart("chart-vms", h.t, [{ key: "ready", values: h.ready },
-      { key: "running", values: h.running }, { key: "pending", values: h.pending }]);
+    var vms = [{ key: "ready", values: h.ready },
+      { key: "running", values: h.running }, { key: "pending", values: h.pending }];
+    if (h.target.some(function (v) { return v !== null; })) {
+      // demand sizing: the target it kept against what was ready (nulls drawn as 0)
+      vms.push({ key: "target", values: h.target.map(function (v) { return v || 0; }) });
+    }
+    drawChart("chart-vms", h.t, vms);
     drawChart("chart-rates", h.t, [{ key: "checkouts", values: h.checkouts },
       { key: "clones", values: h.clones }]);
   }

@@ -15,6 +15,7 @@ import hashlib
 
 from vmpooler.actors.storage.queues import Queue
 from vmpooler.actors.storage.schema.brake_scripts import BrakeScripts
+from vmpooler.actors.storage.schema.checkout_scripts import CheckoutScripts
 from vmpooler.actors.storage.schema.failover_scripts import FailoverScripts
 from vmpooler.actors.storage.schema.lease_scripts import LeaseScripts
 from vmpooler.actors.storage.schema.namespaces import NAMESPACES
@@ -30,6 +31,7 @@ __all__ = [
     "DEMAND_RETENTION",
     "NAMESPACES",
     "BrakeScripts",
+    "CheckoutScripts",
     "FailoverScripts",
     "LeaseScripts",
     "QuotaScripts",
