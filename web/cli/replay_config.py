@@ -10,7 +10,7 @@ delays, timeouts, ``task_limit`` …); what changes, and why, is listed in
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -19,8 +19,7 @@ from vmpooler.actors.config import Config, ConfigError, PoolConfig, load_config
 from vmpooler.actors.config.render import effective_document
 
 __all__ = [
-    "POLICIES", "REPLAY_SETTINGS", "ReplayInputError", "ReplaySetup", "demand_supported",
-    "replay_config",
+    "POLICIES", "REPLAY_SETTINGS", "ReplayInputError", "ReplaySetup", "replay_config",
 ]
 
 POLICIES = ("static", "demand")
@@ -124,12 +123,9 @@ def replay_config(config: Config, platforms: Sequence[str], policy: str, *,
     :class:`ReplayInputError` names the ones that do not; when ``config`` has no pools at
     all, one pool per platform is made up (``size`` :data:`SYNTHESISED_SIZE`, the
     configuration's defaults for the rest). A configuration the validator refuses after
-    these changes (say, ``sizing: demand`` unknown to this version) is a
+    these changes (say, a pool whose ``size_min`` is above its size under ``demand``) is a
     :class:`ReplayInputError` listing its problems.
     """
-    if policy == "demand" and not demand_supported():
-        raise ReplayInputError("this version of vmpooler has no demand sizing yet: "
-                               "replay with --policy static")
     notes: list[str] = []
     doc = effective_document(config)
     if config.pools:
@@ -168,7 +164,3 @@ def replay_config(config: Config, platforms: Sequence[str], policy: str, *,
     return ReplaySetup(replayed, candidates, tuple(notes))
 
 
-
-def demand_supported() -> bool:
-    """Whether this version sizes pools by demand (its pool configuration has ``demand``)."""
-    return any(f.name == "demand" for f in fields(PoolConfig))
