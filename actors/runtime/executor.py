@@ -79,6 +79,7 @@ class ActorExecutor:
         self._stopped = False
         self._active = 0  # actors submitted whose turn has not ended
         self._active_lock = threading.Lock()
+        self._went_idle = threading.Condition(self._active_lock)
 
     def start(self) -> ActorExecutor:
         """Start the worker threads (idempotent); returns ``self``."""
@@ -120,6 +121,11 @@ class ActorExecutor:
         with self._active_lock:
             return self._active == 0
 
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for :meth:`idle`; returns it."""
+        with self._went_idle:
+            return self._went_idle.wait_for(lambda: self._active == 0, timeout)
+
     def stop(self, timeout: float = 10.0) -> None:
         """Stop taking work and end the threads (idempotent).
 
@@ -156,5 +162,7 @@ class ActorExecutor:
             except BaseException:  # a worker never dies; the actor's loop has its own net
                 log.exception("[!] [%s] an actor's turn raised", self.name)
             finally:
-                with self._active_lock:
+                with self._went_idle:
                     self._active -= 1
+                    if self._active == 0:
+                        self._went_idle.notify_all()
