@@ -58,7 +58,7 @@ def _static(pools: dict[str, list[float]], clone: float, target: float,
 
 
 def evaluate(path: str, clone: float, tick: float) -> dict[str, object]:
-    rows = read_trace(path)
+    rows = read_trace(path, skip_negative=lambda _line: None)  # GitHub's -1: aborted
     pools: dict[str, list[float]] = collections.defaultdict(list)
     for row in rows:
         pools[row.pool].append(row.t)
@@ -121,7 +121,7 @@ def table(result: dict[str, object]) -> str:
 def call_cost(path: str, calls: int = 200_000) -> float:
     """Nanoseconds per ``DemandSizer.target`` call with a pool's two weeks of history, the
     clock advancing 5 s a call (so plan rebuilds at slot changes are included)."""
-    rows = read_trace(path)
+    rows = read_trace(path, skip_negative=lambda _line: None)  # GitHub's -1: aborted
     pools: dict[str, list[float]] = collections.defaultdict(list)
     for row in rows:
         pools[row.pool].append(row.t)

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import redis
 
+from vmpooler.actors.sizing.trace import Checkout, read_trace
 from vmpooler.actors.storage import schema, timefmt
 from vmpooler.actors.storage.demand_export import DemandLog, demand_key
 from vmpooler.web.cli.history import write_rows
-from vmpooler.web.cli.replay_trace import Checkout, read_trace
 
 T0 = 1_757_000_000.0
 

@@ -15,12 +15,12 @@ import pytest
 import redis
 
 from vmpooler.actors.config import load_config
+from vmpooler.actors.sizing.trace import Checkout
 from vmpooler.actors.storage.demand_export import demand_key
 from vmpooler.web.cli.command import main
 from vmpooler.web.cli.replay_config import ReplayInputError, replay_config
 from vmpooler.web.cli.replay_run import replay
 from vmpooler.web.cli.replay_stats import RunResult, as_json, as_table
-from vmpooler.web.cli.replay_trace import Checkout
 
 T0 = 1_757_000_000.0
 

@@ -1,109 +1,168 @@
-"""Checkout traces: CSV files of pool checkouts, for replaying demand.
+"""Traces of checkouts: CSV files, one checkout per row, for replaying demand (the sizing
+benchmark, ``vmpooler replay``) and as ``vmpooler history export`` writes them.
 
-A trace has a header row. The checkout instant is column ``queued_at``, or ``start_time`` when
-there is no ``queued_at`` (ISO-8601 UTC, ``2025-09-04T17:25:47Z``; an offset such as
-``+00:00`` is accepted too); the pool is column ``pool``, or ``platform``; ``duration_s`` is how
-long the VM was held (seconds; a negative value, as GitHub's -1 for an aborted job, is read
-as 0: the checkout still happened). Other columns are ignored. ``write_trace`` writes the
-canonical form ``queued_at,pool,duration_s``.
+Columns (by header name, in any order; others are ignored): ``queued_at`` (or
+``start_time`` when the file has no ``queued_at``), the moment of the checkout, in ISO 8601
+(``2025-09-04T17:25:47Z``; no zone means UTC) or epoch seconds; ``platform`` (or ``pool``),
+the pool or alias asked for; ``duration_s``, how long the VM is held, in seconds (empty:
+unknown, read as None).
+
+What callers may rely on: :func:`read_trace` returns the checkouts sorted by time (rows of
+one moment in file order), or raises :class:`TraceError` naming the file, the line (1 is
+the header) and the column of the first bad cell; it never raises anything else for bad
+content (an unreadable file is a :class:`TraceError` too).
 """
 
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable
+import math
+import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TextIO
 
-__all__ = ["Checkout", "TraceError", "read_trace", "write_trace"]
+__all__ = ["Checkout", "TraceError", "parse_moment", "read_trace", "write_trace"]
+
+
+@dataclass(frozen=True, slots=True)
+class Checkout:
+    """One checkout of the trace."""
+
+    t: float
+    """When it was asked for, epoch seconds."""
+    pool: str
+    """The pool (or alias) it asked for: the trace's ``platform`` or ``pool``."""
+    duration_s: float | None
+    """How long the VM was held, seconds; None when the trace does not say."""
 
 
 class TraceError(ValueError):
-    """A trace file is unreadable; the message names the file, line and column."""
+    """A trace that cannot be read: ``str()`` is ``FILE:LINE: column COLUMN: problem``."""
+
+    def __init__(self, path: str, line: int | None, column: str | None, problem: str) -> None:
+        where = path if line is None else f"{path}:{line}"
+        super().__init__(f"{where}: column {column}: {problem}" if column else
+                         f"{where}: {problem}")
+        self.path, self.line, self.column, self.problem = path, line, column, problem
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class Checkout:
-    """One checkout: at ``t`` (epoch seconds), from ``pool``, held ``duration_s`` seconds."""
-
-    t: float
-    pool: str
-    duration_s: float
+class _NegativeError(ValueError):
+    """A row's duration is negative (the message is the cell)."""
 
 
-def _pick(header: list[str], names: tuple[str, ...], path: Path) -> str:
-    for name in names:
-        if name in header:
-            return name
-    raise TraceError(f"{path}:1: no column {' or '.join(names)} (columns: {', '.join(header)})")
+def parse_moment(text: str) -> float:
+    """Epoch seconds of an ISO 8601 time (UTC when it names no zone) or of a number.
 
-
-def _instant(text: str) -> float:
-    if not text.endswith("Z") and "+" not in text[10:] and "-" not in text[10:]:
-        raise ValueError("no time zone (UTC is written with Z)")
-    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    Raises ValueError for anything else."""
+    text = text.strip()
+    if not text:
+        raise ValueError("empty")
+    try:
+        value = float(text)
+    except ValueError:
+        pass
+    else:
+        if not math.isfinite(value):
+            raise ValueError(f"not a time: {text!r}")
+        return value
+    try:
+        moment = datetime.fromisoformat(text.replace("z", "Z"))
+    except ValueError:
+        raise ValueError(f"not an ISO 8601 time: {text!r}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
     return moment.timestamp()
 
 
-def read_trace(path: str | Path) -> list[Checkout]:
-    """The checkouts of the trace at ``path``, sorted by instant (then pool). Raises
-    TraceError naming ``file:line`` and the column of the first bad value."""
-    path = Path(path)
-    with path.open(newline="", encoding="utf-8") as handle:
-        reader = csv.reader(handle)
-        header = next(reader, None)
-        if header is None:
-            raise TraceError(f"{path}:1: empty file, expected a header row")
-        header = [name.strip() for name in header]
-        at = _pick(header, ("queued_at", "start_time"), path)
-        pool = _pick(header, ("pool", "platform"), path)
-        held = _pick(header, ("duration_s",), path)
-        columns = {name: header.index(name) for name in (at, pool, held)}
-        rows = []
-        for row in reader:
-            line = reader.line_num
-            if not row:
-                continue
-            if len(row) != len(header):
-                raise TraceError(
-                    f"{path}:{line}: {len(row)} fields, the header has {len(header)}")
-            rows.append(_row(row, columns, (at, pool, held), f"{path}:{line}"))
-    rows.sort()
+def _columns(path: str, header: list[str] | None) -> tuple[str, str, str]:
+    names = [h.strip() for h in header or []]
+    time_col = "queued_at" if "queued_at" in names else "start_time"
+    pool_col = "platform" if "platform" in names else "pool"
+    for wanted, alternatives in ((time_col, "queued_at or start_time"),
+                                 (pool_col, "platform or pool"),
+                                 ("duration_s", "duration_s")):
+        if wanted not in names:
+            raise TraceError(path, 1, alternatives, "missing column (the header has: "
+                             f"{', '.join(names) or 'nothing'})")
+    return time_col, pool_col, "duration_s"
+
+
+def read_trace(path: str | os.PathLike[str], *,
+               skip_negative: Callable[[int], None] | None = None) -> list[Checkout]:
+    """Every checkout of the CSV trace at ``path``, sorted by time; see the module docstring.
+
+    Raises :class:`TraceError` on a missing column, a bad time, an empty pool, a duration
+    that is not a number or is negative, or a file that cannot be read. With
+    ``skip_negative``, a row with a negative duration (GitHub's ``-1`` for a job aborted
+    before it ran) is left out instead and its line number passed to ``skip_negative``."""
+    name = os.fspath(path)
+    rows: list[Checkout] = []
+    try:
+        with open(name, newline="", encoding="utf-8") as handle:
+            reader = csv.reader(handle)
+            header = next(reader, None)
+            time_col, pool_col, dur_col = _columns(name, header)
+            index = {h.strip(): i for i, h in enumerate(header or [])}
+            for row in reader:
+                line = reader.line_num
+                if not any(cell.strip() for cell in row):
+                    continue  # a blank line
+                try:
+                    rows.append(_row(name, line, row, index, time_col, pool_col, dur_col))
+                except _NegativeError as exc:
+                    if skip_negative is None:
+                        raise TraceError(name, line, dur_col, f"negative: {exc} (with "
+                                         "--skip-negative-durations such rows are left "
+                                         "out)") from None
+                    skip_negative(line)
+    except OSError as exc:
+        raise TraceError(name, None, None, f"cannot read: {exc.strerror or exc}") from None
+    except (csv.Error, UnicodeDecodeError) as exc:
+        raise TraceError(name, None, None, f"not a CSV file: {exc}") from None
+    rows.sort(key=lambda c: c.t)  # stable: one moment's rows keep their file order
     return rows
 
 
-def _row(row: list[str], columns: dict[str, int], names: tuple[str, str, str],
-         where: str) -> Checkout:
-    at, pool, held = names
-    text = row[columns[at]].strip()
+def _row(path: str, line: int, row: list[str], index: dict[str, int], time_col: str,
+         pool_col: str, dur_col: str) -> Checkout:
+    def cell(column: str) -> str:
+        i = index[column]
+        if i >= len(row):
+            raise TraceError(path, line, column, f"missing (the row has {len(row)} cells)")
+        return row[i].strip()
+
     try:
-        t = _instant(text)
+        t = parse_moment(cell(time_col))
     except ValueError as exc:
-        raise TraceError(f"{where}: column {at}: {text!r} is not an ISO-8601 UTC time "
-                         f"({exc})") from None
-    name = row[columns[pool]].strip()
-    if not name:
-        raise TraceError(f"{where}: column {pool}: empty")
-    text = row[columns[held]].strip()
-    try:
-        duration = float(text)
-    except ValueError:
-        raise TraceError(f"{where}: column {held}: {text!r} is not a number") from None
-    if duration != duration or duration == float("inf"):
-        raise TraceError(f"{where}: column {held}: {text!r} is not a finite number")
-    return Checkout(t, name, max(duration, 0.0))
+        raise TraceError(path, line, time_col, f"bad time: {exc}") from None
+    pool = cell(pool_col)
+    if not pool:
+        raise TraceError(path, line, pool_col, "empty")
+    text = cell(dur_col)
+    duration: float | None = None
+    if text:
+        try:
+            duration = float(text)
+        except ValueError:
+            raise TraceError(path, line, dur_col, f"not a number: {text!r}") from None
+        if not math.isfinite(duration):
+            raise TraceError(path, line, dur_col, f"not finite: {text!r}")
+        if duration < 0:
+            raise _NegativeError(repr(text))
+    return Checkout(t, pool, duration)
 
 
 def write_trace(rows: Iterable[Checkout], file: TextIO) -> None:
     """Write ``rows`` as ``queued_at,pool,duration_s`` (UTC with Z, whole seconds when the
-    instant has no fraction)."""
+    instant has no fraction; an unknown duration empty), which :func:`read_trace` reads."""
     writer = csv.writer(file, lineterminator="\n")
     writer.writerow(("queued_at", "pool", "duration_s"))
     for row in rows:
         moment = datetime.fromtimestamp(row.t, UTC)
         spec = "seconds" if moment.microsecond == 0 else "microseconds"
-        duration = int(row.duration_s) if row.duration_s == int(row.duration_s) else row.duration_s
+        held = row.duration_s
+        duration = "" if held is None else int(held) if held == int(held) else held
         writer.writerow((moment.isoformat(timespec=spec).replace("+00:00", "Z"),
                          row.pool, duration))

@@ -18,8 +18,8 @@ from typing import IO, Any
 import redis
 
 from vmpooler.actors.config import Config
+from vmpooler.actors.sizing.trace import parse_moment
 from vmpooler.actors.storage.demand_export import DemandLog, DemandRow
-from vmpooler.web.cli.replay_trace import parse_moment
 from vmpooler.web.cli.site_redis import site_client
 
 __all__ = ["add_parser", "run", "write_rows"]

@@ -1,8 +1,9 @@
 """``vmpooler replay``: try a sizing policy on a trace of checkouts before turning it on.
 
-It reads the operator's configuration and a CSV trace (:mod:`.replay_trace`), starts an
-embedded redis-server for the run, and for each policy runs the real pool actors on a fake
-clock against the trace (:mod:`.replay_run`), from an empty Redis each time; then it prints
+It reads the operator's configuration and a CSV trace
+(:mod:`vmpooler.actors.sizing.trace`), starts an embedded redis-server for the run, and for
+each policy runs the real pool actors on a fake clock against the trace
+(:mod:`.replay_run`), from an empty Redis each time; then it prints
 a table per policy, or one JSON document (:mod:`.replay_stats`). Bad input (the trace, the
 configuration, the options) is one line on stderr naming the file, line and column where
 there is one, and exit status 2.
@@ -18,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from vmpooler.actors.config import ConfigError, load_config
+from vmpooler.actors.sizing.trace import Checkout, TraceError, parse_moment, read_trace
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, EmbeddedRedisError
 from vmpooler.web.cli.replay_config import POLICIES, ReplayInputError, replay_config
 from vmpooler.web.cli.replay_run import replay
 from vmpooler.web.cli.replay_stats import RunResult, as_json, as_table
-from vmpooler.web.cli.replay_trace import Checkout, TraceError, parse_moment, read_trace
 
 __all__ = ["add_parser", "run"]
 

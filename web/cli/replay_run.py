@@ -33,6 +33,7 @@ from vmpooler.actors.config import Config
 from vmpooler.actors.metrics.backends import NullMetrics
 from vmpooler.actors.pool.hostnames import HostnameGenerator
 from vmpooler.actors.runtime.clock import FakeClock
+from vmpooler.actors.sizing.trace import Checkout
 from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.checkout_store import CheckoutStore
 from vmpooler.actors.system import PoolerSystem
@@ -40,7 +41,6 @@ from vmpooler.providers.base import ProviderContext
 from vmpooler.web.cli.replay_config import ReplaySetup
 from vmpooler.web.cli.replay_provider import ReplayProvider, SimulatedSleep
 from vmpooler.web.cli.replay_stats import PoolStats, RunResult
-from vmpooler.web.cli.replay_trace import Checkout
 from vmpooler.web.resources.vm_checkout import weighted_draw
 
 __all__ = ["replay", "warmup_s"]
