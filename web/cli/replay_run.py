@@ -195,7 +195,9 @@ class _Replay:
     def _arrive(self, checkout: Checkout, now: float) -> None:
         units = self._units(checkout.pool)
         duration = checkout.duration_s or 0.0
-        taken = self._take(units, now) if not self._waiting_for(units) else None
+        # as the API does: a ready VM goes to whoever asks, and every checkout is in the log
+        # demand sizing learns from (earlier misses wait on their own requests meanwhile)
+        taken = self._take(units, now)
         measured = checkout.t <= self.end
         if taken is not None:
             if measured:
@@ -208,10 +210,6 @@ class _Replay:
         waiter = _Waiter(now, units, duration)
         waiter.request_id = self.system.request_ondemand({units[0]: 1})
         self.waiters.append(waiter)
-
-    def _waiting_for(self, units: tuple[str, ...]) -> bool:
-        """Whether an earlier missed checkout waits for one of these pools (it goes first)."""
-        return any(set(units) & set(w.units) for w in self.waiters)
 
     def _hold(self, taken: tuple[str, str], until: float) -> None:
         heapq.heappush(self.events, _Event(until, next(self.seq), returned=taken))
