@@ -146,3 +146,14 @@ def test_status_shows_the_target_and_why(redis_client: redis.Redis) -> None:
             "target": 4, "reason": "forecast", "forecast": 4, "floor": 1, "ceiling": 8,
             "clone_time": entry["sizing"]["clone_time"], "warm_hit": 0.25,
             "updated": entry["sizing"]["updated"]}
+
+
+def test_poolstat_max_of_a_demand_pool_is_its_target(redis_client: redis.Redis) -> None:
+    config = make_config([demand_pool(check_loop_delay_min=5, check_loop_delay_max=5),
+                          pool("b", 2)])
+    with started(redis_client, config) as h:
+        checkouts(h, "a", 3)
+        h.advance(30)
+        web = api(redis_client, config)
+        body = web.client.simulate_get("/api/v3/poolstat", query_string="pool=a,b").json
+        assert (body["pools"]["a"]["max"], body["pools"]["b"]["max"]) == (3, 2)

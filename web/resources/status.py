@@ -374,10 +374,14 @@ class PoolStat(_Resource):
         asked = set((_query(req).get("pool") or "").split(","))
         chosen = [pool for pool in self._ctx.config.pools
                   if pool.name in asked or asked.intersection(pool.alias)]
-        ready, overrides = self._store.ready_counts([pool.name for pool in chosen])
+        demand = [pool.name for pool in chosen if pool.demand is not None]
+        reading = self._store.status([pool.name for pool in chosen], queues=(Queue.READY,),
+                                     sizings=demand)
+        ready, overrides = reading.counts[Queue.READY], reading.size_overrides
         body: dict[str, Any] = {}
         for pool in chosen:
-            entry: dict[str, Any] = {"max": _size(self._ctx.config, pool, overrides)}
+            entry: dict[str, Any] = {"max": _size(self._ctx.config, pool, overrides,
+                                                  reading.sizings.get(pool.name))}
             aka = _alias(pool)
             if aka is not None:
                 entry["alias"] = aka
