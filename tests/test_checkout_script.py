@@ -252,11 +252,16 @@ def test_checkouts_served_and_missed_are_logged_per_pool(redis_client: redis.Red
 
 
 def test_the_checkout_log_is_bounded_in_time(redis_client: redis.Redis) -> None:
+    """Entries older than the retention go at every 64th entry (not at each checkout)."""
     store = CheckoutStore(redis_client)
     store.checkout([["p1"]], now=NOW, epoch=10.0)
     store.checkout([["p1"]], now=NOW, epoch=20.0)
-    store.checkout([["p1"]], now=NOW, epoch=20.0 + schema.DEMAND_RETENTION)
-    assert [s for _m, s in demand(redis_client, "p1")] == [20.0, 20.0 + schema.DEMAND_RETENTION]
+    later = 20.0 + schema.DEMAND_RETENTION
+    for n in range(61):
+        store.checkout([["p1"]], now=NOW, epoch=later + n)
+    assert len(demand(redis_client, "p1")) == 63  # not trimmed yet
+    store.checkout([["p1"]], now=NOW, epoch=later + 61)  # the 64th
+    assert [s for _m, s in demand(redis_client, "p1")] == [later + n for n in range(62)]
 
 
 def test_a_stray_key_in_place_of_the_log_never_fails_a_checkout(
