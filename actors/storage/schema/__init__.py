@@ -420,7 +420,8 @@ def demand(pool: str) -> str:
     member ``"<epoch>:<vm>"``, and every one that found no ready VM (attributed to the first
     pool it asked for), member ``"<epoch>:-<n>"``, scored by its epoch. Written by the checkout
     script, which keeps at most :data:`DEMAND_MAX` members and drops those older than
-    :data:`DEMAND_RETENTION` seconds every 64 entries. What demand sizing learns from and ``vmpooler history export`` writes."""
+    :data:`DEMAND_RETENTION` seconds every 64 entries. What demand sizing learns from and
+    ``vmpooler history export`` writes."""
     return f"{_P}demand__{pool}"
 
 
