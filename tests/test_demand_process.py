@@ -5,7 +5,9 @@ no further, it never goes below its floor, and ``/status`` shows the target and 
 
 Shrinking takes at least an hour of silence by design (recent demand is kept an hour, a
 shrink waits out a hold of five minutes or more): it is tested on the injected clock in
-tests/test_demand_sizing.py, not in wall-clock time here."""
+tests/test_demand_sizing.py, and through the shipped ``vmpooler replay`` on simulated time in
+tests/test_replay_process.py (a daily burst: ready before it, shrunk after it), not in
+wall-clock time here."""
 
 from __future__ import annotations
 

@@ -97,3 +97,26 @@ def test_both_policies_one_after_the_other(tmp_path: Path) -> None:
     for policy in doc.values():  # each from an empty Redis: the same four checkouts
         assert policy["a"]["checkouts"] == 4 and set(policy["a"]) == FIELDS
     assert doc["static"]["a"]["hits"] == 4
+
+
+def test_a_demand_pool_grows_before_a_daily_burst_and_shrinks_after_it(tmp_path: Path) -> None:
+    """Six checkouts at 10:00 UTC on three days, through ``vmpooler replay`` (the real pool
+    actors on simulated time): the demand-sized pool misses the first burst (nothing
+    learned yet), is ready for the next two (it grew before them, from the day before), and
+    holds a tenth of the idle VM-hours of the fixed size that serves them all (it shrank
+    after each)."""
+    rows = ["queued_at,pool,duration_s"]
+    rows += [f"2025-09-0{day}T10:00:00Z,burst,600" for day in (1, 2, 3) for _ in range(6)]
+    trace = tmp_path / "daily.csv"
+    trace.write_text("\n".join(rows) + "\n")
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({":pools": [{"name": "burst", "size": 6}]}))
+    result = subprocess.run(
+        [*VMPOOLER, "replay", "--trace", str(trace), "--config", str(config), "--policy",
+         "both", "--clone-time", "60", "--json"], capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    static, demand = doc["static"]["burst"], doc["demand"]["burst"]
+    assert static["hits"] == 18
+    assert demand["hits"] == 12, demand  # the bursts of days 2 and 3 found six ready
+    assert demand["idle_vm_hours"] < static["idle_vm_hours"] / 5, (demand, static)
