@@ -60,6 +60,8 @@ def test_our_manager_refuses_to_start_beside_a_running_ruby_manager(tmp_path: Pa
             assert line.startswith("vmpooler: refusing to start: a Ruby vmpooler manager "
                                    "appears to be running on this Redis")
             assert "of pool 'ruby-pool'" in line and "will not run beside it" in line
+            # the VM it names was checked by Ruby's manager: before our start or meanwhile
+            stamped += checked()
             assert any(f"'{vm}'" in line for vm in stamped), line
             assert "Traceback" not in done.stdout + done.stderr
             # Ours wrote nothing: no heartbeat, no slot owner (it never folded the counters).
