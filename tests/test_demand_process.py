@@ -26,7 +26,6 @@ import yaml
 
 from tests.harness import wait_until
 from tests.test_manager_process import processes, spawn  # noqa: F401 - a fixture
-from vmpooler.actors.sizing.forecast import SLOT_SECONDS
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, free_port
 
@@ -52,10 +51,14 @@ def _config(path: Path, *, redis_port: int) -> Path:
 
 
 def _seed_history(client: redis.Redis, now: float) -> None:
-    """A burst of BURST checkouts at this time of day on each of the last seven days."""
+    """A burst of BURST checkouts at this time of day, and another one three minutes later,
+    on each of the last seven days (so the test's minutes are in a learned slot even when
+    a slot of the plan ends meanwhile)."""
     for day in range(1, 8):
-        t = now - day * 86400
-        client.zadd(schema.demand("a"), {f"{t:.3f}:-{day}-{n}": t for n in range(BURST)})
+        for later in (0, 180):
+            t = now + later - day * 86400
+            client.zadd(schema.demand("a"),
+                        {f"{t:.3f}:-{day}-{later}-{n}": t for n in range(BURST)})
 
 
 def _get(port: int, path: str) -> Any:
@@ -83,9 +86,6 @@ def test_a_demand_pool_is_ready_for_a_recurring_burst_in_a_real_process(
     tmp_path: Path, redis_server: EmbeddedRedis, redis_client: redis.Redis,
     processes: list[subprocess.Popen[str]],
 ) -> None:
-    left = SLOT_SECONDS - time.time() % SLOT_SECONDS
-    if left < 90:  # the burst and its history in one time-of-day slot
-        time.sleep(left + 1)
     _seed_history(redis_client, time.time())
     config = _config(tmp_path / "d.yaml", redis_port=redis_server.port)
     port = free_port()
