@@ -15,11 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import cast
 
 import redis
 
 from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.replies import fields as as_fields
+from vmpooler.actors.storage.replies import scored, text_dict
 
 __all__ = ["PUBLISHED_TTL", "DemandStore", "Logged"]
 
@@ -48,17 +49,15 @@ class DemandStore:
 
     def since(self, pool: str, t: float) -> list[Logged]:
         """The entries of ``pool``'s log scored ``t`` or later, oldest first."""
-        rows = cast("list[tuple[bytes | str, float]]", self.client.zrangebyscore(
-            schema.demand(pool), t, "+inf", withscores=True))
-        return [Logged(float(score), member.decode() if isinstance(member, bytes) else member)
-                for member, score in rows]
+        rows = scored(self.client.zrangebyscore(schema.demand(pool), t, "+inf", withscores=True))
+        return [Logged(float(score), member) for member, score in rows]
 
     def publish(self, pool: str, fields: Mapping[str, str | int | float]) -> None:
         """Write ``pool``'s target and why (replacing what was there)."""
         key = schema.sizing(pool)
         pipe = self.client.pipeline(transaction=True)
         pipe.delete(key)
-        pipe.hset(key, mapping={name: str(value) for name, value in fields.items()})
+        pipe.hset(key, mapping=as_fields(fields))
         pipe.expire(key, PUBLISHED_TTL)
         pipe.execute()
 
@@ -67,10 +66,5 @@ class DemandStore:
         pipe = self.client.pipeline(transaction=False)
         for pool in pools:
             pipe.hgetall(schema.sizing(pool))
-        found: dict[str, dict[str, str]] = {}
-        for pool, fields in zip(pools, pipe.execute(), strict=True):
-            if fields:
-                found[pool] = {(k.decode() if isinstance(k, bytes) else k):
-                               (v.decode() if isinstance(v, bytes) else v)
-                               for k, v in fields.items()}
-        return found
+        return {pool: text_dict(whole) for pool, whole in zip(pools, pipe.execute(), strict=True)
+                if whole}
