@@ -177,3 +177,11 @@ def started(
         yield Harness(system, clock, metrics, provider, client)
     finally:
         system.stop()
+
+
+def log_checkout(client: redis.Redis, pool: str, at: float, *, vm: str | None = None,
+                 miss: int = 1) -> None:
+    """Add one entry to ``pool``'s checkout log in the checkout script's form: served by
+    ``vm``, or (``vm`` None) a miss, ``miss`` telling misses of one second apart."""
+    member = f"{at:.0f}:{vm}" if vm is not None else f"{at:.0f}:-{miss}"
+    client.zadd(schema.demand(pool), {member: at})

@@ -16,7 +16,7 @@ import redis
 
 from vmpooler.actors.config import load_config
 from vmpooler.actors.sizing.trace import Checkout
-from vmpooler.actors.storage.demand_export import demand_key
+from vmpooler.actors.storage import schema
 from vmpooler.web.cli.command import main
 from vmpooler.web.cli.replay_config import ReplayInputError, replay_config
 from vmpooler.web.cli.replay_run import replay
@@ -51,7 +51,7 @@ def test_every_checkout_of_a_size_0_pool_misses_and_waits_one_clone_time(
     assert stats.idle_vm_seconds == 0.0
     assert result.unserved == 0
     # each checkout is in the pool's checkout log once, as a miss (its later VM is not)
-    logged = redis_client.zrange(demand_key("empty"), 0, -1)
+    logged = redis_client.zrange(schema.demand("empty"), 0, -1)
     assert len(logged) == 3 and all(m.split(":")[1].startswith("-") for m in logged)
 
 
@@ -65,7 +65,7 @@ def test_a_missed_checkout_takes_the_first_vm_to_become_ready_in_its_pool(
     result = replay(setup, trace, policy="static", clone_time=45, client=redis_client)
     stats = result.pools["one"]
     assert (stats.checkouts, stats.hits, stats.waits) == (2, 1, [45.0])
-    logged = redis_client.zrange(demand_key("one"), 0, -1)
+    logged = redis_client.zrange(schema.demand("one"), 0, -1)
     assert len(logged) == 2  # one served, one miss: its later VM is not logged again
     assert sum(m.split(":")[1].startswith("-") for m in logged) == 1
 

@@ -11,7 +11,7 @@ import pytest
 import redis
 import yaml
 
-from vmpooler.actors.storage.demand_export import DemandLog
+from tests.harness import log_checkout
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 
 VMPOOLER = [sys.executable, "-m", "vmpooler.web.cli"]
@@ -64,9 +64,8 @@ def test_history_export_writes_the_recorded_checkouts(
         ":redis": {"server": "127.0.0.1", "port": redis_server.port},
         ":pools": [{"name": "a", "size": 1}, {"name": "b", "size": 1}],
     }))
-    log = DemandLog(redis_client)
-    log.record("a", 1_757_000_000, vm="vm-1")
-    log.record("b", 1_757_000_060)
+    log_checkout(redis_client, "a", 1_757_000_000, vm="vm-1")
+    log_checkout(redis_client, "b", 1_757_000_060)
     out = tmp_path / "history.csv"
     result = subprocess.run(
         [*VMPOOLER, "history", "export", "--config", str(config), "--since",

@@ -9,9 +9,8 @@ VM's hash (``vmpooler__vm__<vm>``): ``destroy`` minus ``checkout`` when both are
 
 What callers may rely on: :meth:`DemandLog.rows` returns the entries of the chosen pools
 from ``since`` on, sorted by time (pool order for equal times), in two round trips per
-call (one pipeline of ``ZRANGEBYSCORE``, one of ``HMGET``); it never writes.
-:meth:`DemandLog.record` writes one entry as the pool integration does (for tests and
-tools).
+call (one pipeline of ``ZRANGEBYSCORE``, one of ``HMGET``); it never writes (the checkout
+script does, :mod:`vmpooler.actors.storage.schema.checkout_scripts`).
 """
 
 from __future__ import annotations
@@ -22,13 +21,10 @@ from dataclasses import dataclass
 import redis
 
 from vmpooler.actors.storage import schema, timefmt
+from vmpooler.actors.storage.demand_store import Logged
+from vmpooler.actors.storage.replies import scored
 
-__all__ = ["DemandLog", "DemandRow", "demand_key"]
-
-
-def demand_key(pool: str) -> str:
-    """The checkout log of ``pool`` (:func:`vmpooler.actors.storage.schema.demand`)."""
-    return schema.demand(pool)
+__all__ = ["DemandLog", "DemandRow"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,25 +48,17 @@ class DemandLog:
         """``client`` must decode responses (``decode_responses=True``)."""
         self.client = client
 
-    def record(self, pool: str, at: float, *, vm: str | None = None, miss: int = 1) -> None:
-        """Add one entry: served by ``vm``, or (``vm`` None) a miss, ``miss`` telling misses
-        of one second apart."""
-        member = f"{at:.0f}:{vm}" if vm is not None else f"{at:.0f}:-{miss}"
-        self.client.zadd(demand_key(pool), {member: at})
-
     def rows(self, pools: Sequence[str], *, since: float | None = None) -> list[DemandRow]:
         """Every entry of ``pools`` scored ``since`` or later (all without), by time."""
         low = "-inf" if since is None else since
         with self.client.pipeline(transaction=False) as pipe:
             for pool in pools:
-                pipe.zrangebyscore(demand_key(pool), low, "+inf", withscores=True)
+                pipe.zrangebyscore(schema.demand(pool), low, "+inf", withscores=True)
             logs = pipe.execute()
         found: list[tuple[float, str, str | None]] = []
         for pool, entries in zip(pools, logs, strict=True):
-            for member, score in entries:
-                _, _, tail = str(member).partition(":")
-                vm = None if not tail or tail.startswith("-") else tail
-                found.append((float(score), pool, vm))
+            for member, score in scored(entries):
+                found.append((float(score), pool, Logged(float(score), member).vm))
         served = sorted({vm for _, _, vm in found if vm is not None})
         with self.client.pipeline(transaction=False) as pipe:
             for vm in served:

@@ -36,9 +36,15 @@ class Logged:
     member: str
 
     @property
+    def vm(self) -> str | None:
+        """The VM that served it; None for a checkout that found none."""
+        tail = self.member.partition(":")[2]
+        return None if not tail or tail.startswith("-") else tail
+
+    @property
     def served(self) -> bool:
         """True for a checkout served from a ready VM, False for one that found none."""
-        return not self.member.partition(":")[2].startswith("-")
+        return self.vm is not None
 
 
 class DemandStore:
