@@ -43,6 +43,16 @@ def _demand(times: list[float], clone: float, target: float, tick: float,
                       tick=tick, measure_from=measure_from)
 
 
+def _demand_total(chosen: dict[str, list[float]], pools: dict[str, list[float]],
+                  clone: float, target: float, tick: float,
+                  measure_from: float | None) -> tuple[int, float]:
+    """Warm hits and idle VM-hours of the demand policy over the ``chosen`` pools, each
+    replayed whole from ``pools`` and counted from ``measure_from``."""
+    runs = [_demand(pools[pool], clone, target, tick, measure_from=measure_from)
+            for pool in chosen]
+    return sum(r.hits for r in runs), sum(r.idle_vm_hours for r in runs)
+
+
 def _static(pools: dict[str, list[float]], clone: float, target: float,
             start: float | None, end: float | None) -> tuple[int, int, float]:
     hits = checkouts = 0
@@ -71,23 +81,13 @@ def evaluate(path: str, clone: float, tick: float) -> dict[str, object]:
     for target in TARGETS:
         line: dict[str, float] = {"target": target}
         s_hits, n, s_idle = _static(pools, clone, target, None, None)
-        d_hits = 0
-        d_idle = 0.0
-        for times in pools.values():
-            run = _demand(times, clone, target, tick)
-            d_hits += run.hits
-            d_idle += run.idle_vm_hours
+        d_hits, d_idle = _demand_total(pools, pools, clone, target, tick, None)
         reached = d_hits / n
         _, _, same = _static(pools, clone, min(reached, 0.9999), None, None)
         line.update(static_hit=s_hits / n, static_idle=s_idle, online_hit=reached,
                     online_idle=d_idle, static_idle_at_online_hit=same)
         s_hits, n, s_idle = _static(seconds, clone, target, middle, last)
-        d_hits = 0
-        d_idle = 0.0
-        for pool in seconds:
-            run = _demand(pools[pool], clone, target, tick, measure_from=middle)
-            d_hits += run.hits
-            d_idle += run.idle_vm_hours
+        d_hits, d_idle = _demand_total(seconds, pools, clone, target, tick, middle)
         reached = d_hits / n
         _, _, same = _static(seconds, clone, min(reached, 0.9999), middle, last)
         line.update(half_static_hit=s_hits / n, half_static_idle=s_idle, half_hit=reached,

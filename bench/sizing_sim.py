@@ -45,8 +45,12 @@ def run_fixed(times: Sequence[float], size: int, clone_time: float,
     head = 0
     pending: list[float] = []
     last = times[0]
-    for t in times:
-        while pending and pending[0] <= t:
+
+    def clones_done(until: float) -> None:
+        """Finish the clones due by ``until``: each serves the oldest waiting checkout, else
+        adds a ready VM."""
+        nonlocal ready, idle, waits, head, last
+        while pending and pending[0] <= until:
             done = heapq.heappop(pending)
             idle += ready * (done - last)
             last = done
@@ -55,6 +59,9 @@ def run_fixed(times: Sequence[float], size: int, clone_time: float,
                 head += 1
             else:
                 ready += 1
+
+    for t in times:
+        clones_done(t)
         idle += ready * (t - last)
         last = t
         if ready > 0:
@@ -64,15 +71,7 @@ def run_fixed(times: Sequence[float], size: int, clone_time: float,
             waiting.append(t)
         heapq.heappush(pending, t + clone_time)
     stop = times[-1] if end is None else end
-    while pending and pending[0] <= stop:
-        done = heapq.heappop(pending)
-        idle += ready * (done - last)
-        last = done
-        if head < len(waiting):
-            waits += done - waiting[head]
-            head += 1
-        else:
-            ready += 1
+    clones_done(stop)
     idle += ready * max(0.0, stop - last)
     return PoolRun(len(times), hits, idle / 3600.0, len(times), waits / head if head else 0.0)
 
