@@ -61,6 +61,7 @@ class PoolSizing:
         self.last_t = 0.0  # the score of the newest entry observed
         self.seen: dict[str, float] = {}  # members observed in the last LATE_WRITES seconds
         self.outcomes: deque[tuple[float, bool]] = deque()  # (t, served) of the last day
+        self.served = 0  # how many of ``outcomes`` were served
         self.target: Target | None = None
         self.published: tuple[object, ...] = ()  # the fields last published, but ``updated``
         self.published_at = 0.0
@@ -122,19 +123,20 @@ class PoolSizing:
         self.last_t = max(self.last_t, entry.t)
         self.seen[entry.member] = entry.t
         self.outcomes.append((entry.t, entry.served))
+        self.served += entry.served
 
     def _prune(self, now: float) -> None:
         horizon = self.last_t - 2 * LATE_WRITES
         if len(self.seen) > 64:
             self.seen = {m: t for m, t in self.seen.items() if t >= horizon}
         while self.outcomes and self.outcomes[0][0] < now - WARM_HIT_WINDOW:
-            self.outcomes.popleft()
+            self.served -= self.outcomes.popleft()[1]
 
     def warm_hit(self) -> float | None:
         """The share of the last day's checkouts served from a ready VM (None: none)."""
         if not self.outcomes:
             return None
-        return sum(1 for _t, served in self.outcomes if served) / len(self.outcomes)
+        return self.served / len(self.outcomes)
 
     def _report(self, target: Target, ready: int, now: float) -> None:
         name, tags = self.policy.name, {"pool": self.policy.name}
