@@ -54,11 +54,13 @@ def processes() -> Iterator[list[subprocess.Popen[str]]]:
 
 
 def spawn(processes: list[subprocess.Popen[str]], *args: str, cwd: Path | None = None,
-          log: Path | None = None) -> subprocess.Popen[str]:
+          log: Path | None = None, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """Start ``vmpooler *args`` (its output appended to ``log``), with ``env`` added to the
+    environment; the ``processes`` fixture stops it after the test."""
     out = open(log, "a") if log else subprocess.DEVNULL  # noqa: SIM115 - closed by the process
     process = subprocess.Popen([*VMPOOLER, *args], cwd=cwd, stdout=out,
                                stderr=subprocess.STDOUT, text=True,
-                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                               env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
     processes.append(process)
     return process
 

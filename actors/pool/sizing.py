@@ -154,7 +154,7 @@ class PoolSizing:
             self.io.metrics.gauge("sizing.warm_hit", warm, tags=tags)
         fields: dict[str, str | int | float] = {
             "target": target.size, "reason": target.reason, "forecast": target.forecast,
-            "floor": target.floor, "ceiling": target.ceiling,
+            "floor": target.floor, "ceiling": target.ceiling, "held": int(target.held),
             "clone_time": round(self.clone_time(), 1), "updated": round(now, 3),
             "warm_hit": "" if warm is None else round(warm, 4),
             "manager": str(getattr(self.io.ownership, "manager", "")),

@@ -279,7 +279,8 @@ def demand_pools(config: Config) -> list[str]:
 def sizing_section(pool: PoolConfig, published: Mapping[str, str] | None) -> dict[str, Any]:
     """A demand-sized pool's ``sizing`` entry (ours): the target its owner published and
     why (``reason``: forecast, schedule, floor, minimum or ceiling), the forecast, the floor
-    and ceiling in force, the clone time it plans with, the share of the last day's
+    and ceiling in force, ``held`` (True while a shrink waits out its hold time, the target
+    being above what ``reason`` wants), the clone time it plans with, the share of the last day's
     checkouts served warm (None before any) and when it was computed; before the owner
     published anything, the configured bounds with ``target`` None."""
     demand = pool.demand
@@ -296,6 +297,7 @@ def sizing_section(pool: PoolConfig, published: Mapping[str, str] | None) -> dic
             "forecast": _number(published.get("forecast")),
             "floor": _number(published.get("floor")),
             "ceiling": _number(published.get("ceiling")),
+            "held": published.get("held") == "1",
             "clone_time": _float(published.get("clone_time")),
             "warm_hit": _float(warm) if warm else None,
             "updated": _float(published.get("updated"))}
