@@ -144,7 +144,7 @@ def test_status_shows_the_target_and_why(redis_client: redis.Redis) -> None:
         assert entry["sizing"] == {
             "policy": "demand", "size_min": 1, "size_max": 8, "target_warm_hit": 0.99,
             "target": 4, "reason": "forecast", "forecast": 4, "floor": 1, "ceiling": 8,
-            "clone_time": entry["sizing"]["clone_time"], "warm_hit": 0.25,
+            "held": False, "clone_time": entry["sizing"]["clone_time"], "warm_hit": 0.25,
             "updated": entry["sizing"]["updated"]}
 
 
