@@ -568,7 +568,10 @@ def od_created(requested: str, *, owner: bool, request_id: str | None = None) ->
         expected = {"requested": requested}
         if owner:
             expected |= {"token:token": TOKEN, "token:user": USER}
-        assert w.redis.hgetall(schema.odrequest(made)) == expected
+        fields = w.redis.hgetall(schema.odrequest(made))
+        assert fields.pop("user") == (USER if owner else "127.0.0.1")  # ours: who asked
+        assert (fields.pop("priority"), fields.pop("share")) == ("normal", "1.0")
+        assert fields == expected
         score = w.redis.zscore(schema.provisioning_request(), made)
         assert score is not None and score == int(score) and abs(score - w.now) < 60
         wait_until(lambda: commanded(made, "created", w), 10, "the request_changed command")

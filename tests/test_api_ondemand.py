@@ -43,8 +43,21 @@ def post(a: Api, body: Any, headers: dict[str, str] | None = None,
     return a.client.simulate_post(path, body=text, headers=headers)
 
 
+OUR_FIELDS = ("user", "priority", "share")  # who asked (docs/fairness.md), not vmpooler's
+
+
 def request_hash(a: Api, request_id: str) -> dict[str, str]:
-    return a.redis.hgetall(schema.odrequest(request_id))
+    """The request's hash as vmpooler writes it (without our fields of who asked)."""
+    fields = a.redis.hgetall(schema.odrequest(request_id))
+    return {k: v for k, v in fields.items() if k not in OUR_FIELDS}
+
+
+def test_a_request_records_who_asked(redis_client: redis.Redis) -> None:
+    a = spec_api(redis_client)
+    request_id = created_id(post(a, {"poolone": 1}))
+    fields = a.redis.hgetall(schema.odrequest(request_id))
+    assert {k: fields[k] for k in OUR_FIELDS} == {
+        "user": "127.0.0.1", "priority": "normal", "share": "1.0"}
 
 
 def waiting(a: Api) -> list[tuple[str, float]]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 from vmpooler.actors.config._data import empty_mapping, freeze, mask_secrets
+from vmpooler.actors.fairness.policy import QuotaPolicy
 from vmpooler.actors.sizing.schedule import Window
 
 __all__ = [
@@ -429,6 +430,7 @@ class Config:
     debug: bool = False
     api_port: int = 4567
     app_env: str = "development"
+    quotas: QuotaPolicy = field(default_factory=QuotaPolicy)  # ``:quotas:`` (ours)
 
     def max_pool_size(self, pool: PoolConfig) -> int:
         """The largest size ``pool`` may have: its provider's ``max_pool_size`` when that is

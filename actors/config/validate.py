@@ -17,6 +17,7 @@ from typing import Any, cast
 from vmpooler.actors.config._check import Checker
 from vmpooler.actors.config._data import freeze
 from vmpooler.actors.config._pools import build_dns_configs, build_pools, build_providers
+from vmpooler.actors.config._quotas import quota_policy
 from vmpooler.actors.config._values import coerce, show
 from vmpooler.actors.config.model import (
     DEFAULT_HEALTH_THRESHOLDS,
@@ -44,6 +45,7 @@ and optionally ``note`` (true: reported as a note, not an issue)."""
 KNOWN_SECTIONS = frozenset({
     "config", "pools", "providers", "redis", "auth", "dns_configs", "tagfilter", "statsd",
     "graphite", "prometheus", "datadog", "rate_limits", "vsphere", "graphs", "tracing",
+    "quotas",
 })
 # Documented `:config:` keys that GlobalSettings does not model (carried in `raw`).
 _OTHER_CONFIG_KEYS = frozenset({
@@ -103,6 +105,7 @@ def validate_document(
         debug=debug,
         api_port=api_port,
         app_env=app_env,
+        quotas=quota_policy(chk.mapping(doc.get("quotas"), ("quotas",)), chk),
     )
     if chk.issues:
         return None, chk.issues, chk.notes

@@ -22,7 +22,12 @@ from enum import Enum
 import redis
 
 from vmpooler.actors.storage import schema
-from vmpooler.actors.storage.request_store import Entry, format_requested
+from vmpooler.actors.storage.request_store import (
+    Entry,
+    RequestOrigin,
+    format_requested,
+    origin_args,
+)
 from vmpooler.actors.storage.schema import QuotaScripts
 
 __all__ = ["QuotaOutcome", "QuotaVerdict", "RequestQuota"]
@@ -53,14 +58,15 @@ class RequestQuota:
         self._create = client.register_script(QuotaScripts.CREATE_WITHIN_QUOTA)
 
     def create(self, request_id: str, entries: Sequence[Entry], *, created: int, user: str,
-               limit: int, ttl: int, token: str | None = None) -> QuotaOutcome:
+               limit: int, ttl: int, token: str | None = None,
+               origin: RequestOrigin | None = None) -> QuotaOutcome:
         """Record and queue a new request of ``user`` if the id is free and ``user`` has
         fewer than ``limit`` requests in flight; ``ttl``: seconds the user's set lives."""
         code, count = self._create(
             keys=[schema.odrequest(request_id), schema.provisioning_request(),
                   schema.odinflight(user)],
-            args=[request_id, created, format_requested(entries), token or "", user, limit,
-                  schema.odrequest(""), ttl],
+            args=[request_id, created, format_requested(entries), token or "", user,
+                  *origin_args(origin), limit, schema.odrequest(""), ttl],
         )
         return QuotaOutcome(QuotaVerdict(int(code)), int(count))
 

@@ -32,10 +32,12 @@ __all__ = [
     "Claim",
     "DeleteOutcome",
     "Entry",
+    "RequestOrigin",
     "RequestRecord",
     "RequestStore",
     "format_requested",
     "odcreate_member",
+    "origin_args",
     "parse_requested",
 ]
 
@@ -58,6 +60,25 @@ class Entry:
     @property
     def key(self) -> tuple[str, str]:
         return (self.alias, self.pool)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestOrigin:
+    """Who asked for a request (ours, docs/fairness.md): the requester's ``user`` (a token's
+    user, a client address or ``anonymous``), the request's ``priority`` (``high``,
+    ``normal``, ``low``) and the user's ``share`` of clone capacity. Written with the request
+    as its hash fields ``user``, ``priority`` and ``share``."""
+
+    user: str
+    priority: str = "normal"
+    share: float = 1.0
+
+
+def origin_args(origin: RequestOrigin | None) -> list[str]:
+    """ARGV[6..8] of the create scripts for ``origin`` (``user`` '' when None)."""
+    if origin is None:
+        return ["", "", ""]
+    return [origin.user, origin.priority, repr(float(origin.share))]
 
 
 _COUNT = re.compile(r"\+?(-)?([0-9]+(?:_[0-9]+)*)", re.ASCII)
@@ -178,11 +199,15 @@ class RequestStore:
 
     # -- API ------------------------------------------------------------------------------------
     def create(self, request_id: str, entries: Sequence[Entry], *, created: int,
-               token: str | None = None, user: str | None = None) -> bool:
-        """Record a new request and queue it. False (nothing written) if the id is taken."""
+               token: str | None = None, user: str | None = None,
+               origin: RequestOrigin | None = None) -> bool:
+        """Record a new request and queue it. False (nothing written) if the id is taken.
+        ``user`` is the token's user (vmpooler's ``token:user``); ``origin`` who asked, how
+        urgently and with what share (ours: fields ``user``, ``priority``, ``share``)."""
         return bool(self._run(
             "CREATE", [schema.odrequest(request_id), schema.provisioning_request()],
-            [request_id, created, format_requested(entries), token or "", user or ""],
+            [request_id, created, format_requested(entries), token or "", user or "",
+             *origin_args(origin)],
         ))
 
     def _hash_read(self, request_id: str, *fields: str) -> list[str | None] | None:

@@ -35,20 +35,24 @@ Divergences from vmpooler 3.9.1 (on purpose; those of the order's checks are lis
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import falcon
 
+from vmpooler.actors.fairness.policy import PRIORITIES, Requester
 from vmpooler.actors.storage.request_quota import QuotaVerdict, RequestQuota
 from vmpooler.actors.storage.request_store import (
     DeleteOutcome,
     Entry,
+    RequestOrigin,
     RequestRecord,
     RequestStore,
 )
 from vmpooler.actors.storage.token_store import TokenStore
 from vmpooler.web.api_context import ApiContext
 from vmpooler.web.api_errors import ApiError, json_body
+from vmpooler.web.identity import requester
 from vmpooler.web.input_rules import InputError
 from vmpooler.web.resources import ondemand_create, vm_checkout
 from vmpooler.web.tokens import need_token, ownership_enforced, presented_token
@@ -71,19 +75,48 @@ def _authorised(req: falcon.Request, ctx: ApiContext) -> str | None:
     return need_token(req, ctx) if ctx.auth_configured else None
 
 
+_NOT_GIVEN = object()
+
+
+def _pop_priority(ctx: ApiContext, payload: dict[str, Any]) -> Any:
+    """The body's ``priority`` (ours), taken out of it unless a pool or alias is called
+    that; ``_NOT_GIVEN`` when there is none."""
+    config = ctx.config
+    if "priority" in config.pool_names or "priority" in config.aliases:
+        return _NOT_GIVEN
+    return payload.pop("priority", _NOT_GIVEN)
+
+
+def _priority(ctx: ApiContext, value: Any, asker: Requester) -> str:
+    """The request's priority (``normal`` when not given): 400 for an unknown value, 403
+    ``{"reason": "priority"}`` for ``high`` from a user ``:quotas: high_priority`` does not
+    name."""
+    config = ctx.config
+    if value is _NOT_GIVEN:
+        return "normal"
+    if value not in PRIORITIES:
+        raise ApiError(400, {"ok": False, "message": (
+            f"priority must be one of {', '.join(PRIORITIES)}, got {json.dumps(value)}")})
+    if value == "high" and not config.quotas.may_use_high(asker):
+        raise ApiError(403, {"ok": False, "reason": "priority", "message": (
+            f"user '{asker.user}' may not ask for priority high (:quotas: high_priority)")})
+    return str(value)
+
+
 def _record(ctx: ApiContext, store: RequestStore, chosen: str, entries: list[Entry],
-            token: str | None) -> bool:
-    """Record the request (with ``token`` and its user); False if the id is taken. With
-    ``max_ondemand_requests_per_user`` and auth configured, 429 when the token's user has
-    that many requests in flight (counted and created in one script)."""
+            token: str | None, origin: RequestOrigin) -> bool:
+    """Record the request (with ``token`` and its user, and ``origin``); False if the id is
+    taken. With ``max_ondemand_requests_per_user`` and auth configured, 429 when the token's
+    user has that many requests in flight (counted and created in one script)."""
     user = TokenStore(ctx.redis).user_of(token) if token else None
     created = int(ctx.clock.now())
     limit = ctx.config.settings.max_ondemand_requests_per_user
     if limit is None or not ctx.auth_configured or not token:
-        return store.create(chosen, entries, created=created, token=token, user=user)
+        return store.create(chosen, entries, created=created, token=token, user=user,
+                            origin=origin)
     outcome = RequestQuota(ctx.redis).create(
         chosen, entries, created=created, user=user or token, limit=limit,
-        ttl=ctx.config.redis.data_ttl * 3600, token=token)
+        ttl=ctx.config.redis.data_ttl * 3600, token=token, origin=origin)
     if outcome.verdict is QuotaVerdict.OVER_LIMIT:
         raise ApiError(429, {"ok": False, "message": (
             f"user '{user or 'unknown'}' has {outcome.in_flight} on-demand requests in "
@@ -91,12 +124,16 @@ def _record(ctx: ApiContext, store: RequestStore, chosen: str, entries: list[Ent
     return outcome.verdict is QuotaVerdict.CREATED
 
 
-def _create(ctx: ApiContext, store: RequestStore, token: str | None,
-            payload: dict[str, Any], request_id: Any) -> dict[str, Any]:
+def _create(ctx: ApiContext, store: RequestStore, req: falcon.Request, token: str | None,
+            payload: dict[str, Any], request_id: Any,
+            priority_given: Any = _NOT_GIVEN) -> dict[str, Any]:
     """Check the order, draw the pools and record the request; the 201 body."""
+    asker = requester(req, ctx, token)
+    priority = _priority(ctx, priority_given, asker)
     counts, chosen = ondemand_create.check_order(ctx, payload, request_id=request_id)
     entries = ondemand_create.plan(ctx, counts)
-    if not _record(ctx, store, chosen, entries, token):
+    origin = RequestOrigin(asker.user, priority, ctx.config.quotas.share_of(asker))
+    if not _record(ctx, store, chosen, entries, token, origin):
         ctx.metrics.increment("ondemandrequest_generate.duplicaterequests")
         raise ApiError(409, {"ok": False, "request_id": chosen,
                              "message": f"request_id '{chosen}' has already been created"})
@@ -145,7 +182,9 @@ class OnDemandCollection:
         token = _authorised(req, self.ctx)
         payload = ondemand_create.read_payload(req)
         request_id = payload.pop("request_id", None)
-        json_body(resp, 201, _create(self.ctx, self.store, token, payload, request_id))
+        priority = _pop_priority(self.ctx, payload)
+        json_body(resp, 201, _create(self.ctx, self.store, req, token, payload, request_id,
+                                     priority))
 
 
 class OnDemandItem:
@@ -163,7 +202,7 @@ class OnDemandItem:
             payload = dict(vm_checkout.template_payload(requestid))
         except InputError as exc:
             raise ApiError(400, {"ok": False, "message": exc.message}) from None
-        json_body(resp, 201, _create(self.ctx, self.store, token, payload, None))
+        json_body(resp, 201, _create(self.ctx, self.store, req, token, payload, None))
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, requestid: str) -> None:
         _count(self.ctx, "get", "request")

@@ -32,6 +32,9 @@ redis.call('HSET', KEYS[1], 'requested', ARGV[3])
 if ARGV[4] ~= '' then
   redis.call('HSET', KEYS[1], 'token:token', ARGV[4], 'token:user', ARGV[5])
 end
+if ARGV[6] ~= '' then
+  redis.call('HSET', KEYS[1], 'user', ARGV[6], 'priority', ARGV[7], 'share', ARGV[8])
+end
 redis.call('ZADD', KEYS[2], tonumber(ARGV[2]), ARGV[1])
 """
 """The writes of a new request (KEYS and ARGV as ``RequestScripts.CREATE``), shared with the
@@ -43,7 +46,8 @@ class RequestScripts:
 
     # KEYS[1] request hash, KEYS[2] provisioning__request
     # ARGV[1] id, ARGV[2] score (creation epoch), ARGV[3] requested, ARGV[4] token ('' = none),
-    # ARGV[5] user
+    # ARGV[5] the token's user, ARGV[6] the requester ('' = not recorded; ours: fields
+    # ``user``, ``priority`` ARGV[7] and ``share`` ARGV[8])
     # Returns 1 created, 0 the id is taken (nothing written).
     CREATE = (
         "\nif redis.call('EXISTS', KEYS[1]) == 1 then return 0 end"

@@ -1,0 +1,42 @@
+"""Who is asking (``:quotas:``, docs/fairness.md): the :class:`Requester` of an API request.
+
+The user is the token's user when a valid token is presented (its groups: those the token
+recorded from LDAP when it was made, field ``groups``, plus the static ``members`` map);
+without one, the client address (through the trusted proxies, as the rate limiter sees it),
+or ``anonymous`` when ``:quotas: anonymous: true``.
+
+What callers may rely on: :func:`requester` never raises for a missing or unknown token (it
+falls back to the address); it reads at most one Redis hash. Thread-safe.
+"""
+
+from __future__ import annotations
+
+import falcon
+
+from vmpooler.actors.fairness.policy import ANONYMOUS, Requester
+from vmpooler.actors.storage.token_store import TokenStore
+from vmpooler.web.api_context import ApiContext
+from vmpooler.web.clientaddr import TrustedProxies
+
+__all__ = ["requester", "token_groups"]
+
+
+def token_groups(details: dict[str, str]) -> frozenset[str]:
+    """The groups a token's hash recorded (field ``groups``, comma-separated)."""
+    return frozenset(g for g in details.get("groups", "").split(",") if g)
+
+
+def requester(req: falcon.Request, ctx: ApiContext, token: str | None) -> Requester:
+    """The user behind ``req``; ``token`` is the token it presented (None: none, or not
+    checked because auth is off)."""
+    policy = ctx.config.quotas
+    if token:
+        details = TokenStore(ctx.redis).details(token)
+        user = details.get("user")
+        if user:
+            return Requester(user, policy.groups_of(user, token_groups(details)),
+                             authenticated=True)
+    if policy.anonymous:
+        return Requester(ANONYMOUS, policy.groups_of(ANONYMOUS))
+    address = TrustedProxies(ctx.config.settings.trusted_proxies).client_address(req)
+    return Requester(address, policy.groups_of(address))
