@@ -20,7 +20,8 @@ ALLOWED: dict[str, set[str]] = {
     # actors: each may use the runtime, the Redis layer, metrics, configuration, messages;
     # those whose entity has one owner among several managers also the cluster
     "pool": {"cluster", "runtime", "storage", "metrics", "config", "messages", "sizing"},
-    "ondemand": {"cluster", "runtime", "storage", "metrics", "config", "messages"},
+    "ondemand": {"cluster", "runtime", "storage", "metrics", "config", "messages",
+                 "fairness"},
     "provider": {"runtime", "storage", "metrics", "config", "messages"},
     "service": {"runtime", "storage", "metrics", "config", "messages"},
     # the managers sharing one Redis: membership, leases, relay, heartbeat (a periodic
@@ -28,8 +29,9 @@ ALLOWED: dict[str, set[str]] = {
     "cluster": {"service", "runtime", "storage", "metrics", "config", "messages"},
     # the foundations
     "runtime": {"metrics", "messages"},
-    "storage": {"config"},
-    "config": {"sizing"},
+    "storage": {"config", "fairness"},
+    "config": {"sizing", "fairness"},
+    "fairness": set(),  # who is asking, quotas, shares and priorities: pure policy
     "sizing": set(),  # demand sizing: the forecast, schedules and policy, pure
     "metrics": set(),
     "messages": set(),

@@ -21,6 +21,7 @@ _WINDOW = "a counter's expiry is set when it is created and not renewed by later
 _NO_EXPIRY = "A counter found without an expiry gets one of `period` seconds"
 _MISREAD = "vmpooler silently stopped limiting that class"
 _VALID_TOKEN = "Only a valid token is a client of its own."
+_WHO_ASKED = "An on-demand request's hash also records who asked"
 _LOGINS = "failed HTTP Basic logins (`GET`/`POST /token`, `DELETE /token/<t>`) are limited"
 
 KNOWN_DIFFERENCES: tuple[Known, ...] = (
@@ -34,6 +35,9 @@ KNOWN_DIFFERENCES: tuple[Known, ...] = (
           "The checkout script logs each checkout in the pool's `vmpooler__demand__<pool>`"),
     Known("*", "redis", "vmpooler__history__misses *",
           "The checkout script counts the checkouts that found no VM per pool"),
+    # Who asked for an on-demand request (docs/fairness.md).
+    *(Known("*", "redis", f"vmpooler__odrequest__* {field}", _WHO_ASKED)
+      for field in ("user", "priority", "share")),
     # Routes of ours, and 405 for a method a route lacks.
     Known("root", "content-type", "", "redirects to the dashboard with an empty body typed "
           "`application/json` like every answer"),
