@@ -23,6 +23,7 @@ from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.lease_store import Fence, Fenced
 from vmpooler.actors.storage.redis_errors import WrongTypeKeys, tolerant_results
 from vmpooler.actors.storage.replies import maybe_text, text_list
+from vmpooler.actors.storage.request_origin import RequestOrigin, origin_args
 from vmpooler.actors.storage.schema import RequestScripts
 from vmpooler.actors.storage.schema.lease_scripts import FENCED, fenced
 
@@ -32,12 +33,12 @@ __all__ = [
     "Claim",
     "DeleteOutcome",
     "Entry",
-    "RequestOrigin",
+    "RequestOrigin",  # re-exported from request_origin
     "RequestRecord",
     "RequestStore",
     "format_requested",
     "odcreate_member",
-    "origin_args",
+    "origin_args",  # re-exported from request_origin
     "parse_requested",
 ]
 
@@ -60,25 +61,6 @@ class Entry:
     @property
     def key(self) -> tuple[str, str]:
         return (self.alias, self.pool)
-
-
-@dataclass(frozen=True, slots=True)
-class RequestOrigin:
-    """Who asked for a request (ours, docs/fairness.md): the requester's ``user`` (a token's
-    user, a client address or ``anonymous``), the request's ``priority`` (``high``,
-    ``normal``, ``low``) and the user's ``share`` of clone capacity. Written with the request
-    as its hash fields ``user``, ``priority`` and ``share``."""
-
-    user: str
-    priority: str = "normal"
-    share: float = 1.0
-
-
-def origin_args(origin: RequestOrigin | None) -> list[str]:
-    """ARGV[6..8] of the create scripts for ``origin`` (``user`` '' when None)."""
-    if origin is None:
-        return ["", "", ""]
-    return [origin.user, origin.priority, repr(float(origin.share))]
 
 
 _COUNT = re.compile(r"\+?(-)?([0-9]+(?:_[0-9]+)*)", re.ASCII)
