@@ -28,9 +28,10 @@ ALLOWED: dict[str, set[str]] = {
     "cluster": {"service", "runtime", "storage", "metrics", "config", "messages"},
     # the foundations
     "runtime": {"metrics", "messages"},
-    "storage": {"config"},
-    "config": {"sizing"},
+    "storage": {"config", "fairness"},
+    "config": {"sizing", "fairness"},
     "sizing": set(),  # demand sizing: the forecast, schedules and policy, pure
+    "fairness": set(),  # who may use how much (:quotas:): the policy, pure
     "metrics": set(),
     "messages": set(),
     "facade": set(),  # actors/__init__.py: a lazy facade, imports nothing at load
