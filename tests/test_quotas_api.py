@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import redis
 
+from tests.openapi_check import body_errors
 from tests.quota_harness import (
     ALICE,
     BOB,
@@ -233,3 +234,71 @@ def test_without_a_limit_nothing_is_tracked_or_refused(redis_client: redis.Redis
     assert [ondemand(a, {"pool1": 10}).status_code for _ in range(3)] == [201] * 3
     assert not a.redis.keys(schema.quota_held("*"))
     assert not a.redis.exists(schema.quota_users())
+
+
+# -- the usage view ----------------------------------------------------------------------------
+USAGE_SECTION = {"default": {"vms_held": 3}, "users": {"bob": {"ondemand_in_flight": 2}}}
+
+
+def test_status_shows_each_user_and_hides_names_without_a_token(
+        redis_client: redis.Redis) -> None:
+    a = quota_api(redis_client, USAGE_SECTION, vms=3)
+    assert checkout(a, {"pool1": 2}).status_code == 200
+    assert ondemand(a, {"pool2": 1}, BOB).status_code == 201
+    limits = {"vms_held": 3, "ondemand_in_flight": None, "vms_per_request": None,
+              "lifetime_hours": None}
+    named = {"alice": {"vms_held": 2, "ondemand_in_flight": 0, "limits": limits},
+             "bob": {"vms_held": 1, "ondemand_in_flight": 1,
+                     "limits": {**limits, "ondemand_in_flight": 2}}}
+    r = a.client.simulate_get(f"{P}/status", headers={"X-AUTH-TOKEN": BOB})
+    assert r.json["users"] == named
+    assert list(r.json)[-2:] == ["users", "status"]
+    hidden = a.client.simulate_get(f"{P}/status").json["users"]
+    assert hidden == {"user-1": named["alice"], "user-2": named["bob"]}
+    bad = a.client.simulate_get(f"{P}/status", headers={"X-AUTH-TOKEN": "x" * 32})
+    assert set(bad.json["users"]) == {"user-1", "user-2"}
+    # only when a view names it; a user holding nothing leaves, the others keep their label
+    assert "users" not in a.client.simulate_get(f"{P}/status?view=pools").json
+    assert "users" in a.client.simulate_get(f"{P}/status?view=pools,users").json
+    for vm in a.redis.smembers(schema.running("pool1")):
+        a.redis.smove(schema.running("pool1"), schema.completed("pool1"), vm)
+    assert a.client.simulate_get(f"{P}/status").json["users"] == {"user-2": named["bob"]}
+    assert not a.redis.exists(schema.quota_held("alice"))
+    assert checkout(a, {"pool1": 1}).status_code == 200
+    assert set(a.client.simulate_get(f"{P}/status").json["users"]) == {"user-2", "user-3"}
+
+
+def test_status_names_users_when_auth_is_not_configured(redis_client: redis.Redis) -> None:
+    a = quota_api(redis_client, USAGE_SECTION, auth=False, vms=1)
+    assert checkout(a, {"pool1": 1}, None).status_code == 200
+    assert list(a.client.simulate_get(f"{P}/status").json["users"]) == ["127.0.0.1"]
+
+
+def test_status_has_no_users_section_without_quotas(redis_client: redis.Redis) -> None:
+    a = quota_api(redis_client, {}, vms=1)
+    assert checkout(a, {"pool1": 1}).status_code == 200
+    assert "users" not in a.client.simulate_get(f"{P}/status?view=users").json
+    assert "users" not in a.client.simulate_get(f"{P}/status").json
+
+
+def test_the_refusals_and_the_users_section_follow_the_api_description(
+        redis_client: redis.Redis) -> None:
+    a = quota_api(redis_client, {"default": {"vms_held": 1, "vms_per_request": 1,
+                                             "lifetime_hours": 1}}, vms=2)
+    vm = hostnames(checkout(a, {"pool1": 1}))[0]
+    answers = [
+        ("post", "/vm", checkout(a, {"pool1": 1})),
+        ("post", "/vm/{hostname}", a.client.simulate_post(
+            f"{P}/vm/pool1+pool1", headers={"X-AUTH-TOKEN": ALICE})),
+        ("put", "/vm/{hostname}", a.client.simulate_put(
+            f"{P}/vm/{vm}", json={"lifetime": 2}, headers={"X-AUTH-TOKEN": ALICE})),
+        ("post", "/ondemandvm", ondemand(a, {"pool1": 1})),
+        ("post", "/ondemandvm/{requestid}", a.client.simulate_post(
+            f"{P}/ondemandvm/pool1", headers={"X-AUTH-TOKEN": ALICE})),
+    ]
+    for method, template, r in answers:
+        assert r.status_code == 429, (template, r.text)
+        assert body_errors(method, f"/api/v3{template}", 429, r.text) == [], template
+    status = a.client.simulate_get(f"{P}/status")
+    assert status.json["users"]
+    assert body_errors("get", "/api/v3/status", 200, status.text) == []
