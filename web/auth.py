@@ -21,6 +21,10 @@ Differences from vmpooler, all on the safe side:
 * with ``encryption`` configured, the server certificate is verified against the system CAs
   (or ``tls_options`` ``ca_file``/``ca_path``) unless ``tls_options: verify_mode: 0``.
 
+With ``:quotas: ldap_groups``, :func:`login` also reads the user's groups on the connection
+bound as the user (:mod:`vmpooler.web.ldap_groups`); a failure to read them is logged and
+the login goes on without groups.
+
 Failed logins are limited per user name and per client address before the provider is
 asked (:mod:`vmpooler.web.login_guard`: 429 while locked out); that guard is the only part
 that touches Redis. Calls block the request thread.
@@ -42,12 +46,17 @@ from ldap3.core.exceptions import LDAPException
 from ldap3.utils.conv import escape_filter_chars
 from ldap3.utils.dn import escape_rdn
 
+from vmpooler.actors.fairness.policy import LdapGroups
 from vmpooler.web.api_context import ApiContext
 from vmpooler.web.api_errors import unauthorized
+from vmpooler.web.ldap_groups import read_groups
 from vmpooler.web.login_guard import LoginGuard
 
 __all__ = ["LDAP_TIMEOUT", "REALM_HEADER", "authenticate", "basic_credentials",
-           "check_credentials", "check_ldap"]
+           "check_credentials", "check_ldap", "ldap_login", "login"]
+
+Groups = tuple[str, ...]
+"""A user's groups as read from LDAP, sorted."""
 
 log = logging.getLogger(__name__)
 
@@ -87,31 +96,46 @@ def authenticate(req: falcon.Request, ctx: ApiContext, guard: LoginGuard | None 
     """The authenticated user of ``req``; raises 401 unless the provider accepts it, and
     429 without asking the provider while the user name or the client address is locked out
     by ``guard`` (:mod:`vmpooler.web.login_guard`; one is built from ``ctx`` if None)."""
+    return login(req, ctx, guard, groups=None)[0]
+
+
+def login(req: falcon.Request, ctx: ApiContext, guard: LoginGuard | None = None, *,
+          groups: LdapGroups | None) -> tuple[str, Groups | None]:
+    """:func:`authenticate`, and the user's groups read as ``groups`` says when the
+    provider is ``ldap`` (None: not read)."""
     credentials = basic_credentials(req)
     if credentials is None or not ctx.config.auth:
         raise unauthorized()
     user, password = credentials
     guard = guard if guard is not None else LoginGuard(ctx)
     pending = guard.begin(req, user)
-    if not check_credentials(ctx.config.auth, user, password):
+    accepted = _accepts(ctx.config.auth, user, password, groups)
+    if accepted is None:
         raise unauthorized()
     guard.succeeded(pending)
-    return user
+    return user, accepted if ctx.config.auth.get("provider") == "ldap" and groups else None
 
 
 def check_credentials(auth: Mapping[str, Any], user: str, password: str) -> bool:
     """Whether the ``:auth:`` provider accepts ``user``/``password``; never raises."""
+    return _accepts(auth, user, password, None) is not None
+
+
+def _accepts(auth: Mapping[str, Any], user: str, password: str,
+             groups: LdapGroups | None) -> Groups | None:
+    """None when the provider refuses ``user``, else its LDAP groups (empty when not read
+    or not LDAP)."""
     provider = auth.get("provider")
     if provider == "dummy":
-        return user != password
+        return () if user != password else None
     if provider == "ldap":
         ldap = auth.get("ldap")
         if not isinstance(ldap, Mapping):
             log.error("[!] [auth] ldap provider configured without an :ldap: section")
-            return False
-        return check_ldap(ldap, user, password)
+            return None
+        return ldap_login(ldap, user, password, groups=groups)
     log.error("[!] [auth] unknown auth provider %r: refusing every request", provider)
-    return False
+    return None
 
 
 def _option(section: Mapping[str, Any] | None, name: str) -> Any:
@@ -214,8 +238,16 @@ def check_ldap(ldap: Mapping[str, Any], user: str, password: str,
     Never raises: a server that is unreachable, too slow or failing counts as a refusal
     and is logged once.
     """
+    return ldap_login(ldap, user, password, timeout=timeout) is not None
+
+
+def ldap_login(ldap: Mapping[str, Any], user: str, password: str, *,
+               groups: LdapGroups | None = None,
+               timeout: float = LDAP_TIMEOUT) -> Groups | None:
+    """:func:`check_ldap`, answering None for a refusal and, for an accepted user, its
+    groups read as ``groups`` says (empty when None, or when reading them failed: logged)."""
     if not user or not password:
-        return False
+        return None
     bases, objects = _words(_option(ldap, "base")), _words(_option(ldap, "user_object"))
     service = _option(ldap, "service_account_hash")
     try:
@@ -223,29 +255,46 @@ def check_ldap(ldap: Mapping[str, Any], user: str, password: str,
         for base in bases:
             for user_object in objects:
                 if service:
-                    ok = _bind_as(directory, service, base, user_object, user, password)
+                    found = _bind_as(directory, service, base, user_object, user, password,
+                                     groups)
                 else:
-                    ok = _bind_plain(directory, base, user_object, user, password)
-                if ok:
-                    return True
+                    found = _bind_plain(directory, base, user_object, user, password, groups)
+                if found is not None:
+                    return found
     except _LdapDownError as exc:
         log.warning("[!] [auth] ldap %s: %s", _option(ldap, "host"), exc)
     except Exception:  # the boundary: a bug or odd config must answer 401, never 500
         log.exception("[!] [auth] ldap %s: unexpected failure", _option(ldap, "host"))
-    return False
+    return None
+
+
+def _groups_of(directory: _Directory, conn: ldap3.Connection, dn: str, user: str,
+               groups: LdapGroups | None) -> Groups:
+    """The groups of the user bound on ``conn`` (empty without ``groups``); closes
+    ``conn``. A failure to read them is logged and gives no group."""
+    try:
+        if groups is None:
+            return ()
+        return read_groups(conn, dn, user, groups, directory.timeout)
+    except Exception as exc:  # a group read never fails a login that succeeded
+        log.warning("[!] [auth] ldap %s: the groups of %r could not be read: %s",
+                    directory.label, user, exc)
+        return ()
+    finally:
+        _close(conn)
 
 
 def _bind_plain(directory: _Directory, base: str, user_object: str, user: str,
-                password: str) -> bool:
-    conn = directory.bind(f"{user_object}={escape_rdn(user)},{base}", password)
+                password: str, groups: LdapGroups | None) -> Groups | None:
+    dn = f"{user_object}={escape_rdn(user)},{base}"
+    conn = directory.bind(dn, password)
     if conn is None:
-        return False
-    _close(conn)
-    return True
+        return None
+    return _groups_of(directory, conn, dn, user, groups)
 
 
 def _bind_as(directory: _Directory, service: Any, base: str, user_object: str, user: str,
-             password: str) -> bool:
+             password: str, groups: LdapGroups | None) -> Groups | None:
     account = directory.bind(str(_option(service, "user_dn")),
                              str(_option(service, "password") or ""))
     if account is None:
@@ -255,9 +304,8 @@ def _bind_as(directory: _Directory, service: Any, base: str, user_object: str, u
     finally:
         _close(account)
     if dn is None:
-        return False
+        return None
     conn = directory.bind(dn, password)
     if conn is None:
-        return False
-    _close(conn)
-    return True
+        return None
+    return _groups_of(directory, conn, dn, user, groups)

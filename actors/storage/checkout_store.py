@@ -24,8 +24,9 @@ import redis
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.redis_errors import WrongTypeKeys, is_wrong_type, tolerant_results
 from vmpooler.actors.storage.replies import text_dict
-from vmpooler.actors.storage.schema import CheckoutScripts
+from vmpooler.actors.storage.schema import CheckoutScripts, UserQuotaScripts
 from vmpooler.actors.storage.store import read_vm_fields
+from vmpooler.actors.storage.user_quota import QuotaRefusal, QuotaTicket
 
 __all__ = ["CheckoutOutcome", "CheckoutStore", "ModifyOutcome", "ReturnOutcome", "Taken"]
 
@@ -50,13 +51,15 @@ class CheckoutOutcome:
 
     ``ok``: every unit got a VM, listed in ``taken`` in unit order. ``bad_token``: the owner
     token does not exist and nothing was written. Otherwise ``failed_unit`` is the index of
-    the first unit that found no VM and nothing was taken.
+    the first unit that found no VM and nothing was taken, or ``refused`` says which quota
+    refused it (nothing was taken).
     """
 
     ok: bool
     taken: tuple[Taken, ...] = ()
     failed_unit: int | None = None
     bad_token: bool = False
+    refused: QuotaRefusal | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +107,8 @@ class CheckoutStore:
             name: client.register_script(getattr(CheckoutScripts, name))
             for name in ("CHECKOUT", "TOUCH_TOKEN", "RETURN_VM", "MODIFY_VM")
         }
+        self._scripts["CHECKOUT_WITHIN_QUOTA"] = client.register_script(
+            UserQuotaScripts.CHECKOUT_WITHIN_QUOTA)
         self.wrong_type = WrongTypeKeys("api")
 
     def _run(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
@@ -118,6 +123,7 @@ class CheckoutStore:
         token: str | None = None,
         lifetime: int | None = None,
         epoch: float | None = None,
+        quota: QuotaTicket | None = None,
     ) -> CheckoutOutcome:
         """Take one ready VM per unit, all or nothing, in one round trip.
 
@@ -127,6 +133,9 @@ class CheckoutStore:
         ``token:user``. ``lifetime`` (hours) is written to every VM when given.
         With ``epoch`` (``now`` as epoch seconds), the checkout is logged in each pool's
         :func:`~vmpooler.actors.storage.schema.demand` (served or not) in the same step.
+        With ``quota`` (``:quotas:`` configured), the VMs join the user's held set in the
+        same step, and a checkout that would take the user over ``quota.limits.vms_held``
+        is ``refused`` before any VM is taken (after the token check).
         An empty ``units`` succeeds without touching Redis.
         """
         if not units:
@@ -140,10 +149,19 @@ class CheckoutStore:
         args = [now, schema.vm(""), token or "", "" if lifetime is None else int(lifetime),
                 "" if epoch is None else f"{epoch:.3f}", schema.DEMAND_RETENTION,
                 schema.DEMAND_MAX, len(units), *plan]
-        reply = self._run("CHECKOUT", [token_key, *enc.keys], args)
+        if quota is None:
+            reply = self._run("CHECKOUT", [token_key, *enc.keys], args)
+        else:
+            held = quota.limits.vms_held
+            reply = self._run("CHECKOUT_WITHIN_QUOTA", [token_key, *enc.keys, *quota.keys()],
+                              [*args, quota.user, "" if held is None else held,
+                               quota.index_text, schema.odrequest("")])
         code = int(reply[0])
         if code == -1:
             return CheckoutOutcome(ok=False, bad_token=True)
+        if code == -2:
+            return CheckoutOutcome(ok=False, refused=QuotaRefusal(
+                "vms_held", int(reply[1]), int(reply[2])))
         if code == 0:
             return CheckoutOutcome(ok=False, failed_unit=int(reply[1]) - 1)
         names = {i: pool for pool, i in enc.index.items()}

@@ -55,14 +55,20 @@ class TokenStore:
             if int(cursor) == 0:
                 return
 
-    def create(self, user: str, *, created: str, new_token: Callable[[], str]) -> str:
+    def create(self, user: str, *, created: str, new_token: Callable[[], str],
+               groups: Iterable[str] | None = None) -> str:
         """Record a fresh token for ``user`` and return it. ``HSETNX`` claims the name, so a
-        collision with a live token draws again instead of handing that token out."""
+        collision with a live token draws again instead of handing that token out. With
+        ``groups`` (ours: the user's LDAP groups), they are recorded comma-separated in the
+        field ``groups``, an empty one included."""
         while True:
             token = new_token()
             key = schema.token(token)
             if self.client.hsetnx(key, "user", user):
-                self.client.hset(key, "created", created)
+                fields = {"created": created}
+                if groups is not None:
+                    fields["groups"] = ",".join(groups)
+                self.client.hset(key, mapping=fields)
                 return token
 
     def details(self, token: str) -> dict[str, str]:

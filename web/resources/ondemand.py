@@ -30,7 +30,10 @@ Divergences from vmpooler 3.9.1 (on purpose; those of the order's checks are lis
 * ours, off by default: with ``:config: max_ondemand_requests_per_user`` and auth configured,
   a POST is refused with 429 ``{"ok": false, "message": ...}`` while the token's user has
   that many requests in flight (created, not yet ready, failed or deleted); the count and
-  the creation are one script (:mod:`vmpooler.actors.storage.request_quota`).
+  the creation are one script (:mod:`vmpooler.actors.storage.request_quota`);
+* ours, only with ``:quotas:`` limits: a POST over the user's ``vms_per_request``,
+  ``ondemand_in_flight`` or ``vms_held`` is refused with 429 ``{"ok": false, "reason":
+  "quota", ...}`` (:mod:`vmpooler.web.quota_guard`).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from vmpooler.actors.storage.request_store import (
     RequestStore,
 )
 from vmpooler.actors.storage.token_store import TokenStore
+from vmpooler.web import quota_guard
 from vmpooler.web.api_context import ApiContext
 from vmpooler.web.api_errors import ApiError, json_body
 from vmpooler.web.identity import requester
@@ -104,11 +108,16 @@ def _priority(ctx: ApiContext, value: Any, asker: Requester) -> str:
 
 
 def _record(ctx: ApiContext, store: RequestStore, chosen: str, entries: list[Entry],
-            token: str | None, origin: RequestOrigin) -> bool:
+            token: str | None, origin: RequestOrigin, asker: Requester) -> bool:
     """Record the request (with ``token`` and its user, and ``origin``); False if the id is
-    taken. With ``max_ondemand_requests_per_user`` and auth configured, 429 when the token's
+    taken. With ``:quotas:`` limits, within the user's quota (:mod:`vmpooler.web.quota_guard`);
+    else with ``max_ondemand_requests_per_user`` and auth configured, 429 when the token's
     user has that many requests in flight (counted and created in one script)."""
     user = TokenStore(ctx.redis).user_of(token) if token else None
+    ticket = quota_guard.ticket_for(ctx, asker)
+    if ticket is not None:
+        return quota_guard.record_request(ctx, asker, ticket, chosen, entries, token=token,
+                                          token_user=user, origin=origin)
     created = int(ctx.clock.now())
     limit = ctx.config.settings.max_ondemand_requests_per_user
     if limit is None or not ctx.auth_configured or not token:
@@ -133,7 +142,7 @@ def _create(ctx: ApiContext, store: RequestStore, req: falcon.Request, token: st
     counts, chosen = ondemand_create.check_order(ctx, payload, request_id=request_id)
     entries = ondemand_create.plan(ctx, counts)
     origin = RequestOrigin(asker.user, priority, ctx.config.quotas.share_of(asker))
-    if not _record(ctx, store, chosen, entries, token, origin):
+    if not _record(ctx, store, chosen, entries, token, origin, asker):
         ctx.metrics.increment("ondemandrequest_generate.duplicaterequests")
         raise ApiError(409, {"ok": False, "request_id": chosen,
                              "message": f"request_id '{chosen}' has already been created"})

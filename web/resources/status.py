@@ -45,7 +45,9 @@ provider's circuit breaker and sessions); without a ``view`` naming it the body 
 vmpooler's sections. In ``pools``, a pool with ``max_unhealthy`` has a ``brake`` entry, one
 in the configuration-error state (a clone failed permanently) a ``config_error`` entry, and
 one with ``failover: true`` a ``failover`` entry
-(:func:`vmpooler.web.alias_failover.failover_section`) (ours all).
+(:func:`vmpooler.web.alias_failover.failover_section`) (ours all). When ``:quotas:`` sets a
+limit, a ``users`` section (ours; :mod:`vmpooler.web.resources.status_users`) comes with the
+default sections or a ``view`` naming ``users``, at the cost of one more script call.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ from vmpooler.web import stats
 from vmpooler.web.alias_failover import failover_pools, failover_section
 from vmpooler.web.api_context import ApiContext
 from vmpooler.web.api_errors import ApiError, json_body
+from vmpooler.web.resources import status_users
 
 __all__ = ["DEFAULT_SECTIONS", "MAX_SUMMARY_DAYS", "SECTIONS", "SUMMARY_KEYS", "SUMMARY_ROUTES",
            "config_error_section", "register", "status_sections", "summary_dates"]
@@ -187,7 +190,9 @@ class Status(_Resource):
                                    *self._sections(pools, names, wanted, reading))
         status = dict(built[4])
         status["uptime"] = stats.round1(self._ctx.clock.now() - self._ctx.started_at)
-        json_body(resp, 200, {**built[3], "status": status})
+        users = ({status_users.SECTION: status_users.users_section(req, self._ctx)}
+                 if status_users.wants_users(self._ctx, view) else {})
+        json_body(resp, 200, {**built[3], **users, "status": status})
 
     def _sections(self, pools: tuple[PoolConfig, ...], names: list[str],
                   wanted: frozenset[str], reading: StatusReading,

@@ -36,7 +36,7 @@ from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.token_store import TokenStore
 from vmpooler.web.api_context import ApiContext
 from vmpooler.web.api_errors import ApiError, json_body
-from vmpooler.web.auth import authenticate
+from vmpooler.web.auth import authenticate, login
 from vmpooler.web.login_guard import LoginGuard
 from vmpooler.web.tokens import well_formed
 
@@ -87,9 +87,10 @@ class TokenCollection:
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         """200 ``{"ok": true, "token": <new token>}`` owned by the caller."""
         _require_auth(self.ctx)
-        user = authenticate(req, self.ctx, self.guard)
+        user, groups = login(req, self.ctx, self.guard,
+                             groups=self.ctx.config.quotas.ldap_groups)
         token = self.store.create(user, created=timefmt.format_epoch(self.ctx.clock.now()),
-                                  new_token=new_token)
+                                  new_token=new_token, groups=groups)
         json_body(resp, 200, {"ok": True, "token": token})
 
 

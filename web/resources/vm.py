@@ -21,7 +21,9 @@ Divergences (on purpose; the allocation and validation ones are listed in
   data_ttl`` hours after their last write (vmpooler kept them for ever);
 * with ``:auth:`` configured, ``:config: enforce_vm_ownership`` and
   ``require_token_for_vm_changes`` (both off by default) tighten who may change or return
-  a VM, tags included (:mod:`vmpooler.web.tokens`).
+  a VM, tags included (:mod:`vmpooler.web.tokens`);
+* with ``:quotas:`` limits, a PUT giving a lifetime above the caller's ``lifetime_hours``
+  is refused with the quota's 429 (:mod:`vmpooler.web.quota_guard`) and writes nothing.
 
 Kept as vmpooler does it by default: tags need no token; DELETE of a ready VM (one never
 checked out, so carrying no token) needs none either and moves it to completed, so a client
@@ -41,12 +43,13 @@ import falcon
 
 from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.checkout_store import CheckoutStore, ReturnOutcome
-from vmpooler.web import input_rules
+from vmpooler.web import input_rules, quota_guard
 from vmpooler.web.api_context import ApiContext
 from vmpooler.web.api_errors import ApiError, json_body
 from vmpooler.web.body import read_json_object
+from vmpooler.web.identity import requester
 from vmpooler.web.resources import vm_checkout
-from vmpooler.web.tokens import authorize_vm_change, check_owner, need_token
+from vmpooler.web.tokens import authorize_vm_change, check_owner, need_token, presented_token
 
 __all__ = ["register"]
 
@@ -188,6 +191,9 @@ class VmItem:
         if failures:
             raise ApiError(400, {"ok": False, "failure": failures})
         lifetime = input_rules.ruby_to_i(body["lifetime"]) if "lifetime" in body else None
+        if lifetime is not None and ctx.config.quotas.configured:
+            token = presented_token(req) if ctx.auth_configured else None
+            quota_guard.check_lifetime(ctx, requester(req, ctx, token), lifetime)
         tags = input_rules.filter_tags(body.get("tags") or {}, ctx.config.tagfilter)
         kept = {k: v for k, v in tags.items() if isinstance(v, str) and v}
         if len(kept) > settings.max_tags_per_vm:

@@ -10,7 +10,9 @@ or return ``{name: count}`` in request order; :func:`allocate` raises 404/401/50
 does, or returns the 200 body, having sent metrics and ``pool_changed`` commands.
 
 Cost: exactly one Redis round trip per checkout (EVALSHA), the token check included (it is
-folded into the script); one more, a pipelined read, only when ``usage_stats`` is on, and
+folded into the script); with ``:quotas:`` limits one more before it (the requester's token,
+:func:`vmpooler.web.identity.requester`) and the script is the quota's checkout
+(:mod:`vmpooler.web.quota_guard`); one more, a pipelined read, only when ``usage_stats`` is on, and
 one more at most once a second per process and set of pools for a name served by a pool
 with ``failover: true`` (which of its pools can deliver).
 
@@ -47,11 +49,15 @@ from typing import Any
 import falcon
 
 from vmpooler.actors.config import Config
+from vmpooler.actors.fairness.policy import Requester
 from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.checkout_store import CheckoutStore
+from vmpooler.actors.storage.user_quota import QuotaTicket
+from vmpooler.web import quota_guard
 from vmpooler.web.alias_failover import failover_names
 from vmpooler.web.api_context import ApiContext
 from vmpooler.web.api_errors import ApiError
+from vmpooler.web.identity import requester
 from vmpooler.web.input_rules import InputError, check_pool_name, check_vm_count
 from vmpooler.web.tokens import presented_token, unauthorized
 
@@ -241,13 +247,17 @@ def allocate(req: falcon.Request, ctx: ApiContext, store: CheckoutStore,
         raise unauthorized()
     lifetime = ctx.config.settings.vm_lifetime_auth
     requested = [name for name, count in payload.items() for _ in range(count)]
+    asker, ticket = _quota(req, ctx, token, len(requested))
     units = [candidate_pools(ctx, name) for name in requested]
     now = ctx.clock.now()
     outcome = store.checkout(
         units, now=_now_text(now), epoch=now, token=token,
-        lifetime=lifetime if token is not None and lifetime and lifetime > 0 else None)
+        lifetime=lifetime if token is not None and lifetime and lifetime > 0 else None,
+        quota=ticket)
     if outcome.bad_token:
         raise unauthorized()
+    if outcome.refused is not None and asker is not None:
+        raise quota_guard.refuse(ctx, asker, outcome.refused, len(requested))
     if not outcome.ok:
         failed = outcome.failed_unit or 0
         ctx.metrics.increment("checkout.empty", tags={"pool": requested[failed]})
@@ -275,6 +285,21 @@ def allocate(req: falcon.Request, ctx: ApiContext, store: CheckoutStore,
     ctx.metrics.timing("checkout.duration", max(0.0, ctx.clock.monotonic() - started),
                        tags={"pool": outcome.taken[0].pool})  # ours: one per 200, first pool
     return body
+
+
+def _quota(req: falcon.Request, ctx: ApiContext, token: str | None,
+           asked: int) -> tuple[Requester | None, QuotaTicket | None]:
+    """The requester and its quota when ``:quotas:`` sets limits (else both None, and no
+    Redis read): a token that names no user is the 401, over ``vms_per_request`` the 429."""
+    if not ctx.config.quotas.configured:
+        return None, None
+    asker = requester(req, ctx, token)
+    if token is not None and not asker.authenticated:
+        raise unauthorized()
+    ticket = quota_guard.ticket_for(ctx, asker)
+    if ticket is not None:
+        quota_guard.check_per_request(ctx, asker, ticket, asked)
+    return asker, ticket
 
 
 def _requestable(config: Config) -> frozenset[str]:

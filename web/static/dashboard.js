@@ -11,7 +11,7 @@
   var STALE_MS = 3 * INTERVAL_MS;
 
   var root = (document.querySelector('meta[name="vmpooler-root"]') || {}).content || "";
-  var statusUrl = root + "/api/v3/status?view=pools,queue,capacity,providers";
+  var statusUrl = root + "/api/v3/status?view=pools,queue,capacity,providers,users";
   var historyUrl = root + "/dashboard/stats/history?minutes=60";
   var activityUrl = root + "/dashboard/stats/activity";
   var SVG = "http://www.w3.org/2000/svg";
@@ -257,6 +257,7 @@
 
     renderProviders(data.providers || {});
     renderBreakers(data.providers || {});
+    renderUsers(data.users);
 
     setText("f-ready", fmt(sumReady));
     setText("f-size", fmt(sumSize));
@@ -450,6 +451,30 @@
         return li;
       }));
     }
+  }
+
+  // Quota usage (/status "users", sent when :quotas: sets a limit): "held / limit".
+  function ofLimit(n, limit) { return fmt(n) + (limit === null || limit === undefined ? "" : " / " + fmt(limit)); }
+
+  function renderUsers(users) {
+    var panel = $("users-panel");
+    panel.hidden = !users;
+    if (!users) { return; }
+    var names = Object.keys(users).sort();
+    setText("users-count", "(" + names.length + ")");
+    var tbody = $("user-rows");
+    if (!names.length) { placeholderRow(tbody, 3, "None."); return; }
+    tbody.replaceChildren.apply(tbody, names.map(function (name) {
+      var u = users[name];
+      var limits = u.limits || {};
+      var tr = el("tr", "");
+      tr.appendChild(el("th", "pool-name", name));
+      tr.firstChild.scope = "row";
+      var full = limits.vms_held !== null && limits.vms_held !== undefined && u.vms_held >= limits.vms_held;
+      tr.appendChild(el("td", full ? "num late" : "num", ofLimit(u.vms_held, limits.vms_held)));
+      tr.appendChild(el("td", "num", ofLimit(u.ondemand_in_flight, limits.ondemand_in_flight)));
+      return tr;
+    }));
   }
 
   function renderBreakers(providers) {

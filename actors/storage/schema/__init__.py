@@ -25,6 +25,7 @@ from vmpooler.actors.storage.schema.ratelimit_scripts import RateLimitScripts
 from vmpooler.actors.storage.schema.request_scripts import RequestScripts
 from vmpooler.actors.storage.schema.status_scripts import StatusScripts
 from vmpooler.actors.storage.schema.upkeep_scripts import UpkeepScripts
+from vmpooler.actors.storage.schema.user_quota_scripts import UserQuotaScripts
 
 __all__ = [
     "DEMAND_MAX",
@@ -40,6 +41,7 @@ __all__ = [
     "Scripts",
     "StatusScripts",
     "UpkeepScripts",
+    "UserQuotaScripts",
     "active",
     "boot_stats",
     "brake",
@@ -82,6 +84,9 @@ __all__ = [
     "provisioning_processing",
     "provisioning_request",
     "queue",
+    "quota_held",
+    "quota_labels",
+    "quota_users",
     "ratelimit",
     "ready",
     "request_vms",
@@ -283,6 +288,24 @@ def odinflight(user: str) -> str:
     ``max_ondemand_requests_per_user``; members whose request is no longer in flight are
     dropped when the set is next checked (:mod:`vmpooler.actors.storage.request_quota`)."""
     return f"{_P}odinflight__{user}"
+
+
+def quota_held(user: str) -> str:
+    """Set (ours) of what ``user`` holds under ``:quotas:``: ``vm:<pool>:<vm>`` for a VM it
+    checked out, ``rq:<id>`` for an on-demand request; a member that holds nothing any more
+    is dropped by the next script that counts the set (``user_quota_scripts``)."""
+    return f"{_P}quota__held__{user}"
+
+
+def quota_users() -> str:
+    """Hash (ours) user -> ``<label>|<limits>`` of every user with a :func:`quota_held` set:
+    the usage view's index (``user_quota_scripts``)."""
+    return f"{_P}quota__users"
+
+
+def quota_labels() -> str:
+    """Counter (ours) of the opaque labels given to users in the usage view."""
+    return f"{_P}quota__labels"
 
 
 def odcreate_task() -> str:

@@ -6,32 +6,10 @@ Part of :mod:`vmpooler.actors.storage.schema`: import ``CheckoutScripts`` from t
 
 from __future__ import annotations
 
-__all__ = ["CheckoutScripts"]
+__all__ = ["CHECKOUT_PREPARE", "CHECKOUT_TAKE", "CheckoutScripts"]
 
 
-class CheckoutScripts:
-    """One Lua text per transition the API makes; each documents its KEYS and ARGV."""
-
-    # KEYS[1] token hash (any key when ARGV[3] is ''), then five keys per pool i (1-based) at
-    # KEYS[2 + 5*(i-1)] ..: ready, running, completed, migrating, active
-    # ARGV[1] now, ARGV[2] VM hash key prefix, ARGV[3] owner token ('' = none), ARGV[4] lifetime
-    # ('' = none), ARGV[5] epoch of now ('' = no checkout log), ARGV[6] seconds the log keeps,
-    # ARGV[7] members it keeps, ARGV[8] number of units, then per unit: n, then n pool indexes
-    # in preference order. Each unit takes one ready VM of the first of its pools that has one;
-    # a ready VM whose hash is gone is moved to completed and never handed out. All or
-    # nothing: if a unit finds no VM, every VM taken in this call goes back to ready and
-    # nothing else is written (apart from vanished VMs moved to completed, the token's
-    # ``last`` and the checkout log).
-    # Each VM handed out counts in its pool's field of ``vmpooler__history__checkouts``
-    # (schema.history_checkouts; the pool name is its ready key's after ``vmpooler__ready__``).
-    # With an epoch, each checkout is logged in its pool's ``vmpooler__demand__<pool>``
-    # (schema.demand): a VM handed out as ``<epoch>:<vm>``, and when the call finds none, each
-    # unit as a miss ``<epoch>:-<n>`` in its first pool's (n: that pool's misses so far, from
-    # ``vmpooler__history__misses``); the log keeps at most ARGV[7] members, and entries older
-    # than ARGV[6] seconds go at every 64th (a trim at each checkout cost ~8 % of its time).
-    # Returns {-1} token unknown (nothing written), {0, u} unit u (1-based) found no VM,
-    #         {1, p1, vm1, p2, vm2, ...} the pool index and VM of every unit, in unit order.
-    CHECKOUT = """
+CHECKOUT_PREPARE = """
 if redis.replicate_commands then redis.replicate_commands() end
 local now, prefix, token, lifetime = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local epoch, keep_s, keep_n = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -52,6 +30,11 @@ if token ~= '' then
   redis.call('HSET', KEYS[1], 'last', now)
   user = redis.call('HGET', KEYS[1], 'user')
 end
+"""
+"""The first part of ``CheckoutScripts.CHECKOUT``: helpers and the token check (which may
+return ``{-1}``); shared with the quota's checkout (``user_quota_scripts``)."""
+
+CHECKOUT_TAKE = """
 local function key(p, k) return KEYS[1 + 5 * (p - 1) + k] end
 local function pool_of(p) return string.sub(key(p, 1), 18) end
 local taken = {}
@@ -113,8 +96,34 @@ for _, t in ipairs(taken) do
   out[#out + 1] = p
   out[#out + 1] = vm
 end
-return out
 """
+"""The second part of ``CheckoutScripts.CHECKOUT``: takes one VM per unit (returning ``{0, u}``
+when a unit finds none) and leaves ``taken`` (pool index, VM) and the reply ``out``."""
+
+
+class CheckoutScripts:
+    """One Lua text per transition the API makes; each documents its KEYS and ARGV."""
+
+    # KEYS[1] token hash (any key when ARGV[3] is ''), then five keys per pool i (1-based) at
+    # KEYS[2 + 5*(i-1)] ..: ready, running, completed, migrating, active
+    # ARGV[1] now, ARGV[2] VM hash key prefix, ARGV[3] owner token ('' = none), ARGV[4] lifetime
+    # ('' = none), ARGV[5] epoch of now ('' = no checkout log), ARGV[6] seconds the log keeps,
+    # ARGV[7] members it keeps, ARGV[8] number of units, then per unit: n, then n pool indexes
+    # in preference order. Each unit takes one ready VM of the first of its pools that has one;
+    # a ready VM whose hash is gone is moved to completed and never handed out. All or
+    # nothing: if a unit finds no VM, every VM taken in this call goes back to ready and
+    # nothing else is written (apart from vanished VMs moved to completed, the token's
+    # ``last`` and the checkout log).
+    # Each VM handed out counts in its pool's field of ``vmpooler__history__checkouts``
+    # (schema.history_checkouts; the pool name is its ready key's after ``vmpooler__ready__``).
+    # With an epoch, each checkout is logged in its pool's ``vmpooler__demand__<pool>``
+    # (schema.demand): a VM handed out as ``<epoch>:<vm>``, and when the call finds none, each
+    # unit as a miss ``<epoch>:-<n>`` in its first pool's (n: that pool's misses so far, from
+    # ``vmpooler__history__misses``); the log keeps at most ARGV[7] members, and entries older
+    # than ARGV[6] seconds go at every 64th (a trim at each checkout cost ~8 % of its time).
+    # Returns {-1} token unknown (nothing written), {0, u} unit u (1-based) found no VM,
+    #         {1, p1, vm1, p2, vm2, ...} the pool index and VM of every unit, in unit order.
+    CHECKOUT = CHECKOUT_PREPARE + CHECKOUT_TAKE + "return out\n"
 
     # KEYS[1] token hash
     # ARGV[1] now

@@ -10,7 +10,7 @@ NAMESPACES: frozenset[str] = frozenset({
     "demand", "discovered", "dlq", "empty", "failover", "health", "held", "history", "lastboot",
     "lease", "login_failures", "manager", "migrating", "migration", "odcreate",
     "odinflight", "odrequest", "pending", "pool", "poolreset", "pools", "provider",
-    "provisioning", "ratelimit", "ready", "running", "sizing", "tag", "tasks", "template",
+    "provisioning", "quota", "ratelimit", "ready", "running", "sizing", "tag", "tasks", "template",
     "token", "vm",
 })
 """The first word after ``vmpooler__`` of every key name of the schema but

@@ -1,0 +1,144 @@
+"""Quotas end to end: ``vmpooler api`` (gunicorn, 2 workers) and ``vmpooler manager`` as
+separate processes over the session's redis-server, spoken to over real HTTP with the tokens
+of three users: a group's larger ``vms_held``, the default's, ``ondemand_in_flight`` held
+across both API workers by concurrent clients, and the ``/status`` usage view."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import yaml
+
+from tests.harness import wait_until
+from tests.test_manager_process import spawn, write_config
+from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, free_port
+
+pytestmark = pytest.mark.integration
+
+QUOTAS = {
+    "default": {"vms_held": 2, "ondemand_in_flight": 1},
+    "groups": {"release": {"vms_held": 3}},
+    "members": {"release": ["alice"]},
+}
+
+
+def http(method: str, url: str, body: Any = None, token: str | None = None,
+         basic: str | None = None) -> tuple[int, Any]:
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["X-AUTH-TOKEN"] = token
+    if basic:
+        headers["Authorization"] = "Basic " + base64.b64encode(basic.encode()).decode()
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, json.load(answer)
+    except urllib.error.HTTPError as error:
+        return error.code, json.load(error)
+
+
+@pytest.fixture
+def base(tmp_path: Path, redis_server: EmbeddedRedis,
+         redis_client: redis.Redis) -> Iterator[str]:
+    """The API's base URL; a manager and a 2-worker API with auth and quotas."""
+    path = write_config(tmp_path / "quotas.yaml", redis_port=redis_server.port,
+                        pools={"alpha": 6}, dummy={"createvm_max_time": 1})
+    document = yaml.safe_load(path.read_text())
+    document[":auth"] = {"provider": "dummy"}
+    document[":quotas"] = QUOTAS
+    path.write_text(yaml.safe_dump(document))
+    port = free_port()
+    started: list[subprocess.Popen[str]] = []
+    debug = {"VMPOOLER_DEBUG": "1"}  # the dummy auth provider is refused without it
+    spawn(started, "manager", "--config", str(path), log=tmp_path / "manager.log", env=debug)
+    spawn(started, "api", "--config", str(path), "--bind", f"127.0.0.1:{port}",
+          "--workers", "2", log=tmp_path / "api.log", env=debug)
+    url = f"http://127.0.0.1:{port}/api/v3"
+
+    def answering() -> bool:
+        try:
+            return http("GET", f"{url}/vm")[0] == 200
+        except OSError:
+            return False
+
+    try:
+        wait_until(answering, 30, "the API to answer")
+        wait_until(lambda: redis_client.scard(schema.ready("alpha")) == 6, 30,
+                   "the pool to fill")
+        yield url
+    finally:
+        for process in started:
+            process.terminate()
+        for process in started:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+        for log in ("manager.log", "api.log"):
+            assert "Traceback" not in (tmp_path / log).read_text(), log
+
+
+def test_users_are_held_to_their_quotas_across_api_processes(base: str) -> None:
+    tokens = {}
+    for user in ("alice", "bob", "carol"):
+        status, body = http("POST", f"{base}/token", basic=f"{user}:pw")
+        assert status == 200, body
+        tokens[user] = body["token"]
+
+    def take(user: str) -> tuple[int, Any]:
+        return http("POST", f"{base}/vm", {"alpha": 1}, token=tokens[user])
+
+    assert [take("alice")[0] for _ in range(3)] == [200, 200, 200]  # group release: 3
+    status, body = take("alice")
+    assert (status, body["reason"], body["quota"], body["limit"], body["in_use"]) == (
+        429, "quota", "vms_held", 3, 3)
+    assert [take("bob")[0] for _ in range(3)] == [200, 200, 429]  # the default: 2
+
+    # ten concurrent on-demand requests of carol, spread over both workers: one in flight
+    statuses: list[int] = []
+    ids: list[str] = []
+    barrier = threading.Barrier(10)
+    lock = threading.Lock()
+
+    def ask() -> None:
+        barrier.wait(timeout=10)
+        status, body = http("POST", f"{base}/ondemandvm", {"alpha": 1}, token=tokens["carol"])
+        with lock:
+            statuses.append(status)
+            if status == 201:
+                ids.append(body["request_id"])
+
+    threads = [threading.Thread(target=ask) for _ in range(10)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert sorted(statuses) == [201] + [429] * 9
+
+    users = http("GET", f"{base}/status", token=tokens["bob"])[1]["users"]
+    assert {name: (u["vms_held"], u["ondemand_in_flight"], u["limits"]["vms_held"])
+            for name, u in users.items()} == {
+        "alice": (3, 0, 3), "bob": (2, 0, 2), "carol": (1, 1, 2)}
+    hidden = http("GET", f"{base}/status")[1]["users"]
+    assert sorted(hidden) == ["user-1", "user-2", "user-3"]
+
+    [request_id] = ids
+    wait_until(lambda: http("GET", f"{base}/ondemandvm/{request_id}")[0] == 200, 60,
+               "carol's request to be ready")
+    carol = http("GET", f"{base}/status", token=tokens["carol"])[1]["users"]["carol"]
+    assert (carol["vms_held"], carol["ondemand_in_flight"]) == (1, 0)
+    assert http("POST", f"{base}/ondemandvm", {"alpha": 1},
+                token=tokens["carol"])[0] == 201  # no longer in flight: room for one more

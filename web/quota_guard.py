@@ -1,0 +1,128 @@
+"""Per-user quotas on the API (ours, docs/fairness.md "Quotas"): who is limited how, and the
+429 a refusal answers.
+
+Only when a site configures a limit (``config.quotas.configured``); otherwise nothing here
+runs and no request is ever refused for a quota. The limits of a request's user are
+``config.quotas.limits_for(requester)``; ``max_ondemand_requests_per_user`` is the default
+of ``ondemand_in_flight`` for a user with a token when ``:auth:`` is configured and no
+``:quotas:`` entry of the user (its own, a group's, ``default``) sets that limit.
+
+A refusal is 429 ``{"ok": false, "reason": "quota", "quota": <limit name>, "limit": N,
+"in_use": M, "message": <sentence>}``; ``in_use`` is what the user holds (``vms_held``,
+``ondemand_in_flight``) or what the request asked for (``vms_per_request``: VMs,
+``lifetime_hours``: hours). Each refusal counts ``quota.refused`` tagged with the limit and
+the user: a token's user, ``anonymous``, a user ``:quotas: users`` names, else ``address``
+(client addresses never become label values).
+
+What callers may rely on: the functions are pure but for :func:`refuse` (one metric) and
+:func:`record_request` (one script); thread-safe.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from vmpooler.actors.fairness.policy import ANONYMOUS, QuotaPolicy, Requester
+from vmpooler.actors.storage.request_store import Entry, RequestOrigin
+from vmpooler.actors.storage.user_quota import (
+    CreateVerdict,
+    QuotaRefusal,
+    QuotaTicket,
+    UserQuotaStore,
+)
+from vmpooler.web.api_context import ApiContext
+from vmpooler.web.api_errors import ApiError
+
+__all__ = ["ADDRESS_LABEL", "check_lifetime", "check_per_request", "metric_user",
+           "record_request", "refuse", "ticket_for"]
+
+ADDRESS_LABEL = "address"
+"""The ``user`` tag of ``quota.refused`` for a user known only by its client address."""
+
+
+def _sets_in_flight(policy: QuotaPolicy, asker: Requester) -> bool:
+    """Whether an entry of ``:quotas:`` that applies to ``asker`` sets
+    ``ondemand_in_flight`` (a number or ``unlimited``)."""
+    name = "ondemand_in_flight"
+    return (name in policy.users.get(asker.user, {}) or name in policy.default
+            or any(name in policy.groups[g].limits for g in asker.groups
+                   if g in policy.groups))
+
+
+def ticket_for(ctx: ApiContext, asker: Requester) -> QuotaTicket | None:
+    """The quota of ``asker``'s writes; None when ``:quotas:`` sets no limit at all."""
+    policy = ctx.config.quotas
+    if not policy.configured:
+        return None
+    limits = policy.limits_for(asker)
+    fallback = ctx.config.settings.max_ondemand_requests_per_user
+    if (fallback is not None and ctx.auth_configured and asker.authenticated
+            and not _sets_in_flight(policy, asker)):
+        limits = dataclasses.replace(limits, ondemand_in_flight=fallback)
+    return QuotaTicket(asker.user, limits)
+
+
+def metric_user(policy: QuotaPolicy, asker: Requester) -> str:
+    """The ``user`` tag of ``quota.refused`` for ``asker`` (module docstring)."""
+    if asker.authenticated or asker.user == ANONYMOUS or asker.user in policy.users:
+        return asker.user
+    return ADDRESS_LABEL
+
+
+_MESSAGES = {
+    "vms_held": "user '{user}' holds {in_use} VMs; the limit is {limit}{more}",
+    "ondemand_in_flight": "user '{user}' has {in_use} on-demand requests in flight; the "
+                          "limit is {limit}",
+    "vms_per_request": "user '{user}' asked for {in_use} VMs in one request; the limit is "
+                       "{limit}",
+    "lifetime_hours": "user '{user}' asked for a lifetime of {in_use} hours; the limit is "
+                      "{limit}",
+}
+
+
+def refuse(ctx: ApiContext, asker: Requester, refusal: QuotaRefusal,
+           asked: int | None = None) -> ApiError:
+    """The 429 of ``refusal`` (``asked``: VMs the refused request asked for, for the
+    message of ``vms_held``), after counting ``quota.refused``."""
+    ctx.metrics.increment("quota.refused", tags={
+        "quota": refusal.quota, "user": metric_user(ctx.config.quotas, asker)})
+    more = f" ({asked} more asked for)" if asked is not None else ""
+    message = _MESSAGES[refusal.quota].format(user=asker.user, in_use=refusal.in_use,
+                                              limit=refusal.limit, more=more)
+    return ApiError(429, {"ok": False, "reason": "quota", "quota": refusal.quota,
+                          "limit": refusal.limit, "in_use": refusal.in_use,
+                          "message": f"{message} (:quotas: {refusal.quota})"})
+
+
+def check_per_request(ctx: ApiContext, asker: Requester, ticket: QuotaTicket,
+                      asked: int) -> None:
+    """Raise the 429 when ``asked`` VMs in one request exceed ``vms_per_request``."""
+    limit = ticket.limits.vms_per_request
+    if limit is not None and asked > limit:
+        raise refuse(ctx, asker, QuotaRefusal("vms_per_request", limit, asked))
+
+
+def check_lifetime(ctx: ApiContext, asker: Requester, hours: int) -> None:
+    """Raise the 429 when ``hours`` exceed ``asker``'s ``lifetime_hours`` (nothing when
+    no quota is configured)."""
+    ticket = ticket_for(ctx, asker)
+    limit = None if ticket is None else ticket.limits.lifetime_hours
+    if limit is not None and hours > limit:
+        raise refuse(ctx, asker, QuotaRefusal("lifetime_hours", limit, hours))
+
+
+def record_request(ctx: ApiContext, asker: Requester, ticket: QuotaTicket, request_id: str,
+                   entries: Sequence[Entry], *, token: str | None, token_user: str | None,
+                   origin: RequestOrigin) -> bool:
+    """Create an on-demand request within ``ticket`` (one script): False when the id is
+    taken; the 429 raised when a limit refuses it (``vms_per_request`` is checked first,
+    without Redis)."""
+    asked = sum(entry.count for entry in entries)
+    check_per_request(ctx, asker, ticket, asked)
+    outcome = UserQuotaStore(ctx.redis).create(
+        request_id, entries, created=int(ctx.clock.now()), ticket=ticket, origin=origin,
+        token=token, token_user=token_user)
+    if outcome.refusal is not None:
+        raise refuse(ctx, asker, outcome.refusal, asked)
+    return outcome.verdict is CreateVerdict.CREATED
