@@ -43,7 +43,7 @@ def group_name(value: str, name_attribute: str) -> str | None:
         return value.strip() or None
     for attribute, name, _ in parts:
         if attribute.lower() == name_attribute.lower():
-            return name
+            return str(name)
     return None
 
 

@@ -19,6 +19,7 @@ import redis
 
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.redis_errors import WrongTypeKeys, is_wrong_type, tolerant_results
+from vmpooler.actors.storage.replies import fields as as_fields
 from vmpooler.actors.storage.replies import maybe_text, text_dict, text_list
 
 __all__ = ["BATCH", "TokenStore"]
@@ -68,7 +69,7 @@ class TokenStore:
                 fields = {"created": created}
                 if groups is not None:
                     fields["groups"] = ",".join(groups)
-                self.client.hset(key, mapping=fields)
+                self.client.hset(key, mapping=as_fields(fields))
                 return token
 
     def details(self, token: str) -> dict[str, str]:
