@@ -71,7 +71,12 @@ from vmpooler.actors.runtime.supervisor import PooledSupervisedActor
 from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.lease_store import Fence, Fenced
 from vmpooler.actors.storage.redis_errors import redis_failure
-from vmpooler.actors.storage.request_store import AttachOutcome, Entry, RequestStore
+from vmpooler.actors.storage.request_store import (
+    AttachOutcome,
+    Entry,
+    RequestOrigin,
+    RequestStore,
+)
 
 __all__ = ["OUTCOMES", "VERIFY_MIN", "RequestActor", "verify_interval"]
 
@@ -118,6 +123,7 @@ class RequestActor(PooledSupervisedActor):
         self.retries = 0
         self.created: float | None = None  # epoch of the request's creation (from Redis)
         self.has_token = False
+        self.origin: RequestOrigin | None = None  # who asked (from the claim)
         self.deadline: Timer | None = None  # the TTL, then the grace window
         self.verify_timer: Timer | None = None
         self.outage = 0  # consecutive messages that met a Redis error
@@ -175,6 +181,7 @@ class RequestActor(PooledSupervisedActor):
         self.created = claim.created
         self.retries = claim.retry_count
         self.has_token = claim.has_token
+        self.origin = claim.origin
         unknown = sorted({e.pool for e in claim.entries} - self.pools)
         if unknown:
             self._fail(f"Configuration error: pool '{', '.join(unknown)}' is not configured")
@@ -365,7 +372,10 @@ class RequestActor(PooledSupervisedActor):
     def _ask_for_missing(self) -> None:
         wants = self.vms.take_missing()
         if wants:
-            self._tell_manager(WantRequestVms(self.request_id, tuple(wants)))
+            origin = self.origin or RequestOrigin(self.request_id)
+            user = "" if origin.user == self.request_id else origin.user  # a user of its own
+            self._tell_manager(WantRequestVms(self.request_id, tuple(wants), user,
+                                              origin.priority, origin.share))
 
     def _sync_tasks(self, stale: tuple[Entry, ...] = ()) -> None:
         """Mirror the queued clones in ``vmpooler__odcreate__task`` (none once finished)."""

@@ -39,6 +39,7 @@ __all__ = [
     "odcreate_member",
     "origin_args",
     "parse_requested",
+    "recorded_origin",
 ]
 
 FENCED_SCRIPTS = ("CLAIM", "ATTACH", "FULFIL", "FAIL", "RETRY", "RETIRE")
@@ -72,6 +73,23 @@ class RequestOrigin:
     user: str
     priority: str = "normal"
     share: float = 1.0
+
+
+def recorded_origin(request_id: str, user: str, priority: str, share: str,
+                    token_user: str) -> RequestOrigin:
+    """Who asked for a request, from its hash fields (``''``: absent). A request written
+    without them (an older writer, Ruby vmpooler) counts as its token's user, else as a user
+    of its own (its id), at ``normal`` priority with a share of 1; an unknown priority is
+    ``normal`` and a share that is not a positive number is 1."""
+    try:
+        weight = float(share)
+    except ValueError:
+        weight = 1.0
+    if not (0 < weight < float("inf")):
+        weight = 1.0
+    return RequestOrigin(user or token_user or request_id,
+                         priority if priority in ("high", "normal", "low") else "normal",
+                         weight)
 
 
 def origin_args(origin: RequestOrigin | None) -> list[str]:
@@ -123,7 +141,8 @@ class Claim:
     ``status`` is None while the request is in flight; then ``created`` is its creation
     epoch and ``entries`` what it asks for. ``found`` is False when no such request exists.
     ``fresh`` is True when this claim took the request from the waiting queue: it was never
-    claimed before, so it has no VM delivered or on its way.
+    claimed before, so it has no VM delivered or on its way. ``origin`` is who asked
+    (:func:`recorded_origin`: never None for a request in flight).
     """
 
     found: bool
@@ -133,6 +152,7 @@ class Claim:
     retry_count: int = 0
     has_token: bool = False
     fresh: bool = False
+    origin: RequestOrigin | None = None
 
 
 class AttachOutcome(Enum):
@@ -280,7 +300,8 @@ class RequestStore:
         if code == -1:
             return Claim(found=True, status=r[1])
         return Claim(found=True, created=float(r[1]), entries=parse_requested(r[2]),
-                     retry_count=int(r[3] or 0), has_token=bool(r[4]), fresh=r[5] == "1")
+                     retry_count=int(r[3] or 0), has_token=bool(r[4]), fresh=r[5] == "1",
+                     origin=recorded_origin(request_id, *r[6:10]))
 
     def delivered(self, request_id: str, entries: Sequence[Entry]) -> dict[tuple[str, str], int]:
         """How many VMs each entry has received."""

@@ -60,8 +60,10 @@ class RequestScripts:
     # Moves the request from the waiting queue to processing, keeping its creation score.
     # Returns {0} no such request (dropped from both queues),
     #         {-1, status} already finished (dropped from both queues),
-    #         {1, score, requested, retry_count, token, fresh}; fresh '1' when the request
-    #         came from the waiting queue (never claimed before, so no VM was cloned for it).
+    #         {1, score, requested, retry_count, token, fresh, user, priority, share,
+    #         token_user}; fresh '1' when the request came from the waiting queue (never
+    #         claimed before, so no VM was cloned for it); user, priority and share are who
+    #         asked ('' when not recorded: older writers), token_user the token's user.
     CLAIM = """
 local requested = redis.call('HGET', KEYS[1], 'requested')
 if not requested then
@@ -81,8 +83,10 @@ if not score then
 end
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZADD', KEYS[3], tonumber(score), ARGV[1])
+local function field(name) return redis.call('HGET', KEYS[1], name) or '' end
 return {1, tostring(score), requested, redis.call('HGET', KEYS[1], 'retry_count') or '0',
-        redis.call('HGET', KEYS[1], 'token:token') or '', fresh}
+        field('token:token'), fresh,
+        field('user'), field('priority'), field('share'), field('token:user')}
 """
 
     # KEYS[1] request hash, KEYS[2] pool's pending set, KEYS[3] running, KEYS[4] completed,
