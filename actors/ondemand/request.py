@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import pykka
@@ -56,6 +57,7 @@ from vmpooler.actors.messages import (
 )
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.ondemand.ending import Ending
+from vmpooler.actors.ondemand.from_ready import take_ready
 from vmpooler.actors.ondemand.ledger import Ledger, TaskMirror
 from vmpooler.actors.ondemand.lifecycle import (
     OUTCOMES,
@@ -103,6 +105,8 @@ class RequestActor(PooledSupervisedActor):
         metrics: Metrics,
         executor: ActorExecutor,
         fence: Fence | None = None,
+        from_ready: frozenset[str] = frozenset(),
+        refill: Callable[[str], None] = lambda _pool: None,
     ) -> None:
         super().__init__(name=request_actor_name(request_id), supervisor=manager,
                          executor=executor)
@@ -111,6 +115,8 @@ class RequestActor(PooledSupervisedActor):
         self.store = store
         self.settings = settings
         self.pools = pools
+        self.from_ready = from_ready  # pools whose ready VMs it takes first
+        self.refill = refill  # wakes a pool actor whose ready VMs it took
         self.ending = Ending(request_id=request_id, store=store, metrics=metrics, clock=clock,
                              fence=fence, data_ttl=int(data_ttl_hours) * 3600)
         self.manager = manager
@@ -187,6 +193,8 @@ class RequestActor(PooledSupervisedActor):
             self._fail(f"Configuration error: pool '{', '.join(unknown)}' is not configured")
             return
         self.tasks.score = float(int(self.clock.now()))  # vmpooler: the time tasks are queued
+        if claim.fresh:
+            self._take_ready()
         if not claim.fresh:  # a predecessor may have had VMs delivered or on their way
             vms.delivered.update(self.store.delivered(self.request_id, list(vms.entries.values())))
             pools = [e.pool for e in vms.entries.values()]
@@ -368,6 +376,15 @@ class RequestActor(PooledSupervisedActor):
 
     def _fail(self, reason: str) -> None:
         self._finish(self.ending.fail(list(self.vms.entries.values()), reason))
+
+    def _take_ready(self) -> None:
+        """``ondemand_from_ready``: a request claimed for the first time takes ready VMs of
+        those pools at once; only the rest is cloned."""
+        lifetime = self.settings.vm_lifetime_auth if self.has_token else None
+        for pool in take_ready(self.store, self.request_id, self.vms, self.from_ready,
+                               now=timefmt.format_epoch(self.clock.now()), lifetime=lifetime,
+                               fence=self.fence, metrics=self.metrics):
+            self.refill(pool)
 
     def _ask_for_missing(self) -> None:
         wants = self.vms.take_missing()

@@ -42,7 +42,7 @@ __all__ = [
     "recorded_origin",
 ]
 
-FENCED_SCRIPTS = ("CLAIM", "ATTACH", "FULFIL", "FAIL", "RETRY", "RETIRE")
+FENCED_SCRIPTS = ("CLAIM", "ATTACH", "FULFIL", "FAIL", "RETRY", "RETIRE", "TAKE_READY")
 """The scripts a request's actor runs, which take the fence of the request's lease."""
 READY_TTL = 2_592_000
 """Seconds a ready request's hash is kept (30 days, as vmpooler)."""
@@ -193,7 +193,7 @@ class RequestStore:
         self._scripts = {
             name: client.register_script(getattr(RequestScripts, name))
             for name in ("CREATE", "CLAIM", "ATTACH", "FULFIL", "FAIL", "DELETE",
-                         "SETTLE_ORPHAN", "IN_FLIGHT", "RETRY", "RETIRE")
+                         "SETTLE_ORPHAN", "IN_FLIGHT", "RETRY", "RETIRE", "TAKE_READY")
         }
         self._fenced = {name: client.register_script(fenced(getattr(RequestScripts, name)))
                         for name in FENCED_SCRIPTS}
@@ -351,6 +351,27 @@ class RequestStore:
              schema.vm(vm)],
             [vm, now, entry.count, "" if lifetime is None else lifetime], fence,
         )))
+
+    def take_ready(self, request_id: str, entry: Entry, want: int, *, now: str,
+                   lifetime: int | None, fence: Fence | None = None) -> list[str]:
+        """Hand up to ``want`` ready VMs of the entry's pool to the request at once
+        (``ondemand_from_ready``), as :meth:`attach` hands a finished clone; returns those
+        taken (fewer when the pool has fewer, or a checkout took one first). Two round
+        trips: candidates are read, then moved by ``RequestScripts.TAKE_READY``, which
+        takes only those still ready."""
+        if want <= 0:
+            return []
+        candidates = self.client.srandmember(schema.ready(entry.pool), want * 2)
+        if not candidates:
+            return []
+        return cast("list[str]", self._run(
+            "TAKE_READY",
+            [schema.odrequest(request_id), schema.ready(entry.pool), schema.running(entry.pool),
+             schema.request_vms(request_id, entry.alias, entry.pool),
+             schema.active(entry.pool)],
+            [now, entry.count, "" if lifetime is None else lifetime, schema.vm(""),
+             request_id, entry.alias, *candidates], fence,
+        ))
 
     def fulfil(self, request_id: str, entries: Sequence[Entry], *,
                fence: Fence | None = None) -> tuple[bool, str | None]:
