@@ -8,6 +8,7 @@ the clock, the shared resources). :class:`~vmpooler.actors.system.PoolerSystem` 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ from vmpooler.actors.cluster.ownership import OwnershipSettings
 from vmpooler.actors.cluster.remote import Remote
 from vmpooler.actors.cluster.request_leases import RequestFence, RequestLeases
 from vmpooler.actors.config import Config, PoolConfig
+from vmpooler.actors.messages import PoolChanged
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.ondemand.manager import OnDemandManager
 from vmpooler.actors.ondemand.request import RequestActor
@@ -40,7 +42,7 @@ from vmpooler.actors.service.housekeeping import Housekeeper
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, prune_age
 from vmpooler.actors.storage.history_store import HistoryStore
-from vmpooler.actors.storage.lease_store import LeaseStore
+from vmpooler.actors.storage.lease_store import POOL, LeaseStore
 from vmpooler.actors.storage.request_store import RequestStore
 from vmpooler.actors.storage.store import Store
 from vmpooler.actors.storage.upkeep_store import UpkeepStore
@@ -212,6 +214,17 @@ class ActorFactories:
     def ondemand(self) -> Factory:
         cfg, res = self.config, self.res
         pools = frozenset(p.name for p in cfg.pools)
+        from_ready = frozenset(p.name for p in cfg.pools if p.from_ready(cfg.settings))
+
+        def refill(pool: str) -> None:
+            """Wake the pool's actor (here or in the manager holding its lease)."""
+            message = PoolChanged(pool, "ready VMs taken by an on-demand request")
+            ref = self.directory.get(f"pool:{pool}")
+            if ref is not None:
+                with contextlib.suppress(pykka.ActorDeadError):
+                    ref.tell(message)
+                    return
+            self.remote.to_lease_holder(POOL, pool, f"pool:{pool}", message)
 
         def request_factory(request_id: str, manager: pykka.ActorRef[Any],
                             fence: RequestFence | None) -> Any:
@@ -219,7 +232,7 @@ class ActorFactories:
                 request_id=request_id, store=self.requests, settings=cfg.settings, pools=pools,
                 data_ttl_hours=cfg.redis.data_ttl, manager=manager, clock=self.clock,
                 scheduler=res.scheduler, metrics=res.metrics, executor=res.executor,
-                fence=fence,
+                fence=fence, from_ready=from_ready, refill=refill,
             )
 
         def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:

@@ -57,7 +57,13 @@ from vmpooler.actors.storage.connection import connect_configured
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, manager_id, prune_age
 from vmpooler.actors.storage.queues import Queue
-from vmpooler.actors.storage.request_store import DeleteOutcome, Entry, RequestRecord, RequestStore
+from vmpooler.actors.storage.request_store import (
+    DeleteOutcome,
+    Entry,
+    RequestOrigin,
+    RequestRecord,
+    RequestStore,
+)
 from vmpooler.actors.storage.store import Store
 from vmpooler.providers.base import Provider
 
@@ -339,16 +345,19 @@ class PoolerSystem:
         return self._tell("ondemand", RequestChanged(request_id, reason))
 
     def request_ondemand(self, pools: Mapping[str, int], *, request_id: str | None = None,
-                         token: str | None = None, user: str | None = None) -> str | None:
+                         token: str | None = None, user: str | None = None,
+                         origin: RequestOrigin | None = None) -> str | None:
         """Ask for VMs on demand (``{pool: count}``, configured pool names only) and return
         the request's id, or None if ``request_id`` is taken. Provisioning starts at once;
-        follow it with :meth:`ondemand_request`. ``KeyError`` for an unknown pool."""
+        follow it with :meth:`ondemand_request`. ``KeyError`` for an unknown pool.
+        ``origin``: who asks, its priority and share (docs/fairness.md; None: the request
+        counts as its token's user, or as a user of its own)."""
         for name in pools:
             self.config.pool(name)
         request_id = request_id or str(uuid.uuid4())
         entries = [Entry(name, name, int(count)) for name, count in pools.items()]
         if not self.requests.create(request_id, entries, created=int(self.clock.now()),
-                                    token=token, user=user):
+                                    token=token, user=user, origin=origin):
             return None
         self.notify_request(request_id, "created")
         return request_id

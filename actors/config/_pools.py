@@ -167,6 +167,7 @@ def build_pools(
             entry, "max_unhealthy_window", path, "number?", positive=True
         )
         optional["failover"] = chk.get(entry, "failover", path, "bool", False)
+        optional["ondemand_from_ready"] = chk.get(entry, "ondemand_from_ready", path, "bool?")
         optional["size_max"] = chk.get(entry, "size_max", path, "int?", minimum=0)
         for key in ("check_loop_delay_min", "check_loop_delay_max"):
             optional[key] = chk.get(entry, key, path, "number?", positive=True)

@@ -95,6 +95,9 @@ class GlobalSettings:
     prefix: str = setting("", "str", env="PREFIX")
     task_limit: int = setting(10, "int", env="TASK_LIMIT")
     ondemand_clone_limit: int = setting(10, "int", env="ONDEMAND_CLONE_LIMIT")
+    # Ours (docs/fairness.md): on-demand requests take ready VMs of their pools first; the
+    # default of every pool's ``ondemand_from_ready``.
+    ondemand_from_ready: bool = setting(False, "bool")
     timeout: int = setting(15, "int", env="TIMEOUT")
     timeout_notification: int = setting(5, "int", env="TIMEOUT_NOTIFICATION")
     max_vm_retries: int = setting(3, "int")
@@ -324,6 +327,9 @@ class PoolConfig:
     size_max: int | None = None
     # Demand sizing (ours, docs/sizing.md): None for a pool of fixed ``size``.
     demand: DemandSizing | None = None
+    # On-demand requests take this pool's ready VMs first (ours, docs/fairness.md); None:
+    # the global ``ondemand_from_ready``.
+    ondemand_from_ready: bool | None = None
     raw: Mapping[str, Any] = field(default_factory=empty_mapping)
 
     def loop_delays(self, settings: GlobalSettings) -> tuple[float, float, float]:
@@ -337,6 +343,10 @@ class PoolConfig:
         decay = _first(self.check_loop_delay_decay, settings.check_loop_delay_decay)
         return low, high, decay if decay > 1 else 2.0
 
+
+    def from_ready(self, settings: GlobalSettings) -> bool:
+        """Whether on-demand requests take this pool's ready VMs before cloning."""
+        return _first(self.ondemand_from_ready, settings.ondemand_from_ready)
 
     def brake(self, settings: GlobalSettings) -> tuple[float | None, float]:
         """Effective ``(max_unhealthy, max_unhealthy_window)`` of the mass-failure brake: the

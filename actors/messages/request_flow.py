@@ -53,10 +53,14 @@ class SweepRequests:
 class WantRequestVms:
     """Request actor → on-demand manager: clone one VM for each ``(alias, pool)`` in
     ``wants``, when a slot is free and it is this request's turn. Empty ``wants``
-    withdraws everything the request still has queued."""
+    withdraws everything the request still has queued. ``user``, ``priority`` and ``share``
+    say who asked (docs/fairness.md); ``user`` '' counts the request as a user of its own."""
 
     request_id: str
     wants: tuple[tuple[str, str], ...]
+    user: str = ""
+    priority: str = "normal"
+    share: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)

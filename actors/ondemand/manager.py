@@ -31,7 +31,8 @@ clone slots among them.
   crashes, a predecessor's actors being stopped, whether it waits for them or for the
   restart back-off.
 * **Fair clone slots** (:class:`.slots.CloneSlots`). Wanted VMs queue per request in a
-  :class:`FairQueue` and are handed out one per request per turn while
+  :class:`FairShareQueue` (by priority class, then between users weighted by share, then
+  round robin between a user's requests: docs/fairness.md) and are handed out while
   ``tasks__ondemandclone`` (counted in Redis by the pool actors' clone scripts) plus grants
   not yet answered stays under ``ondemand_clone_limit``. A grant goes to the pool actor as
   :class:`CloneForRequest` (which passes it on to the manager owning the pool) carrying the
@@ -74,6 +75,7 @@ from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.ondemand.slots import CloneSlots
 from vmpooler.actors.ondemand.tracking import Tracker
 from vmpooler.actors.runtime.clock import Clock, Scheduler
+from vmpooler.actors.runtime.fair_share import Owner
 from vmpooler.actors.runtime.pooled import notify_when_stopped
 from vmpooler.actors.runtime.restart_policy import RestartHistory, RestartPolicy
 from vmpooler.actors.runtime.supervisor import ActorDirectory, SupervisedActor
@@ -163,8 +165,10 @@ class OnDemandManager(SupervisedActor):
         match message:
             case RequestChanged():
                 self._changed(message)
-            case WantRequestVms(request_id=request_id, wants=wants):
-                self.slots.want(request_id, wants)
+            case WantRequestVms():
+                self.slots.want(message.request_id, message.wants,
+                                Owner(message.user or message.request_id, message.priority,
+                                      message.share))
             case RequestCloneAnswered():
                 self._answered(message)
             case RequestSlotFreed():

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import pykka
@@ -56,6 +57,7 @@ from vmpooler.actors.messages import (
 )
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.ondemand.ending import Ending
+from vmpooler.actors.ondemand.from_ready import take_ready
 from vmpooler.actors.ondemand.ledger import Ledger, TaskMirror
 from vmpooler.actors.ondemand.lifecycle import (
     OUTCOMES,
@@ -71,7 +73,12 @@ from vmpooler.actors.runtime.supervisor import PooledSupervisedActor
 from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.lease_store import Fence, Fenced
 from vmpooler.actors.storage.redis_errors import redis_failure
-from vmpooler.actors.storage.request_store import AttachOutcome, Entry, RequestStore
+from vmpooler.actors.storage.request_store import (
+    AttachOutcome,
+    Entry,
+    RequestOrigin,
+    RequestStore,
+)
 
 __all__ = ["OUTCOMES", "VERIFY_MIN", "RequestActor", "verify_interval"]
 
@@ -98,6 +105,8 @@ class RequestActor(PooledSupervisedActor):
         metrics: Metrics,
         executor: ActorExecutor,
         fence: Fence | None = None,
+        from_ready: frozenset[str] = frozenset(),
+        refill: Callable[[str], None] = lambda _pool: None,
     ) -> None:
         super().__init__(name=request_actor_name(request_id), supervisor=manager,
                          executor=executor)
@@ -106,6 +115,8 @@ class RequestActor(PooledSupervisedActor):
         self.store = store
         self.settings = settings
         self.pools = pools
+        self.from_ready = from_ready  # pools whose ready VMs it takes first
+        self.refill = refill  # wakes a pool actor whose ready VMs it took
         self.ending = Ending(request_id=request_id, store=store, metrics=metrics, clock=clock,
                              fence=fence, data_ttl=int(data_ttl_hours) * 3600)
         self.manager = manager
@@ -118,6 +129,7 @@ class RequestActor(PooledSupervisedActor):
         self.retries = 0
         self.created: float | None = None  # epoch of the request's creation (from Redis)
         self.has_token = False
+        self.origin: RequestOrigin | None = None  # who asked (from the claim)
         self.deadline: Timer | None = None  # the TTL, then the grace window
         self.verify_timer: Timer | None = None
         self.outage = 0  # consecutive messages that met a Redis error
@@ -175,11 +187,14 @@ class RequestActor(PooledSupervisedActor):
         self.created = claim.created
         self.retries = claim.retry_count
         self.has_token = claim.has_token
+        self.origin = claim.origin
         unknown = sorted({e.pool for e in claim.entries} - self.pools)
         if unknown:
             self._fail(f"Configuration error: pool '{', '.join(unknown)}' is not configured")
             return
         self.tasks.score = float(int(self.clock.now()))  # vmpooler: the time tasks are queued
+        if claim.fresh:
+            self._take_ready()
         if not claim.fresh:  # a predecessor may have had VMs delivered or on their way
             vms.delivered.update(self.store.delivered(self.request_id, list(vms.entries.values())))
             pools = [e.pool for e in vms.entries.values()]
@@ -362,10 +377,22 @@ class RequestActor(PooledSupervisedActor):
     def _fail(self, reason: str) -> None:
         self._finish(self.ending.fail(list(self.vms.entries.values()), reason))
 
+    def _take_ready(self) -> None:
+        """``ondemand_from_ready``: a request claimed for the first time takes ready VMs of
+        those pools at once; only the rest is cloned."""
+        lifetime = self.settings.vm_lifetime_auth if self.has_token else None
+        for pool in take_ready(self.store, self.request_id, self.vms, self.from_ready,
+                               now=timefmt.format_epoch(self.clock.now()), lifetime=lifetime,
+                               fence=self.fence, metrics=self.metrics):
+            self.refill(pool)
+
     def _ask_for_missing(self) -> None:
         wants = self.vms.take_missing()
         if wants:
-            self._tell_manager(WantRequestVms(self.request_id, tuple(wants)))
+            origin = self.origin or RequestOrigin(self.request_id)
+            user = "" if origin.user == self.request_id else origin.user  # a user of its own
+            self._tell_manager(WantRequestVms(self.request_id, tuple(wants), user,
+                                              origin.priority, origin.share))
 
     def _sync_tasks(self, stale: tuple[Entry, ...] = ()) -> None:
         """Mirror the queued clones in ``vmpooler__odcreate__task`` (none once finished)."""

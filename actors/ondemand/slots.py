@@ -1,11 +1,12 @@
 """``CloneSlots``: the on-demand manager's fair share of ``ondemand_clone_limit``.
 
-Wanted VMs queue per request in a :class:`FairQueue` and are handed out one per request per
-turn while ``tasks__ondemandclone`` (counted in Redis by the pool actors' clone scripts)
-plus grants not yet answered stays under the limit. A grant goes to the pool actor as
-:class:`CloneForRequest` carrying the request's fence; its answer
-(:class:`RequestCloneAnswered`), a freed slot or the sweep lets the next one go. Owned by the
-manager's actor; not thread-safe.
+Wanted VMs queue per request in a :class:`FairShareQueue` (strict priority classes, a
+weighted fair share between users inside each, round robin between a user's requests:
+docs/fairness.md) and are handed out while ``tasks__ondemandclone`` (counted in Redis by
+the pool actors' clone scripts) plus grants not yet answered stays under the limit. A grant
+goes to the pool actor as :class:`CloneForRequest` carrying the request's fence; its answer
+(:class:`RequestCloneAnswered`), a freed slot or the sweep lets the next one go. Owned by
+the manager's actor; not thread-safe.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from vmpooler.actors.cluster.request_leases import RequestOwnership
 from vmpooler.actors.messages import CloneForRequest, RequestCloneAnswered
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.runtime.clock import Clock
-from vmpooler.actors.runtime.fair_queue import FairQueue
+from vmpooler.actors.runtime.fair_share import FairShareQueue, Owner
 from vmpooler.actors.runtime.supervisor import ActorDirectory
 from vmpooler.actors.storage.redis_errors import redis_failure
 from vmpooler.actors.storage.request_store import RequestStore
@@ -80,17 +81,20 @@ class CloneSlots:
         self.remote = remote
         self.leases = leases
         self.runs = runs
-        self.wants: FairQueue[str, Want] = FairQueue()  # request -> the VMs it waits for
+        self.wants: FairShareQueue[str, Want] = FairShareQueue()  # request -> its VMs
         self.granted: dict[int, Grant] = {}  # grant number -> the grant
         self.grants = 0
         self.blocked = False  # the last grant found no free slot: wait for one to be freed
 
-    def want(self, request_id: str, wants: tuple[tuple[str, str], ...]) -> None:
+    def want(self, request_id: str, wants: tuple[tuple[str, str], ...],
+             owner: Owner | None = None) -> None:
         """The request wants these ``(alias, pool)`` VMs too; none: it withdraws its
-        queued ones. Grants what it can."""
+        queued ones. ``owner``: who asked (None: the request is a user of its own, normal
+        priority, share 1). Grants what it can."""
         if wants:
             at = self.clock.monotonic()
-            self.wants.extend(request_id, [Want(alias, pool, at) for alias, pool in wants])
+            self.wants.extend(request_id, [Want(alias, pool, at) for alias, pool in wants],
+                              owner)
         else:
             self.wants.drop(request_id)
         self.grant()
@@ -105,7 +109,7 @@ class CloneSlots:
         self.grant()
 
     def grant(self) -> None:
-        """Hand out free slots, one per wanting request per turn."""
+        """Hand out free slots, in the order of :attr:`wants`."""
         if self.blocked or not self.wants:
             return
         try:

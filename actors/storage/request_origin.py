@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["RequestOrigin", "origin_args"]
+__all__ = ["RequestOrigin", "origin_args", "recorded_origin"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,3 +24,20 @@ def origin_args(origin: RequestOrigin | None) -> list[str]:
     if origin is None:
         return ["", "", ""]
     return [origin.user, origin.priority, repr(float(origin.share))]
+
+
+def recorded_origin(request_id: str, user: str, priority: str, share: str,
+                    token_user: str) -> RequestOrigin:
+    """Who asked for a request, from its hash fields (``''``: absent). A request written
+    without them (an older writer, Ruby vmpooler) counts as its token's user, else as a user
+    of its own (its id), at ``normal`` priority with a share of 1; an unknown priority is
+    ``normal`` and a share that is not a positive number is 1."""
+    try:
+        weight = float(share)
+    except ValueError:
+        weight = 1.0
+    if not (0 < weight < float("inf")):
+        weight = 1.0
+    return RequestOrigin(user or token_user or request_id,
+                         priority if priority in ("high", "normal", "low") else "normal",
+                         weight)

@@ -23,7 +23,7 @@ from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.lease_store import Fence, Fenced
 from vmpooler.actors.storage.redis_errors import WrongTypeKeys, tolerant_results
 from vmpooler.actors.storage.replies import maybe_text, text_list
-from vmpooler.actors.storage.request_origin import RequestOrigin, origin_args
+from vmpooler.actors.storage.request_origin import RequestOrigin, origin_args, recorded_origin
 from vmpooler.actors.storage.schema import RequestScripts
 from vmpooler.actors.storage.schema.lease_scripts import FENCED, fenced
 
@@ -40,9 +40,10 @@ __all__ = [
     "odcreate_member",
     "origin_args",  # re-exported from request_origin
     "parse_requested",
+    "recorded_origin",  # re-exported from request_origin
 ]
 
-FENCED_SCRIPTS = ("CLAIM", "ATTACH", "FULFIL", "FAIL", "RETRY", "RETIRE")
+FENCED_SCRIPTS = ("CLAIM", "ATTACH", "FULFIL", "FAIL", "RETRY", "RETIRE", "TAKE_READY")
 """The scripts a request's actor runs, which take the fence of the request's lease."""
 READY_TTL = 2_592_000
 """Seconds a ready request's hash is kept (30 days, as vmpooler)."""
@@ -105,7 +106,8 @@ class Claim:
     ``status`` is None while the request is in flight; then ``created`` is its creation
     epoch and ``entries`` what it asks for. ``found`` is False when no such request exists.
     ``fresh`` is True when this claim took the request from the waiting queue: it was never
-    claimed before, so it has no VM delivered or on its way.
+    claimed before, so it has no VM delivered or on its way. ``origin`` is who asked
+    (:func:`recorded_origin`: never None for a request in flight).
     """
 
     found: bool
@@ -115,6 +117,7 @@ class Claim:
     retry_count: int = 0
     has_token: bool = False
     fresh: bool = False
+    origin: RequestOrigin | None = None
 
 
 class AttachOutcome(Enum):
@@ -155,7 +158,7 @@ class RequestStore:
         self._scripts = {
             name: client.register_script(getattr(RequestScripts, name))
             for name in ("CREATE", "CLAIM", "ATTACH", "FULFIL", "FAIL", "DELETE",
-                         "SETTLE_ORPHAN", "IN_FLIGHT", "RETRY", "RETIRE")
+                         "SETTLE_ORPHAN", "IN_FLIGHT", "RETRY", "RETIRE", "TAKE_READY")
         }
         self._fenced = {name: client.register_script(fenced(getattr(RequestScripts, name)))
                         for name in FENCED_SCRIPTS}
@@ -262,7 +265,8 @@ class RequestStore:
         if code == -1:
             return Claim(found=True, status=r[1])
         return Claim(found=True, created=float(r[1]), entries=parse_requested(r[2]),
-                     retry_count=int(r[3] or 0), has_token=bool(r[4]), fresh=r[5] == "1")
+                     retry_count=int(r[3] or 0), has_token=bool(r[4]), fresh=r[5] == "1",
+                     origin=recorded_origin(request_id, *r[6:10]))
 
     def delivered(self, request_id: str, entries: Sequence[Entry]) -> dict[tuple[str, str], int]:
         """How many VMs each entry has received."""
@@ -312,6 +316,27 @@ class RequestStore:
              schema.vm(vm)],
             [vm, now, entry.count, "" if lifetime is None else lifetime], fence,
         )))
+
+    def take_ready(self, request_id: str, entry: Entry, want: int, *, now: str,
+                   lifetime: int | None, fence: Fence | None = None) -> list[str]:
+        """Hand up to ``want`` ready VMs of the entry's pool to the request at once
+        (``ondemand_from_ready``), as :meth:`attach` hands a finished clone; returns those
+        taken (fewer when the pool has fewer, or a checkout took one first). Two round
+        trips: candidates are read, then moved by ``RequestScripts.TAKE_READY``, which
+        takes only those still ready."""
+        if want <= 0:
+            return []
+        candidates = self.client.srandmember(schema.ready(entry.pool), want * 2)
+        if not candidates:
+            return []
+        return cast("list[str]", self._run(
+            "TAKE_READY",
+            [schema.odrequest(request_id), schema.ready(entry.pool), schema.running(entry.pool),
+             schema.request_vms(request_id, entry.alias, entry.pool),
+             schema.active(entry.pool)],
+            [now, entry.count, "" if lifetime is None else lifetime, schema.vm(""),
+             request_id, entry.alias, *candidates], fence,
+        ))
 
     def fulfil(self, request_id: str, entries: Sequence[Entry], *,
                fence: Fence | None = None) -> tuple[bool, str | None]:

@@ -60,8 +60,10 @@ class RequestScripts:
     # Moves the request from the waiting queue to processing, keeping its creation score.
     # Returns {0} no such request (dropped from both queues),
     #         {-1, status} already finished (dropped from both queues),
-    #         {1, score, requested, retry_count, token, fresh}; fresh '1' when the request
-    #         came from the waiting queue (never claimed before, so no VM was cloned for it).
+    #         {1, score, requested, retry_count, token, fresh, user, priority, share,
+    #         token_user}; fresh '1' when the request came from the waiting queue (never
+    #         claimed before, so no VM was cloned for it); user, priority and share are who
+    #         asked ('' when not recorded: older writers), token_user the token's user.
     CLAIM = """
 local requested = redis.call('HGET', KEYS[1], 'requested')
 if not requested then
@@ -81,8 +83,10 @@ if not score then
 end
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZADD', KEYS[3], tonumber(score), ARGV[1])
+local function field(name) return redis.call('HGET', KEYS[1], name) or '' end
 return {1, tostring(score), requested, redis.call('HGET', KEYS[1], 'retry_count') or '0',
-        redis.call('HGET', KEYS[1], 'token:token') or '', fresh}
+        field('token:token'), fresh,
+        field('user'), field('priority'), field('share'), field('token:user')}
 """
 
     # KEYS[1] request hash, KEYS[2] pool's pending set, KEYS[3] running, KEYS[4] completed,
@@ -115,6 +119,48 @@ if token then
   if ARGV[4] ~= '' then redis.call('HSET', KEYS[7], 'lifetime', ARGV[4]) end
 end
 return 1
+"""
+
+    # KEYS[1] request hash, KEYS[2] pool's ready set, KEYS[3] running, KEYS[4] the entry's
+    # delivered set, KEYS[5] pool's active hash
+    # ARGV[1] now (vmpooler time string), ARGV[2] entry count, ARGV[3] lifetime hours for a
+    # request with a token ('' = leave unset), ARGV[4] VM hash key prefix, ARGV[5] request
+    # id, ARGV[6] the entry's alias, ARGV[7..] candidate VMs (read from the ready set by the
+    # caller, so any of them may have been checked out or taken since)
+    # ``ondemand_from_ready`` (ours): hands ready VMs to the request as ATTACH hands a
+    # finished clone (ready -> running, recorded as delivered, checked out under the
+    # request's token; the VM hash also gets ``request_id`` and ``pool_alias``), while the
+    # request is in flight and the entry not full. A candidate counts only if this script
+    # moves it out of the ready set itself (SMOVE = 1): one taken meanwhile by a checkout or
+    # another request is skipped, so a VM never has two owners. A candidate whose hash is
+    # gone is left for the pool actor.
+    # Returns the VMs taken (possibly none).
+    TAKE_READY = """
+local status = redis.call('HGET', KEYS[1], 'status')
+if redis.call('HEXISTS', KEYS[1], 'requested') == 0 or (status and status ~= '') then
+  return {}
+end
+local room = tonumber(ARGV[2]) - redis.call('SCARD', KEYS[4])
+local token = redis.call('HGET', KEYS[1], 'token:token')
+local user = redis.call('HGET', KEYS[1], 'token:user') or ''
+local taken = {}
+for i = 7, #ARGV do
+  if room <= 0 then break end
+  local vm = ARGV[i]
+  local h = ARGV[4] .. vm
+  if redis.call('EXISTS', h) == 1 and redis.call('SMOVE', KEYS[2], KEYS[3], vm) == 1 then
+    redis.call('SADD', KEYS[4], vm)
+    redis.call('HSET', KEYS[5], vm, ARGV[1])
+    redis.call('HSET', h, 'checkout', ARGV[1], 'request_id', ARGV[5], 'pool_alias', ARGV[6])
+    if token then
+      redis.call('HSET', h, 'token:token', token, 'token:user', user)
+      if ARGV[3] ~= '' then redis.call('HSET', h, 'lifetime', ARGV[3]) end
+    end
+    room = room - 1
+    taken[#taken + 1] = vm
+  end
+end
+return taken
 """
 
     # KEYS[1] request hash, KEYS[2] provisioning__processing, KEYS[3..] delivered sets
