@@ -212,6 +212,7 @@ class ActorFactories:
     def ondemand(self) -> Factory:
         cfg, res = self.config, self.res
         pools = frozenset(p.name for p in cfg.pools)
+        ceilings = {p.name: cfg.max_pool_size(p) for p in cfg.pools}
 
         def request_factory(request_id: str, manager: pykka.ActorRef[Any],
                             fence: RequestFence | None) -> Any:
@@ -219,7 +220,7 @@ class ActorFactories:
                 request_id=request_id, store=self.requests, settings=cfg.settings, pools=pools,
                 data_ttl_hours=cfg.redis.data_ttl, manager=manager, clock=self.clock,
                 scheduler=res.scheduler, metrics=res.metrics, executor=res.executor,
-                fence=fence,
+                fence=fence, ceilings=ceilings,
             )
 
         def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:

@@ -234,8 +234,8 @@ class Clones:
             backoff.max, backoff.min * 2 ** (self.failures - 1))
         if failure.circuit_open:  # no clone is tried before the breaker lets calls through
             self.breaker_until = self.io.clock.monotonic() + failure.retry_after
-            self.breaker_reason = (f"provider '{self.policy.pool.provider}' is unavailable "
-                                   f"(circuit breaker open: {failure.message})")
+            self.breaker_reason = (f"provider '{self.policy.pool.provider}' is unavailable: "
+                                   f"{failure.message}")
             self.retry_at = max(self.retry_at, self.breaker_until)
         if failure.error_class == "StaleDnsError":
             self.io.metrics.increment("vmpooler_errors.staledns", tags={"pool": name})

@@ -10,7 +10,8 @@ compare-and-set script each), and after every create and delete the manager is t
   configured (401); then :mod:`vmpooler.web.resources.ondemand_create`'s checks
   (400/404/403); 409 when the request id is taken; 201 ``{"ok": true, "request_id": id}``.
 * ``GET /ondemandvm/<id>`` (no auth): 400 an id that breaks the rule of request ids; 404
-  unknown; 200 ready (FQDNs per requested name), failed (``message``: why) or deleted; 202
+  unknown; 200 ready (FQDNs per requested name), failed (``message``: vmpooler's for a
+  request failed at its TTL, else its ``failure_reason``, ours) or deleted; 202
   while in flight, with string counts per requested name and, ours, once the manager running
   it has placed it in the clone queue: ``queue_position``, ``estimated_ready_at`` and
   ``estimated_ready_in`` (docs/fairness.md, "Honest waits").
@@ -81,6 +82,10 @@ def _authorised(req: falcon.Request, ctx: ApiContext) -> str | None:
 
 
 _NOT_GIVEN = object()
+
+_TTL_REASON = "The request exceeded ondemand_request_ttl"
+"""How the failure reason of a request failed at its TTL starts (vmpooler's ``message``
+is shown for it; any other reason is shown as it is)."""
 
 
 def _pop_priority(ctx: ApiContext, payload: dict[str, Any]) -> Any:
@@ -160,8 +165,10 @@ def describe(ctx: ApiContext, record: RequestRecord,
             body.setdefault(entry.alias, {"hostname": []})["hostname"].extend(hosts)
         return 200, body
     if record.status == "failed":
-        body["message"] = ("The request failed to provision instances within the configured "
-                           f"ondemand_request_ttl '{ctx.config.settings.ondemand_request_ttl}'")
+        reason = record.failure_reason or ""
+        body["message"] = (reason if reason and not reason.startswith(_TTL_REASON) else (
+            "The request failed to provision instances within the configured "
+            f"ondemand_request_ttl '{ctx.config.settings.ondemand_request_ttl}'"))
         return 200, body
     if record.status == "deleted":
         body["message"] = "The request has been deleted"
