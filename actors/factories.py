@@ -225,6 +225,7 @@ class ActorFactories:
                     ref.tell(message)
                     return
             self.remote.to_lease_holder(POOL, pool, f"pool:{pool}", message)
+        ceilings = {p.name: cfg.max_pool_size(p) for p in cfg.pools}
 
         def request_factory(request_id: str, manager: pykka.ActorRef[Any],
                             fence: RequestFence | None) -> Any:
@@ -232,7 +233,7 @@ class ActorFactories:
                 request_id=request_id, store=self.requests, settings=cfg.settings, pools=pools,
                 data_ttl_hours=cfg.redis.data_ttl, manager=manager, clock=self.clock,
                 scheduler=res.scheduler, metrics=res.metrics, executor=res.executor,
-                fence=fence, from_ready=from_ready, refill=refill,
+                fence=fence, from_ready=from_ready, refill=refill, ceilings=ceilings,
             )
 
         def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:

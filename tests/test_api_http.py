@@ -544,7 +544,8 @@ def seed_requests(w: World) -> None:
     store.claim("od-ready", now=now)
     assert store.fulfil("od-ready", [Entry("pool2", "pool2", 1),
                                      Entry("poolone", "pool1", 1)]) == (True, "ready")
-    assert store.fail("od-failed", [Entry("pool3", "pool3", 1)], reason="x", ttl=3600)[0]
+    assert store.fail("od-failed", [Entry("pool3", "pool3", 1)], ttl=3600, reason=(
+        "The request exceeded ondemand_request_ttl of 5 minutes"))[0]
     assert store.delete("od-deleted") is DeleteOutcome.DELETED
 
 

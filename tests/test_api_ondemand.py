@@ -445,8 +445,8 @@ def test_get_failed_and_deleted(redis_client: redis.Redis) -> None:
     a = spec_api(redis_client, ondemand_request_ttl=7)
     failed = created_id(post(a, {"pool1": 1}))
     store = RequestStore(a.redis)
-    assert store.fail(failed, [Entry("pool1", "pool1", 1)], reason="boom", ttl=60) == (
-        True, "failed")
+    assert store.fail(failed, [Entry("pool1", "pool1", 1)], ttl=60, reason=(
+        "The request exceeded ondemand_request_ttl of 7 minutes")) == (True, "failed")
     r = a.client.simulate_get(f"{OD}/{failed}")
     assert (r.status_code, r.json) == (200, {
         "ok": True, "request_id": failed, "ready": False,

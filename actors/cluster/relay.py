@@ -39,6 +39,7 @@ from vmpooler.actors.messages import (
     PoolHandedOver,
     RequestChanged,
     RequestCloneAnswered,
+    RequestPoolBlocked,
     RequestSlotFreed,
     RequestVmCloning,
     RequestVmFailed,
@@ -59,7 +60,7 @@ BACKOFF = (0.25, 10.0)  # seconds: first and longest wait after a failed read
 
 WIRE_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     CloneForRequest, PoolChanged, PoolHandedOver, RequestChanged, RequestCloneAnswered,
-    RequestSlotFreed, RequestVmCloning, RequestVmFailed, RequestVmReady)}
+    RequestPoolBlocked, RequestSlotFreed, RequestVmCloning, RequestVmFailed, RequestVmReady)}
 """The messages that may travel between managers, by class name."""
 
 

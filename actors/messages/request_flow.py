@@ -7,11 +7,13 @@ from dataclasses import dataclass
 __all__ = [
     "ClaimRequest",
     "CloneForRequest",
+    "PublishWaits",
     "RenewRequestLeases",
     "RequestChanged",
     "RequestCloneAnswered",
     "RequestExpired",
     "RequestFinished",
+    "RequestPoolBlocked",
     "RequestSlotFreed",
     "RequestVmCloning",
     "RequestVmFailed",
@@ -47,6 +49,12 @@ class RenewRequestLeases:
 class SweepRequests:
     """Scheduler → on-demand manager: look for requests without an actor and hand out any
     clone slot that is free."""
+
+
+@dataclass(frozen=True, slots=True)
+class PublishWaits:
+    """Scheduler → on-demand manager: publish the requests' waits that changed since the
+    last publication (held back to at most one a second)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +141,19 @@ class RequestVmFailed:
     reason: str
     permanent: bool = False
     refused: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RequestPoolBlocked:
+    """Pool actor → request actor: no clone of ``pool`` starts for the request before
+    ``until`` (epoch seconds; the provider's circuit breaker is open), ``reason`` saying
+    why. The request fails at once if ``until`` is past its deadline, else keeps its place
+    in the queue."""
+
+    request_id: str
+    pool: str
+    until: float
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,9 @@ clone slots among them.
   :class:`CloneForRequest` (which passes it on to the manager owning the pool) carrying the
   request's fence, so a grant made under a lease since lost clones nothing; its answer, and
   each finished clone (:class:`RequestSlotFreed`, from any manager), lets the next one go.
+* **Honest waits** (:class:`.waits.WaitBoard`). After a change of the queue (a request
+  wanting VMs, a grant answered, a request finished, the sweep) each request's position
+  and estimated ready time are published for the API, at most once a second.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ from vmpooler.actors.cluster.request_leases import (
 from vmpooler.actors.messages import (
     ActorCrashed,
     ActorStopped,
+    PublishWaits,
     RenewRequestLeases,
     RequestChanged,
     RequestCloneAnswered,
@@ -74,7 +78,8 @@ from vmpooler.actors.messages import (
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.ondemand.slots import CloneSlots
 from vmpooler.actors.ondemand.tracking import Tracker
-from vmpooler.actors.runtime.clock import Clock, Scheduler
+from vmpooler.actors.ondemand.waits import WaitBoard
+from vmpooler.actors.runtime.clock import Clock, Scheduler, Timer
 from vmpooler.actors.runtime.fair_share import Owner
 from vmpooler.actors.runtime.pooled import notify_when_stopped
 from vmpooler.actors.runtime.restart_policy import RestartHistory, RestartPolicy
@@ -82,6 +87,7 @@ from vmpooler.actors.runtime.supervisor import ActorDirectory, SupervisedActor
 from vmpooler.actors.storage.lease_store import Fenced
 from vmpooler.actors.storage.redis_errors import redis_failure
 from vmpooler.actors.storage.request_store import RequestStore
+from vmpooler.actors.storage.wait_store import WaitStore
 
 __all__ = ["OnDemandManager", "RequestFactory"]
 
@@ -133,6 +139,8 @@ class OnDemandManager(SupervisedActor):
         self.slots = CloneSlots(store=store, directory=directory, clone_limit=clone_limit,
                                 clock=clock, metrics=metrics, remote=self.remote,
                                 leases=self.leases, runs=self.tracked.runs)
+        self.waits = WaitBoard(slots=self.slots, store=WaitStore(store.client), clock=clock)
+        self.waits_timer: Timer | None = None
 
     def setup(self) -> None:
         # A predecessor that crashed left its request actors running, reporting to a dead
@@ -154,6 +162,8 @@ class OnDemandManager(SupervisedActor):
         # them from its own thread, finding them in the directory.
         for ref in self.tracked.refs():
             ref.stop(block=False)
+        with contextlib.suppress(redis.RedisError):  # whoever takes them publishes again
+            self.waits.store.publish_waits({}, list(self.waits.published))
         try:  # the other managers take the requests at once
             self.leases.release_all()
         except redis.RedisError as exc:
@@ -183,6 +193,32 @@ class OnDemandManager(SupervisedActor):
                 self._sweep()
             case RenewRequestLeases():
                 self._renew()
+            case PublishWaits():
+                self._publish_waits()
+        if isinstance(message, (WantRequestVms, RequestCloneAnswered, RequestFinished,
+                                SweepRequests, ActorCrashed)):
+            self._waits_changed()
+
+    # -- honest waits ---------------------------------------------------------------------------
+    def _waits_changed(self) -> None:
+        """The queue changed: publish the waits now, or once a second has passed."""
+        self.waits.dirty = True
+        if self.waits_timer is not None:
+            return
+        delay = self.waits.due_in()
+        if delay <= 0:
+            self._publish_waits()
+        else:
+            self.waits_timer = self.scheduler.tell_later(delay, self.actor_ref, PublishWaits())
+
+    def _publish_waits(self) -> None:
+        self.waits_timer = None
+        if not self.waits.dirty:
+            return
+        try:
+            self.waits.publish(self.tracked.running(), self.store.ondemand_clones())
+        except redis.RedisError as exc:  # the next change (or the sweep) publishes again
+            log.debug("[ondemand] waits not published: %s", exc)
 
     def _changed(self, message: RequestChanged) -> None:
         if message.reason == _RESTART and (record := self.tracked.get(message.request_id)):

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pykka
@@ -48,6 +48,7 @@ from vmpooler.actors.messages import (
     RequestChanged,
     RequestExpired,
     RequestFinished,
+    RequestPoolBlocked,
     RequestVmCloning,
     RequestVmFailed,
     RequestVmReady,
@@ -58,6 +59,7 @@ from vmpooler.actors.messages import (
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.ondemand.ending import Ending
 from vmpooler.actors.ondemand.from_ready import take_ready
+from vmpooler.actors.ondemand.impossible import blocked_past_deadline, over_ceiling
 from vmpooler.actors.ondemand.ledger import Ledger, TaskMirror
 from vmpooler.actors.ondemand.lifecycle import (
     OUTCOMES,
@@ -107,6 +109,7 @@ class RequestActor(PooledSupervisedActor):
         fence: Fence | None = None,
         from_ready: frozenset[str] = frozenset(),
         refill: Callable[[str], None] = lambda _pool: None,
+        ceilings: Mapping[str, int] | None = None,  # pool -> max_pool_size
     ) -> None:
         super().__init__(name=request_actor_name(request_id), supervisor=manager,
                          executor=executor)
@@ -114,7 +117,7 @@ class RequestActor(PooledSupervisedActor):
         self.fence = fence  # the request's lease (None: writes unfenced)
         self.store = store
         self.settings = settings
-        self.pools = pools
+        self.pools, self.ceilings = pools, ceilings or {}
         self.from_ready = from_ready  # pools whose ready VMs it takes first
         self.refill = refill  # wakes a pool actor whose ready VMs it took
         self.ending = Ending(request_id=request_id, store=store, metrics=metrics, clock=clock,
@@ -189,8 +192,10 @@ class RequestActor(PooledSupervisedActor):
         self.has_token = claim.has_token
         self.origin = claim.origin
         unknown = sorted({e.pool for e in claim.entries} - self.pools)
-        if unknown:
-            self._fail(f"Configuration error: pool '{', '.join(unknown)}' is not configured")
+        impossible = over_ceiling(claim.entries, self.ceilings)
+        if unknown or impossible:
+            self._fail(impossible or
+                       f"Configuration error: pool '{', '.join(unknown)}' is not configured")
             return
         self.tasks.score = float(int(self.clock.now()))  # vmpooler: the time tasks are queued
         if claim.fresh:
@@ -245,6 +250,10 @@ class RequestActor(PooledSupervisedActor):
                 self._vm_failed(message)
             case RequestExpired():
                 self._expired(message)
+            case RequestPoolBlocked() if self.phase is Phase.ACTIVE and self.created:
+                deadline = self.created + self.settings.ondemand_request_ttl * 60
+                if reason := blocked_past_deadline(message, deadline):
+                    self._fail(reason)
             case VerifyInFlight():
                 self._verify_in_flight()
             case RequestChanged():

@@ -45,6 +45,9 @@ class Want:
     pool: str
     wanted_at: float
 
+    def __deepcopy__(self, memo: dict[int, object]) -> Want:
+        return self  # immutable: a copy of the queue (FairQueue.order) shares it
+
 
 @dataclass(frozen=True, slots=True)
 class Grant:
@@ -85,6 +88,9 @@ class CloneSlots:
         self.granted: dict[int, Grant] = {}  # grant number -> the grant
         self.grants = 0
         self.blocked = False  # the last grant found no free slot: wait for one to be freed
+        # request -> (pool, monotonic start) of its clones started since it was granted
+        # (what the wait estimates start from; trimmed by the estimates, dropped with it)
+        self.cloning: dict[str, list[tuple[str, float]]] = {}
 
     def want(self, request_id: str, wants: tuple[tuple[str, str], ...],
              owner: Owner | None = None) -> None:
@@ -102,6 +108,12 @@ class CloneSlots:
     def drop(self, request_id: str) -> None:
         """Forget what the request wanted (grants already made stay counted)."""
         self.wants.drop(request_id)
+        self.cloning.pop(request_id, None)
+
+    def ahead_of(self, request_id: str) -> int:
+        """How many VMs are granted before the request's next one, in the queue's order (0
+        when its next one goes first, or it has none queued)."""
+        return self.wants.ahead_of(request_id)
 
     def freed(self) -> None:
         """A slot may be free (a clone finished, or the sweep): grant again."""
@@ -164,6 +176,9 @@ class CloneSlots:
             self.blocked = True  # no slot (or no name): wait for a freed slot or the sweep
             return
         # the pool actor reserved the slot: the wait ends here, however often it was regranted
+        if self.runs(message.request_id):
+            self.cloning.setdefault(message.request_id, []).append(
+                (message.pool, self.clock.monotonic()))
         self.metrics.timing("clone.queue_wait", max(0.0, self.clock.monotonic() - wanted_at),
                             tags={"pool": message.pool, "kind": "ondemand"})
         self.grant()

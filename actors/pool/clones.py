@@ -54,6 +54,7 @@ class Clones:
         self.failures = 0  # consecutive failed clones
         self.retry_at = 0.0  # monotonic: no clone starts before this
         self.breaker_until = 0.0  # monotonic: the provider's breaker refuses clones until then
+        self.breaker_reason = ""  # the failure that opened it
         self.owed_slots: dict[str, bool] = {}  # vm -> on-demand: releases Redis missed
         self.config_error = ConfigError(policy, io, busy=calls.busy)
 
@@ -126,8 +127,11 @@ class Clones:
         keeps its place in the manager's queue."""
         vm: str | None = None
         try:
-            if self.io.clock.monotonic() >= self.breaker_until:  # else: the slot waits
+            left = self.breaker_until - self.io.clock.monotonic()
+            if left <= 0:
                 vm = self.start((msg.request_id, msg.alias), request_fence=msg.fence)
+            else:  # the slot waits; the request learns until when (it may be past its TTL)
+                self.ondemand.blocked(msg, self.io.clock.now() + left, self.breaker_reason)
         finally:
             self.ondemand.clone_answered(msg, vm)
 
@@ -216,6 +220,7 @@ class Clones:
             self.io.metrics.gauge("vmpooler_clone", result.seconds, tags={"pool": name})
             log.info("[+] [%s] '%s' cloned in %.2f seconds", name, vm, result.seconds)
             self.upkeep.cloned(result.seconds)
+            self.ondemand.times.cloned(result.seconds)
             self.calls.send(CheckPending(), vm)
             if ondemand:
                 self.ondemand.slot_freed()
@@ -229,6 +234,8 @@ class Clones:
             backoff.max, backoff.min * 2 ** (self.failures - 1))
         if failure.circuit_open:  # no clone is tried before the breaker lets calls through
             self.breaker_until = self.io.clock.monotonic() + failure.retry_after
+            self.breaker_reason = (f"provider '{self.policy.pool.provider}' is unavailable: "
+                                   f"{failure.message}")
             self.retry_at = max(self.retry_at, self.breaker_until)
         if failure.error_class == "StaleDnsError":
             self.io.metrics.increment("vmpooler_errors.staledns", tags={"pool": name})

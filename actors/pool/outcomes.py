@@ -61,11 +61,15 @@ class Outcomes:
         vm = msg.vm or ""
         now = self.io.clock.now()
         if msg.failure is None and msg.result and vm in self.ondemand:
+            started = vms.clone_started_at(vm)
+            if started is not None:
+                self.ondemand.times.ready(vm, now - started)
             self.ondemand.ready(vm)
             return
         if msg.failure is None and msg.result:
             started = vms.clone_started_at(vm)
             boot = now - started if started is not None else 0.0
+            self.ondemand.times.ready(vm, boot)
             moved = store.mark_ready(name, vm, now=timefmt.format_epoch(now),
                                      boot_seconds=boot, date=timefmt.date_bucket(now))
             if moved < 0:  # a request's VM this actor did not know of: its request takes it

@@ -32,15 +32,18 @@ from vmpooler.actors.cluster.remote import LocalOnly, Remote
 from vmpooler.actors.messages import (
     CloneForRequest,
     RequestCloneAnswered,
+    RequestPoolBlocked,
     RequestSlotFreed,
     RequestVmFailed,
     RequestVmReady,
     request_actor_name,
 )
+from vmpooler.actors.pool.wait_times import PoolWaitTimes
 from vmpooler.actors.runtime.supervisor import ActorDirectory
 from vmpooler.actors.storage.lease_store import REQUEST
 from vmpooler.actors.storage.request_store import RequestStore
 from vmpooler.actors.storage.store import Store
+from vmpooler.actors.storage.wait_store import WaitStore
 
 __all__ = ["OnDemandVms"]
 
@@ -69,6 +72,8 @@ class OnDemandVms:
         self.lost = lost
         self.owners: dict[str, tuple[str, str]] = {}
         self.loaded = False  # owners was read from Redis at least once
+        # the pool's recent times, for the on-demand manager's estimates
+        self.times = PoolWaitTimes(pool, WaitStore(store.client))
 
     # -- knowing them ---------------------------------------------------------------------------
     def load(self, pending: Iterable[str]) -> None:
@@ -156,6 +161,12 @@ class OnDemandVms:
         self._tell_request(request_id,
                            RequestVmFailed(request_id, alias, self.name, vm, reason, permanent,
                                            refused))
+
+    def blocked(self, msg: CloneForRequest, until: float, reason: str) -> None:
+        """No clone starts for ``msg`` before ``until`` (epoch; ``reason`` says why): its
+        request's actor decides whether it can still be met."""
+        self._tell_request(msg.request_id,
+                           RequestPoolBlocked(msg.request_id, self.name, until, reason))
 
     def slot_freed(self) -> None:
         """An on-demand clone slot was released: the on-demand managers (every manager's

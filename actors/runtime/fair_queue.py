@@ -10,8 +10,9 @@ Every operation is O(1) in the number of keys (the turn order is an ``OrderedDic
 
 from __future__ import annotations
 
+import copy
 from collections import OrderedDict, deque
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Iterator
 from typing import Generic, TypeVar
 
 __all__ = ["FairQueue"]
@@ -81,3 +82,22 @@ class FairQueue(Generic[K, V]):
 
     def __bool__(self) -> bool:
         return bool(self._turns)
+
+    def order(self) -> Iterator[tuple[K, V]]:
+        """Every queued ``(key, item)`` in the order :meth:`pop` would hand them out if
+        nothing changed meanwhile: pops from a copy (items are not copied when they define
+        ``__deepcopy__`` as themselves), so it follows whatever order ``pop`` implements.
+        The queue itself is left alone. O(n) to copy, then one pop per item taken."""
+        clone = copy.deepcopy(self)
+        while (popped := clone.pop()) is not None:
+            yield popped
+
+    def ahead_of(self, key: K) -> int:
+        """How many items :meth:`pop` hands out before ``key``'s next one (0 when ``key``'s
+        is next, or it has nothing queued)."""
+        if not self.count(key):
+            return 0
+        for index, (queued, _item) in enumerate(self.order()):
+            if queued == key:
+                return index
+        return 0

@@ -26,9 +26,10 @@ stopped waiting are skipped when met). Not thread-safe: owned by one actor.
 
 from __future__ import annotations
 
+import copy
 import heapq
 import itertools
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -174,6 +175,24 @@ class FairShareQueue(Generic[K, V]):
 
     def __bool__(self) -> bool:
         return self._size > 0
+
+    def order(self) -> Iterator[tuple[K, V]]:
+        """Every queued ``(key, item)`` in the order :meth:`pop` would hand them out if
+        nothing changed meanwhile (pops from a deep copy; the queue is left alone). O(n) to
+        copy, then one pop per item taken."""
+        clone = copy.deepcopy(self)
+        while (popped := clone.pop()) is not None:
+            yield popped
+
+    def ahead_of(self, key: K) -> int:
+        """How many items :meth:`pop` hands out before ``key``'s next one (0 when ``key``'s
+        is next, or it has nothing queued)."""
+        if not self.count(key):
+            return 0
+        for index, (queued, _item) in enumerate(self.order()):
+            if queued == key:
+                return index
+        return 0
 
     # -- internals ------------------------------------------------------------------------------
     def _owner(self, key: K, owner: Owner | None) -> Owner:

@@ -10,8 +10,11 @@ compare-and-set script each), and after every create and delete the manager is t
   configured (401); then :mod:`vmpooler.web.resources.ondemand_create`'s checks
   (400/404/403); 409 when the request id is taken; 201 ``{"ok": true, "request_id": id}``.
 * ``GET /ondemandvm/<id>`` (no auth): 400 an id that breaks the rule of request ids; 404
-  unknown; 200 ready (FQDNs per requested name), failed or deleted; 202 while in flight, with
-  string counts per requested name.
+  unknown; 200 ready (FQDNs per requested name), failed (``message``: vmpooler's for a
+  request failed at its TTL, else its ``failure_reason``, ours) or deleted; 202
+  while in flight, with string counts per requested name and, ours, once the manager running
+  it has placed it in the clone queue: ``queue_position``, ``estimated_ready_at`` and
+  ``estimated_ready_in`` (docs/fairness.md, "Honest waits").
 * ``DELETE /ondemandvm/<id>``: a valid token when auth is configured; 400 an id that breaks
   the rule; 404 unknown; 200.
 
@@ -39,6 +42,7 @@ Divergences from vmpooler 3.9.1 (on purpose; those of the order's checks are lis
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import falcon
@@ -52,7 +56,9 @@ from vmpooler.actors.storage.request_store import (
     RequestRecord,
     RequestStore,
 )
+from vmpooler.actors.storage.timefmt import rfc3339
 from vmpooler.actors.storage.token_store import TokenStore
+from vmpooler.actors.storage.wait_store import Wait, WaitStore
 from vmpooler.web import quota_guard
 from vmpooler.web.api_context import ApiContext
 from vmpooler.web.api_errors import ApiError, json_body
@@ -80,6 +86,10 @@ def _authorised(req: falcon.Request, ctx: ApiContext) -> str | None:
 
 
 _NOT_GIVEN = object()
+
+_TTL_REASON = "The request exceeded ondemand_request_ttl"
+"""How the failure reason of a request failed at its TTL starts (vmpooler's ``message``
+is shown for it; any other reason is shown as it is)."""
 
 
 def _pop_priority(ctx: ApiContext, payload: dict[str, Any]) -> Any:
@@ -151,8 +161,10 @@ def _create(ctx: ApiContext, store: RequestStore, req: falcon.Request, token: st
     return {"ok": True, "request_id": chosen}
 
 
-def describe(ctx: ApiContext, record: RequestRecord) -> tuple[int, dict[str, Any]]:
-    """The status and body of GET ``/ondemandvm/:requestid`` for a request."""
+def describe(ctx: ApiContext, record: RequestRecord,
+             wait: Wait | None = None) -> tuple[int, dict[str, Any]]:
+    """The status and body of GET ``/ondemandvm/:requestid`` for a request; ``wait``: its
+    published wait, shown while it is in flight."""
     body: dict[str, Any] = {"ok": True, "request_id": record.request_id, "ready": False}
     if record.status == "ready":
         body["ready"] = True
@@ -162,8 +174,10 @@ def describe(ctx: ApiContext, record: RequestRecord) -> tuple[int, dict[str, Any
             body.setdefault(entry.alias, {"hostname": []})["hostname"].extend(hosts)
         return 200, body
     if record.status == "failed":
-        body["message"] = ("The request failed to provision instances within the configured "
-                           f"ondemand_request_ttl '{ctx.config.settings.ondemand_request_ttl}'")
+        reason = record.failure_reason or ""
+        body["message"] = (reason if reason and not reason.startswith(_TTL_REASON) else (
+            "The request failed to provision instances within the configured "
+            f"ondemand_request_ttl '{ctx.config.settings.ondemand_request_ttl}'"))
         return 200, body
     if record.status == "deleted":
         body["message"] = "The request has been deleted"
@@ -176,6 +190,10 @@ def describe(ctx: ApiContext, record: RequestRecord) -> tuple[int, dict[str, Any
         total[1] += entry.count - ready
     for alias, (ready, pending) in totals.items():
         body[alias] = {"ready": str(ready), "pending": str(pending)}
+    if wait is not None:
+        body["queue_position"] = wait.position
+        body["estimated_ready_at"] = rfc3339(datetime.fromtimestamp(round(wait.ready_at), UTC))
+        body["estimated_ready_in"] = max(0, round(wait.ready_at - ctx.clock.now()))
     return 202, body
 
 
@@ -218,7 +236,9 @@ class OnDemandItem:
         record = self.store.read(ondemand_create.check_request_id(requestid))
         if record is None:
             raise _not_found(requestid)
-        status, body = describe(self.ctx, record)
+        finished = record.status in ("ready", "failed", "deleted")
+        wait = None if finished else WaitStore(self.ctx.redis).wait(record.request_id)
+        status, body = describe(self.ctx, record, wait)
         json_body(resp, status, body)
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, requestid: str) -> None:

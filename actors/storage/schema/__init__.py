@@ -108,6 +108,8 @@ __all__ = [
     "vm",
     "vm_name",
     "vm_pattern",
+    "wait_times",
+    "waits",
 ]
 
 _P = "vmpooler__"
@@ -461,6 +463,23 @@ def sizing(pool: str) -> str:
     of the last day's checkouts served warm), ``updated`` (epoch); written by the pool's
     owner, read by ``/status``."""
     return f"{_P}sizing__{pool}"
+
+
+def waits() -> str:
+    """Hash request id -> its wait (ours): JSON ``{"position": <VMs granted before its next
+    one>, "ready_at": <epoch estimate>, "at": <epoch written>}``, written by the on-demand
+    manager running the request (at most once a second, only the entries that changed) and
+    its entry deleted when the request finishes; read by ``GET /ondemandvm/<id>``. Expires
+    when no manager writes it for an hour."""
+    return f"{_P}waits__requests"
+
+
+def wait_times() -> str:
+    """Hash pool -> ``"<clone> <ready>"`` (ours): the median of the pool's last clone times
+    and of the times from a clone's start to its VM ready, in seconds, written by the pool's
+    owner when they change; what the on-demand manager's estimates are made of. Expires
+    when no manager writes it for a day."""
+    return f"{_P}waits__pools"
 
 
 def history_clones() -> str:

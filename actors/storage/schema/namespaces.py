@@ -11,7 +11,7 @@ NAMESPACES: frozenset[str] = frozenset({
     "lease", "login_failures", "manager", "migrating", "migration", "odcreate",
     "odinflight", "odrequest", "pending", "pool", "poolreset", "pools", "provider",
     "provisioning", "quota", "ratelimit", "ready", "running", "sizing", "tag", "tasks", "template",
-    "token", "vm",
+    "token", "vm", "waits",
 })
 """The first word after ``vmpooler__`` of every key name of the schema but
 :func:`~vmpooler.actors.storage.schema.request_vms` (``vmpooler__<word>`` or

@@ -1,0 +1,124 @@
+"""Honest waits: each in-flight request's place in the clone queue and an estimate of when
+it is ready, published for ``GET /ondemandvm/<id>`` (docs/fairness.md, "Honest waits").
+
+:class:`WaitBoard` belongs to the on-demand manager (the single granter of clone slots) and
+runs in its mailbox. It plays the manager's queue forward without changing it: the queued
+VMs in the order :meth:`FairQueue.order` gives (so it follows whatever order the queue
+implements), each taking the first of ``ondemand_clone_limit`` slots to come free for its
+pool's clone time (:class:`~vmpooler.actors.storage.wait_store.PoolTimes`, published by the
+pools' owners) and becoming ready its pool's ready time after it started. Slots in use free
+when the clones this manager knows of end; the others (another manager's, grants not yet
+answered) are taken to be spread evenly over one clone time. A request's position is the
+number of VMs played before its first queued one (0 when it has none queued: every VM it
+misses is cloning); its estimate is when its last VM, queued or cloning, is ready.
+
+Publication: only the entries that changed (a position, or an estimate by a second or more),
+and those of requests no longer running deleted, in one round trip, at most once per
+:data:`MIN_INTERVAL`. A Redis error leaves the board as it was (the next publication
+writes the whole difference again).
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import statistics
+from collections.abc import Iterable, Mapping
+
+import redis
+
+from vmpooler.actors.ondemand.slots import CloneSlots
+from vmpooler.actors.runtime.clock import Clock
+from vmpooler.actors.storage.wait_store import DEFAULT_TIME, PoolTimes, Wait, WaitStore
+
+__all__ = ["MIN_INTERVAL", "WaitBoard", "estimate"]
+
+log = logging.getLogger(__name__)
+
+MIN_INTERVAL = 1.0
+"""Seconds between two publications, at least."""
+
+_DEFAULT = PoolTimes(DEFAULT_TIME, DEFAULT_TIME)
+
+
+def estimate(slots: CloneSlots, running: Iterable[str], times: Mapping[str, PoolTimes],
+             in_use: int, *, now: float) -> dict[str, tuple[int, float]]:
+    """``request -> (position, ready at)`` (monotonic seconds, like ``now``) for the
+    ``running`` requests that have VMs queued or cloning; ``in_use``: on-demand clone slots
+    taken (``tasks__ondemandclone``, every manager's). Trims ``slots.cloning`` of clones
+    long over."""
+    def of(pool: str) -> PoolTimes:
+        return times.get(pool, _DEFAULT)
+
+    limit = max(1, slots.clone_limit)
+    known: list[float] = []  # when the clones this manager knows of free their slots
+    for request_id in list(slots.cloning):
+        kept = [(p, t) for p, t in slots.cloning[request_id] if t + 2 * of(p).ready > now]
+        if kept:
+            slots.cloning[request_id] = kept
+        else:
+            del slots.cloning[request_id]
+        known.extend(end for p, t in kept if (end := t + of(p).clone) > now)
+    busy = min(limit, max(0, in_use) + len(slots.granted))
+    known.sort()
+    ends = known[len(known) - busy:] if busy else []  # the earliest started are over
+    unknown = busy - len(ends)
+    spread = statistics.median(t.clone for t in times.values()) if times else _DEFAULT.clone
+    ends.extend(now + spread * (i + 1) / (unknown + 1) for i in range(unknown))
+    queued = len(slots.wants)
+    ends.extend([now] * min(limit - busy, queued))
+    heapq.heapify(ends)
+    wanted = set(running)
+    result: dict[str, tuple[int, float]] = {}
+    for index, (request_id, want) in enumerate(slots.wants.order()):
+        pool = of(want.pool)
+        start = heapq.heappop(ends) if ends else now
+        heapq.heappush(ends, max(start, now) + pool.clone)
+        if request_id not in wanted:
+            continue
+        position, ready = result.get(request_id, (index, now))
+        result[request_id] = (position, max(ready, max(start, now) + pool.ready))
+    for request_id, started in slots.cloning.items():
+        if request_id not in wanted:
+            continue
+        position, ready = result.get(request_id, (0, now))
+        last = max(t + of(p).ready for p, t in started)
+        result[request_id] = (position, max(ready, last))
+    return result
+
+
+class WaitBoard:
+    """The waits of the requests one on-demand manager runs. Not thread-safe."""
+
+    def __init__(self, *, slots: CloneSlots, store: WaitStore, clock: Clock) -> None:
+        self.slots = slots
+        self.store = store
+        self.clock = clock
+        self.published: dict[str, Wait] = {}
+        self.last = float("-inf")  # monotonic time of the last publication
+        self.dirty = False  # something changed since
+
+    def due_in(self) -> float:
+        """Seconds until a publication is allowed (0: now)."""
+        return max(0.0, self.last + MIN_INTERVAL - self.clock.monotonic())
+
+    def publish(self, running: Iterable[str], in_use: int) -> None:
+        """Write the waits that changed since the last publication and delete those of
+        requests no longer running. May raise ``redis.RedisError`` (nothing recorded)."""
+        now_m, now_e = self.clock.monotonic(), self.clock.now()
+        self.last, self.dirty = now_m, False
+        found = estimate(self.slots, running, self.store.times(), in_use, now=now_m)
+        current = {r: Wait(position, now_e + (ready - now_m), now_e)
+                   for r, (position, ready) in found.items()}
+        changed = {r: w for r, w in current.items()
+                   if (old := self.published.get(r)) is None or old.position != w.position
+                   or abs(old.ready_at - w.ready_at) >= 1.0}
+        gone = [r for r in self.published if r not in current]
+        try:
+            self.store.publish_waits(changed, gone)
+        except redis.RedisError:
+            self.dirty = True
+            raise
+        for request_id in gone:
+            del self.published[request_id]
+        self.published.update(changed)

@@ -1,0 +1,71 @@
+"""Honest waits through the shipped ``vmpooler run`` (API, manager and dummy provider in one
+process), over real HTTP: requests queued behind one on-demand clone slot show
+``queue_position`` and ``estimated_ready_at`` while they wait, and a request the pool can
+never hold fails at once with its reason."""
+
+from __future__ import annotations
+
+import subprocess
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+import redis
+import yaml
+
+from tests.harness import wait_until
+from tests.test_api_processes import call
+from tests.test_manager_process import processes, spawn, write_config  # noqa: F401
+from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+def test_waits_over_http(tmp_path: Path, redis_server: EmbeddedRedis,
+                         redis_client: redis.Redis,
+                         processes: list[subprocess.Popen[str]]) -> None:
+    config = write_config(tmp_path / "waits.yaml", redis_port=redis_server.port,
+                          pools={"a": 0}, dummy={"createvm_max_time": 3})
+    document = yaml.safe_load(config.read_text())
+    document[":config"].update({"ondemand_clone_limit": 1, "max_pool_size": 5})
+    config.write_text(yaml.safe_dump(document))
+    port = free_port()
+    base = f"http://127.0.0.1:{port}/api/v3"
+    spawn(processes, "run", "--config", str(config), "--bind", f"127.0.0.1:{port}",
+          cwd=tmp_path, log=tmp_path / "run.log")
+
+    def answering() -> bool:
+        try:
+            return call("GET", f"{base}/vm")[0] == 200
+        except OSError:
+            return False
+
+    wait_until(answering, 30, "the API to answer")
+    ids = []
+    for _ in range(3):
+        status, body = call("POST", f"{base}/ondemandvm", {"a": 1})
+        assert status == 201, body
+        ids.append(body["request_id"])
+
+    def waiting(rid: str) -> dict | None:  # type: ignore[type-arg]
+        status, body = call("GET", f"{base}/ondemandvm/{rid}")
+        return body if status == 202 and "queue_position" in body else None
+
+    last = wait_until(lambda: waiting(ids[2]), 20, "the third request's wait",
+                      explain=lambda: (tmp_path / "run.log").read_text()[-3000:])
+    assert last["queue_position"] in (0, 1)  # behind the second's VM, or next
+    assert last["estimated_ready_in"] > 0
+    assert datetime.fromisoformat(last["estimated_ready_at"]).utcoffset().total_seconds() == 0
+    for rid in ids:
+        wait_until(lambda r=rid: call("GET", f"{base}/ondemandvm/{r}")[0] == 200, 60,
+                   f"request {rid} ready")
+        body = call("GET", f"{base}/ondemandvm/{rid}")[1]
+        assert body["ready"] is True and "queue_position" not in body
+
+    status, body = call("POST", f"{base}/ondemandvm", {"a": 6})
+    assert status == 201, body
+    rid = body["request_id"]
+    wait_until(lambda: call("GET", f"{base}/ondemandvm/{rid}")[0] == 200, 20, "the refusal")
+    body = call("GET", f"{base}/ondemandvm/{rid}")[1]
+    assert body["message"] == ("Impossible request: 6 VMs of pool 'a' asked for, more than it "
+                               "can ever hold (max_pool_size 5)")
