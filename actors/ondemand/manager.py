@@ -27,9 +27,8 @@ clone slots among them.
   in one round trip every third of the TTL (an actor whose lease was lost is stopped), and
   releases a lease when its request finishes. A request another manager holds, or should
   take, is not started here: a ``RequestChanged`` for it goes on to that manager.
-* **One record per request** (:class:`.tracking.Tracked`): its actor here, its recent
-  crashes, a predecessor's actors being stopped, whether it waits for them or for the
-  restart back-off.
+* **One record per request** (:class:`.tracking.Tracked`): its actor, its recent crashes,
+  a predecessor's actors being stopped, whether it waits for them or for the back-off.
 * **Fair clone slots** (:class:`.slots.CloneSlots`). Wanted VMs queue per request in a
   :class:`FairShareQueue` (by priority class, then between users weighted by share, then
   round robin between a user's requests: docs/fairness.md) and are handed out while
@@ -38,9 +37,8 @@ clone slots among them.
   :class:`CloneForRequest` (which passes it on to the manager owning the pool) carrying the
   request's fence, so a grant made under a lease since lost clones nothing; its answer, and
   each finished clone (:class:`RequestSlotFreed`, from any manager), lets the next one go.
-* **Honest waits** (:class:`.waits.WaitBoard`). After a change of the queue (a request
-  wanting VMs, a grant answered, a request finished, the sweep) each request's position
-  and estimated ready time are published for the API, at most once a second.
+* **Honest waits** (:class:`.waits.WaitBoard`). After a change of the queue each request's
+  position and estimated ready time are published for the API, at most once a second.
 """
 
 from __future__ import annotations
