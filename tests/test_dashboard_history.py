@@ -17,6 +17,7 @@ from vmpooler.actors.service.history import HistoryRecorder, next_delay
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.dlq_store import DeadLetter
 from vmpooler.actors.storage.history_store import RETENTION, HistoryStore, Point, rates
+from vmpooler.actors.storage.wait_store import Wait, WaitStore
 from vmpooler.web.resources.dashboard_data import REPEAT, vmpooler_history
 
 START = 1_700_000_040.0  # a minute boundary
@@ -189,13 +190,33 @@ def test_activity_lists_requests_and_the_newest_errors(hist: Api) -> None:
     assert [q["id"] for q in body["requests"]] == ["req-new", "req-old"]
     assert body["requests"][0] == {"id": "req-new", "created": int(now - 10), "age": 10,
                                    "deadline": int(now - 10) + ttl, "status": "pending",
-                                   "user": "jo", "requested": "deb-1:2"}
+                                   "user": "jo", "requested": "deb-1:2", "priority": "normal",
+                                   "queue_position": None, "estimated_ready_at": None}
     assert body["requests"][1]["status"] == "pending" and body["requests"][1]["user"] == ""
     errors = body["errors"]
     assert len(errors) == 10
     assert errors[0] == {"queue": "pending", "vm": "late", "pool": "win", "error_class": "",
                          "error_message": "never ready", "at": int(now)}
     assert [e["vm"] for e in errors[1:3]] == ["vm11", "vm10"]
+
+
+def test_activity_shows_who_asked_and_the_published_wait(hist: Api) -> None:
+    """A request's own ``user`` (who asked) wins over its token's user; its priority and the
+    on-demand manager's published position and estimate are shown."""
+    r = hist.redis
+    now = hist.clock.now()
+    r.zadd(schema.provisioning_processing(), {"req-q": now - 5, "req-bad": now - 6})
+    r.hset(schema.odrequest("req-q"), mapping={"token:user": "jo", "user": "alice",
+                                               "priority": "high", "requested": "deb-1:deb-1:3"})
+    WaitStore(r).publish_waits({"req-q": Wait(4, now + 95.4, now)}, [])
+    r.hset(schema.waits(), "req-bad", "not a wait")
+    rows = {q["id"]: q for q in hist.client.simulate_get("/dashboard/stats/activity")
+            .json["requests"]}
+    assert {k: rows["req-q"][k] for k in ("user", "priority", "queue_position",
+                                          "estimated_ready_at")} == {
+        "user": "alice", "priority": "high", "queue_position": 4,
+        "estimated_ready_at": round(now + 95.4)}
+    assert rows["req-bad"]["queue_position"] is None
 
 
 def test_activity_when_nothing_happens(hist: Api) -> None:

@@ -86,7 +86,7 @@ def test_get_shows_the_reason_of_a_failure_but_the_ttls_message(
     store = RequestStore(redis_client)
     ids = []
     for text in ("Impossible request: no", "The request exceeded ondemand_request_ttl of 7 "
-                 "minutes"):
+                 "minutes", "Internal error: KeyError('secret-host')"):
         rid = a.client.simulate_post("/api/v3/ondemandvm",
                                      body=json.dumps({"pool1": 1})).json["request_id"]
         assert store.fail(rid, [Entry("pool1", "pool1", 1)], reason=text, ttl=60)[0]
@@ -94,4 +94,5 @@ def test_get_shows_the_reason_of_a_failure_but_the_ttls_message(
     messages = [a.client.simulate_get(f"/api/v3/ondemandvm/{rid}").json["message"]
                 for rid in ids]
     assert messages == ["Impossible request: no", "The request failed to provision instances "
-                        "within the configured ondemand_request_ttl '7'"]
+                        "within the configured ondemand_request_ttl '7'",
+                        "The request failed on an internal error (the manager's log says more)"]

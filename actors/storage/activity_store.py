@@ -18,13 +18,16 @@ __all__ = ["ActivityStore", "InFlight"]
 @dataclass(frozen=True, slots=True)
 class InFlight:
     """An on-demand request waiting or being provisioned. ``status`` is None while the
-    request hash has none (vmpooler writes ``pending`` only once it is processed)."""
+    request hash has none (vmpooler writes ``pending`` only once it is processed); ``user``
+    is who asked (ours, docs/fairness.md), else the token's user; ``priority`` None for a
+    request written without one."""
 
     request_id: str
     created: float
     status: str | None
     user: str | None
     requested: str | None
+    priority: str | None = None
 
 
 def _text(value: Any) -> str:
@@ -58,12 +61,13 @@ class ActivityStore:
         pipe = self.client.pipeline(transaction=False)
         keys = [schema.odrequest(request_id) for request_id, _ in ids]
         for key in keys:
-            pipe.hmget(key, "status", "token:user", "requested")
+            pipe.hmget(key, "status", "token:user", "requested", "user", "priority")
         replies = tolerant_results(pipe, keys, "hash", self.wrong_type)
         found = [
-            InFlight(request_id, created, _text(status) or None, _text(user) or None,
-                     _text(requested) or None)
-            for (request_id, created), (status, user, requested)
-            in zip(ids, (r or (None, None, None) for r in replies), strict=True)
+            InFlight(request_id, created, _text(status) or None,
+                     _text(asker) or _text(user) or None, _text(requested) or None,
+                     _text(priority) or None)
+            for (request_id, created), (status, user, requested, asker, priority)
+            in zip(ids, (r or (None,) * 5 for r in replies), strict=True)
         ]
         return found, letters

@@ -108,6 +108,19 @@ class WaitStore:
             pipe.expire(key, WAITS_TTL)
         pipe.execute()
 
+    def waits(self, request_ids: Sequence[str]) -> dict[str, Wait]:
+        """The published waits of ``request_ids`` (one round trip; those without one, or
+        with a malformed one, are left out)."""
+        if not request_ids:
+            return {}
+        values = self.client.hmget(schema.waits(), list(request_ids))
+        found = {}
+        for request_id, value in zip(request_ids, values, strict=True):
+            wait = None if value is None else Wait.decode(maybe_text(value) or "")
+            if wait is not None:
+                found[request_id] = wait
+        return found
+
     def wait(self, request_id: str) -> Wait | None:
         """The published wait of one request, or None."""
         value = maybe_text(self.client.hget(schema.waits(), request_id))

@@ -9,9 +9,11 @@
 * ``GET /dashboard/stats/activity`` — ``{"now", "requests", "errors"}``: the on-demand
   requests in flight (waiting or being provisioned, newest 50) with ``id``, ``created``
   (epoch), ``age`` and ``deadline`` (``created + ondemand_request_ttl`` minutes, epoch),
-  ``status``, ``user`` and ``requested``; and the 10 newest dead-letter entries of every
+  ``status``, ``user`` (who asked), ``priority``, ``requested``, and once the on-demand manager
+  placed it in its clone queue ``queue_position`` and ``estimated_ready_at`` (epoch; both
+  null before: docs/fairness.md "Honest waits"); and the 10 newest dead-letter entries of every
   queue (``vmpooler__dlq__*``), newest first, with ``queue``, ``vm``, ``pool``,
-  ``error_class``, ``error_message`` and ``at`` (epoch). Two round trips. With ``:auth:``
+  ``error_class``, ``error_message`` and ``at`` (epoch). Three round trips. With ``:auth:``
   configured, ``id`` and ``user`` are only given to a request presenting a valid
   ``X-AUTH-TOKEN`` (one round trip more): a request id names the request's VMs through
   ``GET /ondemandvm/<id>``. Anyone else (the dashboard page in a browser) gets each request
@@ -29,6 +31,7 @@ import redis
 
 from vmpooler.actors.storage.activity_store import ActivityStore
 from vmpooler.actors.storage.history_store import RETENTION, HistoryStore, Point, rates
+from vmpooler.actors.storage.wait_store import WaitStore
 from vmpooler.web.api_errors import json_body
 
 __all__ = ["REPEAT", "Activity", "History", "vmpooler_history"]
@@ -94,6 +97,7 @@ class Activity:
     def __init__(self, client: redis.Redis, ttl_minutes: int, now: Callable[[], float],
                  shows_requesters: Callable[[falcon.Request], bool]) -> None:
         self._store = ActivityStore(client)
+        self._waits = WaitStore(client)
         self._ttl = max(0, int(ttl_minutes)) * 60
         self._now = now
         self._shows_requesters = shows_requesters
@@ -102,13 +106,18 @@ class Activity:
         now = self._now()
         in_flight, letters = self._store.read(_REQUESTS, _ERRORS)
         shown = self._shows_requesters(req)
+        waits = self._waits.waits([r.request_id for r in in_flight])
         requests = []
         for r in in_flight:
             who = {"id": r.request_id} if shown else {}
+            wait = waits.get(r.request_id)
             requests.append({
                 **who, "created": int(r.created), "age": max(0, int(now - r.created)),
                 "deadline": int(r.created) + self._ttl, "status": r.status or "pending",
                 **({"user": r.user or ""} if shown else {}), "requested": r.requested or "",
+                "priority": r.priority or "normal",
+                "queue_position": None if wait is None else wait.position,
+                "estimated_ready_at": None if wait is None else round(wait.ready_at),
             })
         errors = [{"queue": e.queue, "vm": e.vm, "pool": e.pool, "error_class": e.error_class,
                    "error_message": e.error_message, "at": e.epoch}

@@ -88,6 +88,7 @@ def _authorised(req: falcon.Request, ctx: ApiContext) -> str | None:
 _NOT_GIVEN = object()
 
 _TTL_REASON = "The request exceeded ondemand_request_ttl"
+_INTERNAL_REASON = "Internal error"
 """How the failure reason of a request failed at its TTL starts (vmpooler's ``message``
 is shown for it; any other reason is shown as it is)."""
 
@@ -175,6 +176,8 @@ def describe(ctx: ApiContext, record: RequestRecord,
         return 200, body
     if record.status == "failed":
         reason = record.failure_reason or ""
+        if reason.startswith(_INTERNAL_REASON):  # an exception's text is for the log only
+            reason = "The request failed on an internal error (the manager's log says more)"
         body["message"] = (reason if reason and not reason.startswith(_TTL_REASON) else (
             "The request failed to provision instances within the configured "
             f"ondemand_request_ttl '{ctx.config.settings.ondemand_request_ttl}'"))

@@ -415,7 +415,7 @@
     setText("requests-count", "(" + requests.length + ")");
     var tbody = $("request-rows");
     if (!requests.length) {
-      placeholderRow(tbody, 5, "None.");
+      placeholderRow(tbody, 8, "None.");
     } else {
       tbody.replaceChildren.apply(tbody, requests.map(function (r) {
         var tr = el("tr", "");
@@ -427,7 +427,17 @@
         if (hidden) { name.title = "request ids and users need an API token"; }
         tr.appendChild(name);
         tr.appendChild(el("td", hidden ? "muted" : "", hidden ? "hidden" : (r.user || "–")));
+        tr.appendChild(el("td", r.priority === "normal" ? "muted" : "", r.priority || "normal"));
         tr.appendChild(el("td", "", duration(Math.max(0, nowMs / 1000 - r.created))));
+        // The clone queue's estimate (docs/fairness.md "Honest waits"): VMs granted before
+        // this request's next one, and when its last VM should be ready.
+        var placed = r.queue_position !== null && r.queue_position !== undefined;
+        tr.appendChild(el("td", placed ? "num" : "num muted", placed ? fmt(r.queue_position) : "–"));
+        var eta = r.estimated_ready_at;
+        var cell = el("td", eta ? "" : "muted", eta ? (eta * 1000 <= nowMs ? "due" :
+          "≈ " + duration(eta - nowMs / 1000)) : "–");
+        if (eta) { cell.title = new Date(eta * 1000).toLocaleString(); }
+        tr.appendChild(cell);
         var left = r.deadline - nowMs / 1000;
         var dl = el("td", left < 0 ? "late" : "",
           left < 0 ? "overdue by " + duration(-left) : "in " + duration(left));
