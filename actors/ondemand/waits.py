@@ -46,6 +46,11 @@ FORESEEN_PER_QUEUED = 4
 80 % busy the requests arriving while a queue drains bring four VMs for each one queued
 (rho / (1 - rho)); the bound keeps an overloaded queue's play finite."""
 
+FORESEEN_MAX = 1000
+"""Foreseen VMs played, at most, whatever the queue's length: a long queue's far future is
+guessed from its arrivals as they come (the play is redone at every change), and the play's
+cost stays within about twice that of the queue alone."""
+
 _DEFAULT = PoolTimes(DEFAULT_TIME, DEFAULT_TIME)
 _FORESEEN = "\0foreseen:"  # the key prefix of expected requests (no request id has a NUL)
 
@@ -58,8 +63,9 @@ def estimate(slots: CloneSlots, running: Iterable[str], times: Mapping[str, Pool
     taken (``tasks__ondemandclone``, every manager's). ``arrivals``: the requests expected
     to arrive meanwhile, soonest first (:meth:`Arrivals.expected`), each joining the queue
     when its time comes (at most :data:`FORESEEN_PER_QUEUED` VMs per VM queued, or per
-    slot, in all); a position counts queued VMs only. Trims ``slots.cloning`` of clones long
-    over. O((queued + foreseen) x log) after a copy of the queue."""
+    slot, and :data:`FORESEEN_MAX`, in all); a position counts queued VMs only. Trims
+    ``slots.cloning`` of clones long over. O((queued + foreseen) x log) after a copy of the
+    queue."""
     def of(pool: str) -> PoolTimes:
         return times.get(pool, _DEFAULT)
 
@@ -86,7 +92,7 @@ def estimate(slots: CloneSlots, running: Iterable[str], times: Mapping[str, Pool
     queue = copy.deepcopy(slots.wants)  # played forward; the manager's queue is left alone
     coming = iter(arrivals if arrivals is not None else ())
     arrival = next(coming, None)
-    room = FORESEEN_PER_QUEUED * (queued + limit)  # foreseen VMs at most (the cost's bound)
+    room = min(FORESEEN_MAX, FORESEEN_PER_QUEUED * (queued + limit))  # the cost's bound
     index = 0  # real VMs played
     while index < queued:
         start = max(ends[0], now)
