@@ -10,7 +10,10 @@ pools' owners) and becoming ready its pool's ready time after it started. Slots 
 when the clones this manager knows of end; the others (another manager's, grants not yet
 answered) are taken to be spread evenly over one clone time. A request's position is the
 number of VMs played before its first queued one (0 when it has none queued: every VM it
-misses is cloning); its estimate is when its last VM, queued or cloning, is ready.
+misses is cloning); its estimate is when its last VM, queued or cloning, is ready. The
+requests expected to arrive meanwhile (:class:`~.arrivals.Arrivals`, learned from the
+manager's :meth:`WaitBoard.arrived`) join the played queue when their time comes: a request's
+later VMs wait for them too, one turn each.
 
 Publication: only the entries that changed (a position, or an estimate by a second or more),
 and those of requests no longer running deleted, in one round trip, at most once per
