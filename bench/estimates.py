@@ -47,7 +47,7 @@ from vmpooler.actors.storage.connection import connect  # noqa: E402
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis  # noqa: E402
 from vmpooler.actors.storage.wait_store import WaitStore  # noqa: E402
 from vmpooler.actors.system import PoolerSystem  # noqa: E402
-from vmpooler.providers.base import ProviderContext  # noqa: E402
+from vmpooler.providers.base import ProviderContext, VmInfo  # noqa: E402
 from vmpooler.web.cli.replay_provider import ReplayProvider, SimulatedSleep  # noqa: E402
 
 __all__ = ["Result", "run"]
@@ -64,24 +64,33 @@ class Result:
     error_p50: float  # relative error |actual - estimated| / estimated
     error_p90: float
     bias: float  # median of (actual - estimated) / estimated: > 0 when estimates are short
+    later_within: float  # the same, of the estimate read half-way through the wait
+    later_error_p50: float  # (against the wait left at that read)
+    later_bias: float
     wait_p50: float
     simulated_s: float
 
 
 class _Varied(ReplayProvider):
-    """Clones take a seeded uniform time between ``low`` and ``high`` seconds."""
+    """Clones take a uniform time between ``low`` and ``high`` seconds, drawn from the seed
+    and the VM's name (so the draw does not depend on which worker thread asks first)."""
 
     def __init__(self, context: ProviderContext, *, sleeper: SimulatedSleep, low: float,
                  high: float, seed: int) -> None:
         super().__init__(context, clone_time=(low + high) / 2, sleeper=sleeper)
-        self._draws = random.Random(seed)
+        self._seed = seed
         self._bounds = (low, high)
-        self._draw_lock = threading.Lock()
+        self._current = threading.local()  # the VM the calling worker clones
+
+    def create_vm(self, pool: str, vm: str, *, template: str | None = None,
+                  clone_target: str | None = None) -> VmInfo:
+        self._current.vm = vm
+        return super().create_vm(pool, vm, template=template, clone_target=clone_target)
 
     @property  # type: ignore[override]
     def clone_time(self) -> float:
-        with self._draw_lock:
-            return self._draws.uniform(*self._bounds)
+        vm = getattr(self._current, "vm", "")
+        return random.Random(f"{self._seed}:{vm}").uniform(*self._bounds)
 
     @clone_time.setter
     def clone_time(self, _value: float) -> None:
@@ -103,12 +112,40 @@ def _config(pools: int, limit: int) -> Config:
                                            settings={})})
 
 
+def _arrivals(rng: random.Random, requests: int, rate: float,
+              burst: int) -> list[float]:
+    """Arrival times of ``requests`` requests: bursts of 1..``burst`` requests (uniform)
+    arriving together, the bursts a Poisson process keeping ``rate`` requests a second."""
+    times: list[float] = []
+    t = 0.0
+    while len(times) < requests:
+        t += rng.expovariate(rate / ((1 + burst) / 2))
+        size = rng.randint(1, burst) if burst > 1 else 1  # (one draw fewer: seeds as before)
+        times.extend([t] * min(size, requests - len(times)))
+    return times
+
+
+def _judge(pairs: list[tuple[float, float]], tolerance: float) -> tuple[float, float,
+                                                                          float, float]:
+    """``(within, error p50, error p90, bias)`` of ``(estimated wait, actual wait)`` pairs."""
+    errors = sorted(abs(a - e) / e for e, a in pairs)
+    signed = [(a - e) / e for e, a in pairs]
+    if not errors:
+        return 0.0, 0.0, 0.0, 0.0
+    within = sum(1 for e in errors if e <= tolerance) / len(errors)
+    return (round(within, 3), round(statistics.median(errors), 3),
+            round(errors[int(0.9 * (len(errors) - 1))], 3), round(statistics.median(signed), 3))
+
+
 def run(client: redis.Redis, *, requests: int = 200, seed: int = 1, pools: int = 2,
         limit: int = 4, max_vms: int = 3, load: float = 0.8, clone_min: float = 45.0,
-        clone_max: float = 75.0, tolerance: float = 0.3, warmup: int = 10) -> Result:
+        clone_max: float = 75.0, tolerance: float = 0.3, warmup: int = 10, burst: int = 1,
+        users: int = 0) -> Result:
     """Run the load over ``client`` (flushed first) and measure the estimates of the
     requests after the first ``warmup`` (before the pools have published clone times, the
-    estimates assume two minutes a clone)."""
+    estimates assume two minutes a clone). ``burst``: requests arrive in bursts of 1 to
+    that many at once (the load unchanged); ``users``: the requests belong to that many
+    users, drawn at random (0: each request is a user of its own)."""
     client.flushdb()
     config = _config(pools, limit)
     clock = FakeClock()
@@ -120,18 +157,14 @@ def run(client: redis.Redis, *, requests: int = 200, seed: int = 1, pools: int =
     rng = random.Random(seed)
     mean_clone = (clone_min + clone_max) / 2
     rate = load * limit / mean_clone / ((1 + max_vms) / 2)  # requests per second
-    arrivals: list[float] = []
-    t = 0.0
-    for _ in range(requests):
-        t += rng.expovariate(rate)
-        arrivals.append(t)
+    arrivals = _arrivals(rng, requests, rate, burst)
     system = PoolerSystem.start(
         config, redis_client=client, clock=clock, scheduler=clock, metrics=NullMetrics(),
         providers={"dummy": provider}, hostnames=HostnameGenerator(rng=random.Random(seed)),
         resolver=lambda _f: False, task_interval=3600.0, consume_commands=False)
     waits = WaitStore(client)
     created: dict[str, float] = {}
-    estimated: dict[str, float] = {}
+    seen: dict[str, list[tuple[float, float]]] = {}  # request -> (read at, ready_at) changes
     ready: dict[str, float] = {}
     heapq.heapify(arrivals)
     try:
@@ -141,7 +174,8 @@ def run(client: redis.Redis, *, requests: int = 200, seed: int = 1, pools: int =
             while arrivals and arrivals[0] <= now:
                 heapq.heappop(arrivals)
                 pool = f"est-{rng.randrange(pools)}"
-                rid = system.request_ondemand({pool: rng.randint(1, max_vms)})
+                user = f"user-{rng.randrange(users)}" if users else None
+                rid = system.request_ondemand({pool: rng.randint(1, max_vms)}, user=user)
                 created[rid] = clock.now()
             open_ids = [r for r in created if r not in ready]
             if open_ids:
@@ -153,8 +187,10 @@ def run(client: redis.Redis, *, requests: int = 200, seed: int = 1, pools: int =
                         ready[rid] = clock.now()
                     elif status is not None:
                         raise RuntimeError(f"request {rid} {status}")
-                    elif rid not in estimated and (w := waits.wait(rid)) is not None:
-                        estimated[rid] = w.ready_at
+                    elif (w := waits.wait(rid)) is not None:
+                        history = seen.setdefault(rid, [])
+                        if not history or history[-1][1] != w.ready_at:
+                            history.append((clock.now(), w.ready_at))
             steps = [d for d in (clock.next_due(), sleeper.next_wake(),
                                  (arrivals[0] - now) if arrivals else None) if d is not None]
             if not steps:
@@ -165,23 +201,26 @@ def run(client: redis.Redis, *, requests: int = 200, seed: int = 1, pools: int =
     finally:
         sleeper.stop()
         system.stop()
-    errors, waited, signed = [], [], []
+    first: list[tuple[float, float]] = []
+    later: list[tuple[float, float]] = []
+    waited: list[float] = []
     warm = sorted(created.values())[min(len(created) - 1, warmup)]
     for rid, at in ready.items():
-        if rid not in estimated or created[rid] < warm:
+        history = seen.get(rid)
+        if not history or created[rid] < warm:
             continue
-        est_wait = max(1.0, estimated[rid] - created[rid])
-        actual = at - created[rid]
-        waited.append(actual)
-        errors.append(abs(actual - est_wait) / est_wait)
-        signed.append((actual - est_wait) / est_wait)
-    errors.sort()
-    within = sum(1 for e in errors if e <= tolerance) / max(1, len(errors))
-    return Result(requests=requests, measured=len(errors), within=round(within, 3),
-                  tolerance=tolerance, error_p50=round(statistics.median(errors), 3),
-                  error_p90=round(errors[int(0.9 * (len(errors) - 1))], 3),
-                  bias=round(statistics.median(signed), 3),
-                  wait_p50=round(statistics.median(waited), 1), simulated_s=round(simulated))
+        waited.append(at - created[rid])
+        first.append((max(1.0, history[0][1] - created[rid]), at - created[rid]))
+        halfway = created[rid] + (at - created[rid]) / 2  # the estimate read half-way
+        read_at, ready_at = ([h for h in history if h[0] <= halfway] or history)[-1]
+        later.append((max(1.0, ready_at - read_at), at - read_at))
+    within, p50, p90, bias = _judge(first, tolerance)
+    later_within, later_p50, _p90, later_bias = _judge(later, tolerance)
+    return Result(requests=requests, measured=len(first), within=within,
+                  tolerance=tolerance, error_p50=p50, error_p90=p90, bias=bias,
+                  later_within=later_within, later_error_p50=later_p50,
+                  later_bias=later_bias, wait_p50=round(statistics.median(waited), 1),
+                  simulated_s=round(simulated))
 
 
 def main() -> None:
@@ -195,6 +234,10 @@ def main() -> None:
     parser.add_argument("--clone-min", type=float, default=45.0)
     parser.add_argument("--clone-max", type=float, default=75.0)
     parser.add_argument("--tolerance", type=float, default=0.3)
+    parser.add_argument("--burst", type=int, default=1,
+                        help="requests arrive in bursts of 1 to this many at once")
+    parser.add_argument("--users", type=int, default=0,
+                        help="the requests' users (0: each request a user of its own)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="vmpooler-bench-est-") as data, EmbeddedRedis(
@@ -203,7 +246,7 @@ def main() -> None:
         result = run(client, requests=args.requests, seed=args.seed, pools=args.pools,
                      limit=args.limit, max_vms=args.max_vms, load=args.load,
                      clone_min=args.clone_min, clone_max=args.clone_max,
-                     tolerance=args.tolerance)
+                     tolerance=args.tolerance, burst=args.burst, users=args.users)
     print(json.dumps(asdict(result), indent=2))
     if args.json:
         args.json.write_text(json.dumps(asdict(result), indent=2))

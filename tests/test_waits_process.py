@@ -69,3 +69,44 @@ def test_waits_over_http(tmp_path: Path, redis_server: EmbeddedRedis,
     body = call("GET", f"{base}/ondemandvm/{rid}")[1]
     assert body["message"] == ("Impossible request: 6 VMs of pool 'a' asked for, more than it "
                                "can ever hold (max_pool_size 5)")
+
+
+def test_a_multi_vm_request_foresees_the_arrivals_over_http(
+        tmp_path: Path, redis_server: EmbeddedRedis, redis_client: redis.Redis,
+        processes: list[subprocess.Popen[str]]) -> None:
+    """One clone slot, clones that outlast the test (the pool has published no times: two
+    minutes each). Six one-VM requests, then one of two VMs: its second VM waits its turn
+    behind the requests expected to arrive meanwhile (seven in the first seconds: one every
+    ~86 s), so its estimate is several clones beyond the queue's own play (its two VMs
+    after the ones ahead: about (position + 3) x 120 s)."""
+    config = write_config(tmp_path / "waits.yaml", redis_port=redis_server.port,
+                          pools={"a": 0}, dummy={"createvm_max_time": 900})
+    document = yaml.safe_load(config.read_text())
+    document[":config"].update({"ondemand_clone_limit": 1, "max_pool_size": 5})
+    config.write_text(yaml.safe_dump(document))
+    port = free_port()
+    base = f"http://127.0.0.1:{port}/api/v3"
+    spawn(processes, "run", "--config", str(config), "--bind", f"127.0.0.1:{port}",
+          cwd=tmp_path, log=tmp_path / "run.log")
+
+    def answering() -> bool:
+        try:
+            return call("GET", f"{base}/vm")[0] == 200
+        except OSError:
+            return False
+
+    wait_until(answering, 30, "the API to answer")
+    for _ in range(6):
+        assert call("POST", f"{base}/ondemandvm", {"a": 1})[0] == 201
+    status, body = call("POST", f"{base}/ondemandvm", {"a": 2})
+    assert status == 201, body
+    rid = body["request_id"]
+
+    def placed() -> dict | None:  # type: ignore[type-arg]
+        status, body = call("GET", f"{base}/ondemandvm/{rid}")
+        return body if status == 202 and "queue_position" in body else None
+
+    wait = wait_until(placed, 20, "the two-VM request's wait",
+                      explain=lambda: (tmp_path / "run.log").read_text()[-3000:])
+    assert wait["queue_position"] >= 4, wait
+    assert wait["estimated_ready_in"] > (wait["queue_position"] + 6) * 120, wait

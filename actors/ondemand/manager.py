@@ -174,9 +174,9 @@ class OnDemandManager(SupervisedActor):
             case RequestChanged():
                 self._changed(message)
             case WantRequestVms():
-                self.slots.want(message.request_id, message.wants,
-                                Owner(message.user or message.request_id, message.priority,
-                                      message.share))
+                owner = Owner(message.user or message.request_id, message.priority, message.share)
+                self.waits.arrived(message.request_id, message.wants, owner)
+                self.slots.want(message.request_id, message.wants, owner)
             case RequestCloneAnswered():
                 self._answered(message)
             case RequestSlotFreed():

@@ -10,7 +10,10 @@ pools' owners) and becoming ready its pool's ready time after it started. Slots 
 when the clones this manager knows of end; the others (another manager's, grants not yet
 answered) are taken to be spread evenly over one clone time. A request's position is the
 number of VMs played before its first queued one (0 when it has none queued: every VM it
-misses is cloning); its estimate is when its last VM, queued or cloning, is ready.
+misses is cloning); its estimate is when its last VM, queued or cloning, is ready. The
+requests expected to arrive meanwhile (:class:`~.arrivals.Arrivals`, learned from the
+manager's :meth:`WaitBoard.arrived`) join the played queue when their time comes: a request's
+later VMs wait for them too, one turn each.
 
 Publication: only the entries that changed (a position, or an estimate by a second or more),
 and those of requests no longer running deleted, in one round trip, at most once per
@@ -20,6 +23,7 @@ writes the whole difference again).
 
 from __future__ import annotations
 
+import copy
 import heapq
 import logging
 import statistics
@@ -27,8 +31,10 @@ from collections.abc import Iterable, Mapping
 
 import redis
 
-from vmpooler.actors.ondemand.slots import CloneSlots
+from vmpooler.actors.ondemand.arrivals import Arrival, Arrivals
+from vmpooler.actors.ondemand.slots import CloneSlots, Want
 from vmpooler.actors.runtime.clock import Clock
+from vmpooler.actors.runtime.fair_share import Owner
 from vmpooler.actors.storage.wait_store import DEFAULT_TIME, PoolTimes, Wait, WaitStore
 
 __all__ = ["MIN_INTERVAL", "WaitBoard", "estimate"]
@@ -38,15 +44,31 @@ log = logging.getLogger(__name__)
 MIN_INTERVAL = 1.0
 """Seconds between two publications, at least."""
 
+FORESEEN_PER_QUEUED = 4
+"""Foreseen VMs played, at most, per VM queued (or per clone slot, whichever is more): at
+80 % busy the requests arriving while a queue drains bring four VMs for each one queued
+(rho / (1 - rho)); the bound keeps an overloaded queue's play finite."""
+
+FORESEEN_MAX = 1000
+"""Foreseen VMs played, at most, whatever the queue's length: a long queue's far future is
+guessed from its arrivals as they come (the play is redone at every change), and the play's
+cost stays within about twice that of the queue alone."""
+
 _DEFAULT = PoolTimes(DEFAULT_TIME, DEFAULT_TIME)
+_FORESEEN = "\0foreseen:"  # the key prefix of expected requests (no request id has a NUL)
 
 
 def estimate(slots: CloneSlots, running: Iterable[str], times: Mapping[str, PoolTimes],
-             in_use: int, *, now: float) -> dict[str, tuple[int, float]]:
+             in_use: int, *, now: float,
+             arrivals: Iterable[Arrival] | None = None) -> dict[str, tuple[int, float]]:
     """``request -> (position, ready at)`` (monotonic seconds, like ``now``) for the
     ``running`` requests that have VMs queued or cloning; ``in_use``: on-demand clone slots
-    taken (``tasks__ondemandclone``, every manager's). Trims ``slots.cloning`` of clones
-    long over."""
+    taken (``tasks__ondemandclone``, every manager's). ``arrivals``: the requests expected
+    to arrive meanwhile, soonest first (:meth:`Arrivals.expected`), each joining the queue
+    when its time comes (at most :data:`FORESEEN_PER_QUEUED` VMs per VM queued, or per
+    slot, and :data:`FORESEEN_MAX`, in all); a position counts queued VMs only. Trims
+    ``slots.cloning`` of clones long over. O((queued + foreseen) x log) after a copy of the
+    queue."""
     def of(pool: str) -> PoolTimes:
         return times.get(pool, _DEFAULT)
 
@@ -70,14 +92,30 @@ def estimate(slots: CloneSlots, running: Iterable[str], times: Mapping[str, Pool
     heapq.heapify(ends)
     wanted = set(running)
     result: dict[str, tuple[int, float]] = {}
-    for index, (request_id, want) in enumerate(slots.wants.order()):
-        pool = of(want.pool)
-        start = heapq.heappop(ends) if ends else now
-        heapq.heappush(ends, max(start, now) + pool.clone)
+    queue = copy.deepcopy(slots.wants)  # played forward; the manager's queue is left alone
+    coming = iter(arrivals if arrivals is not None else ())
+    arrival = next(coming, None)
+    room = min(FORESEEN_MAX, FORESEEN_PER_QUEUED * (queued + limit))  # the cost's bound
+    index = 0  # real VMs played
+    while index < queued:
+        start = max(ends[0], now)
+        while arrival is not None and arrival.at <= start and room > 0:
+            queue.extend(f"{_FORESEEN}{arrival.at}:{room}",
+                         [Want("", pool, arrival.at) for pool in arrival.pools], arrival.owner)
+            room -= len(arrival.pools)
+            arrival = next(coming, None)
+        popped = queue.pop()
+        if popped is None:
+            break
+        request_id, want = popped
+        heapq.heapreplace(ends, start + of(want.pool).clone)
+        if request_id.startswith(_FORESEEN):
+            continue
+        index += 1
         if request_id not in wanted:
             continue
-        position, ready = result.get(request_id, (index, now))
-        result[request_id] = (position, max(ready, max(start, now) + pool.ready))
+        position, ready = result.get(request_id, (index - 1, now))
+        result[request_id] = (position, max(ready, start + of(want.pool).ready))
     for request_id, started in slots.cloning.items():
         if request_id not in wanted:
             continue
@@ -97,6 +135,14 @@ class WaitBoard:
         self.published: dict[str, Wait] = {}
         self.last = float("-inf")  # monotonic time of the last publication
         self.dirty = False  # something changed since
+        self.arrivals = Arrivals(start=clock.monotonic())
+
+    def arrived(self, request_id: str, wants: tuple[tuple[str, str], ...],
+                owner: Owner) -> None:
+        """A request asked for clones (``(alias, pool)`` each): learned as an arrival
+        (:meth:`Arrivals.arrived`) for the estimates to foresee its like."""
+        self.arrivals.arrived(request_id, tuple(pool for _alias, pool in wants), owner,
+                              at=self.clock.monotonic())
 
     def due_in(self) -> float:
         """Seconds until a publication is allowed (0: now)."""
@@ -107,7 +153,10 @@ class WaitBoard:
         requests no longer running. May raise ``redis.RedisError`` (nothing recorded)."""
         now_m, now_e = self.clock.monotonic(), self.clock.now()
         self.last, self.dirty = now_m, False
-        found = estimate(self.slots, running, self.store.times(), in_use, now=now_m)
+        running = set(running)
+        self.arrivals.forget(running)
+        found = estimate(self.slots, running, self.store.times(), in_use, now=now_m,
+                         arrivals=self.arrivals.expected(now=now_m))
         current = {r: Wait(position, now_e + (ready - now_m), now_e)
                    for r, (position, ready) in found.items()}
         changed = {r: w for r, w in current.items()
