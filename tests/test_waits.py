@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 
 import redis
 
@@ -129,6 +130,25 @@ def test_the_board_publishes_what_changed_and_deletes_what_finished(
     r2 = store.wait("r2")
     assert r2 is not None and r2.position == 0
     assert 0 < redis_client.ttl(schema.waits()) <= 3600
+
+
+def test_a_long_play_spaces_the_publications_out(redis_client: redis.Redis) -> None:
+    """With thousands of requests queued the play takes a while: publications then wait ten
+    times its duration, so the manager spends at most a tenth of its time on estimates."""
+    clock = FakeClock()
+    s = slots(redis_client, clock, limit=1)
+    store = WaitStore(redis_client)
+    store.publish_times("a", A)
+    board = WaitBoard(slots=s, store=store, clock=clock)
+    board.publish([], in_use=0)
+    assert board.due_in() == 1.0  # a short play: once a second
+    running = [f"r{n}" for n in range(3000)]
+    for request_id in running:
+        s.wants.extend(request_id, [_want("a"), _want("a")])
+    started = time.perf_counter()
+    board.publish(running, in_use=0)
+    took = time.perf_counter() - started
+    assert board.due_in() > 1.0 and board.due_in() <= 10 * took, (board.due_in(), took)
 
 
 def test_a_pool_publishes_the_medians_of_its_times(redis_client: redis.Redis) -> None:
