@@ -30,14 +30,10 @@ clone slots among them.
 * **One record per request** (:class:`.tracking.Tracked`): its actor, its recent crashes,
   a predecessor's actors being stopped, whether it waits for them or for the back-off.
 * **Fair clone slots** (:class:`.slots.CloneSlots`, :class:`.granting.Granting`). One
-  manager, the granter (the holder of a lease; a manager alone always), queues the wanted
-  VMs of every manager's requests in a :class:`FairShareQueue` (priority class, users by
-  share, round robin: docs/fairness.md); the others pass their requests' wants on to it,
-  and on a change of granter every request sends its wants again. It hands them out while
-  ``tasks__ondemandclone`` plus grants not yet answered stays under
-  ``ondemand_clone_limit``, as :class:`CloneForRequest` to the pool actor carrying the
-  request's fence; its answer, and each freed slot (:class:`RequestSlotFreed`), lets the
-  next one go.
+  manager, the granter (a lease's holder; a manager alone always), queues every manager's
+  requests' wants (docs/fairness.md) and grants while ``tasks__ondemandclone`` plus grants
+  not yet answered stays under ``ondemand_clone_limit`` (:class:`CloneForRequest`, with
+  the request's fence); answers and freed slots (:class:`RequestSlotFreed`) let the next go.
 * **Honest waits** (:class:`.waits.WaitBoard`). After a change of the queue the granter
   publishes each request's position and estimated ready time, at most once a second.
 """

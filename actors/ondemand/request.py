@@ -265,9 +265,9 @@ class RequestActor(PooledSupervisedActor):
                     self._finish(status)
 
     def _cloning(self, vm: str, key: tuple[str, str]) -> None:
-        """``vm``'s clone started for ``key``. An outcome heard before (its pool's word comes
-        straight here, the start through the manager) is applied now: a failure is counted,
-        a delivered VM is not on its way any more."""
+        """``vm``'s clone started for ``key``. An outcome heard before (the two may come
+        through different managers) is applied now: a failure is counted, a delivered VM is
+        not on its way any more."""
         self.vms.cloning(vm, key)
         if vm not in self.vms.early:
             return
