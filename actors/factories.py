@@ -16,6 +16,7 @@ from typing import Any
 import pykka
 import redis
 
+from vmpooler.actors.cluster.granter import GrantLease
 from vmpooler.actors.cluster.heartbeat import Heartbeat
 from vmpooler.actors.cluster.lease_policy import LeasePolicy
 from vmpooler.actors.cluster.membership import Membership
@@ -241,13 +242,15 @@ class ActorFactories:
             leases = RequestLeases(manager=self.manager_id, leases=LeaseStore(res.client),
                                    heartbeats=HeartbeatStore(res.client), clock=self.clock,
                                    ttl=own.ttl, stale_after=own.stale_after)
+            granter = GrantLease(manager=self.manager_id, leases=LeaseStore(res.client),
+                                 clock=self.clock, ttl=own.ttl)
             return OnDemandManager.start(
                 store=self.requests, directory=self.directory, request_factory=request_factory,
                 clone_limit=cfg.settings.ondemand_clone_limit,
                 sweep_interval=float(cfg.settings.check_loop_delay_min),
                 data_ttl_hours=cfg.redis.data_ttl, clock=self.clock, scheduler=res.scheduler,
                 metrics=res.metrics, supervisor=supervisor, policy=self.restart_policy,
-                leases=leases, remote=self.remote,
+                leases=leases, remote=self.remote, granter=granter,
             )
 
         return factory

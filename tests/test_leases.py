@@ -77,7 +77,7 @@ def test_a_sole_owner_always_acts_and_fences_nothing() -> None:
     sole.release()  # nothing to give up
     requests = SoleRequests("m")
     assert requests.take("r") and requests.holds("r") and requests.fence("r") is None
-    assert requests.claimable(["r", "s"]) == ["r", "s"] and requests.renew() == []
+    assert requests.claimable(["r", "s"]) == ["r", "s"] and requests.renew() == {}
     assert requests.owner("r") == "m" and requests.renew_interval is None
 
 

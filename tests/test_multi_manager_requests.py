@@ -1,8 +1,9 @@
 """On-demand requests over three ``vmpooler manager`` processes on one Redis: each request
 is run by the manager holding its lease, its VMs cloned by the managers owning their pools
-(messages between them through the managers' inboxes); one manager is SIGKILLed while its
-requests' clones are in flight, and the others take its requests over within the lease TTL.
-Every request ends ready with exactly the VMs it asked for, and the clones started, counted
+and granted by the one granting every manager's clone slots (messages between them through
+the managers' inboxes); the granter is SIGKILLed while its requests' clones are in
+flight, and the others take its requests (and the grants) over within the lease TTL. Every
+request ends ready with exactly the VMs it asked for, and the clones started, counted
 per request and per pool from the managers' logs, show no work done twice."""
 
 from __future__ import annotations
@@ -108,10 +109,14 @@ def test_requests_are_run_once_over_three_managers_and_survive_a_sigkill(
     # Spread: every manager runs some requests; kill one while its clones are in flight.
     wait_until(lambda: set(request_holders(redis_client, ids).values()) == pids, 20,
                "the requests spread over the three managers")
-    victim = managers[0]
+    # The victim is the granter of on-demand clone slots: its queue holds every request's
+    # wants; the survivors' requests send theirs again to the next granter.
+    granter = wait_until(lambda: redis_client.get(schema.lease("grants", "ondemand")), 10)
+    index = next(n for n, m in enumerate(managers) if f":{m.pid}:" in granter)
+    victim = managers[index]
 
     def victim_cloning() -> list[str]:
-        text = logs[0].read_text()
+        text = logs[index].read_text()
         done = set(FINISHED.findall(text))
         return [vm for _p, vm, _r in CLONED.findall(text) if vm not in done]
 
@@ -122,7 +127,7 @@ def test_requests_are_run_once_over_three_managers_and_survive_a_sigkill(
     victim.send_signal(signal.SIGKILL)
     victim.wait(timeout=10)
     killed_at = time.monotonic()
-    victim_text = logs[0].read_text()
+    victim_text = logs[index].read_text()
     lost_in_victim = {vm for _p, vm, _r in CLONED.findall(victim_text)} - set(
         FINISHED.findall(victim_text))
     survivors = pids - {victim.pid}
@@ -156,7 +161,7 @@ def test_requests_are_run_once_over_three_managers_and_survive_a_sigkill(
     started = clones(logs)
     by_vm = collections.Counter(vm for _p, vm, _r, _n in started)
     assert max(by_vm.values()) == 1, "a VM was cloned twice"
-    lost = {vm for _p, vm, _r, n in started if n == 0 and vm in lost_in_victim}
+    lost = {vm for _p, vm, _r, n in started if n == index and vm in lost_in_victim}
     per_request = collections.Counter(r for _p, _vm, r, _n in started)
     lost_per_request = collections.Counter(r for _p, vm, r, _n in started if vm in lost)
     for r in ids:
@@ -174,9 +179,12 @@ def test_requests_are_run_once_over_three_managers_and_survive_a_sigkill(
     crossed = [r for r in ids if any(pools_then[e.pool] != holders_then[r] for e in asked[r])]
     assert crossed, (holders_then, pools_then)
     assert taken_after <= TTL + 6
-    for m in managers[1:]:
+    granter_now = redis_client.get(schema.lease("grants", "ondemand")) or ""
+    assert any(f":{pid}:" in granter_now for pid in survivors), granter_now
+    others = [m for m in managers if m is not victim]
+    for m in others:
         m.send_signal(signal.SIGTERM)
-    for m in managers[1:]:
+    for m in others:
         assert m.wait(timeout=20) == 0
     assert all("Traceback" not in log.read_text() for log in logs if log.exists())
     assert not [k for k in redis_client.scan_iter(schema.lease("request", "*"))], (

@@ -343,7 +343,7 @@ def test_manager_crash_leaves_one_actor_per_request(redis_client: redis.Redis) -
         wait_until(lambda: redis_client.scard(schema.pending("a")) == 2)
         old_manager = h.system.actor_ref("ondemand")
         old_request = h.system.actor_ref(f"request:{rid}")
-        old_manager.tell(WantRequestVms("poison", (("no-pool",),)))  # type: ignore[arg-type]
+        old_manager.tell(WantRequestVms(rid, (("no-pool",),)))  # type: ignore[arg-type]
         wait_until(lambda: not old_manager.is_alive(), 10, "the manager to crash")
         wait_until(lambda: any(isinstance(m, RestartActor) for _, m in h.clock.pending()))
         h.clock.advance(2)  # the supervisor's back-off

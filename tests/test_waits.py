@@ -14,7 +14,6 @@ from tests.api_harness import api, api_config, api_pool
 from tests.harness import context_for, make_config, pool, started, wait_until
 from tests.test_ondemand import HeldClones
 from vmpooler.actors.cluster.remote import LocalOnly
-from vmpooler.actors.cluster.request_leases import SoleRequests
 from vmpooler.actors.messages import RequestCloneAnswered
 from vmpooler.actors.metrics.backends import NullMetrics
 from vmpooler.actors.ondemand.slots import CloneSlots, Grant, Want
@@ -56,8 +55,7 @@ def test_ahead_of_counts_what_is_handed_out_before_a_keys_next() -> None:
 def slots(client: redis.Redis, clock: FakeClock, limit: int) -> CloneSlots:
     """Clone slots whose grants go nowhere (no pool actor: every grant is left queued)."""
     return CloneSlots(store=RequestStore(client), directory=ActorDirectory(), clone_limit=limit,
-                      clock=clock, metrics=NullMetrics(), remote=LocalOnly(),
-                      leases=SoleRequests(), runs=lambda _r: True)
+                      clock=clock, metrics=NullMetrics(), remote=LocalOnly())
 
 
 def test_a_queue_of_requests_gets_positions_and_estimates(redis_client: redis.Redis) -> None:
@@ -96,6 +94,7 @@ def test_an_answered_grant_is_recorded_as_cloning(redis_client: redis.Redis) -> 
     s = slots(redis_client, clock, limit=1)
     s.answered(RequestCloneAnswered("r1", "a", "a", "vm1", grant=7))  # not ours: ignored
     assert s.cloning == {}
+    s.known["r1"] = ""  # it asked (s.want would grant at once)
     s.granted[1] = _grant("r1")
     s.answered(RequestCloneAnswered("r1", "a", "a", "vm1", grant=1))
     assert s.cloning == {"r1": [("a", clock.monotonic())]}

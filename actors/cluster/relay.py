@@ -44,6 +44,8 @@ from vmpooler.actors.messages import (
     RequestVmCloning,
     RequestVmFailed,
     RequestVmReady,
+    WantRequestVms,
+    WithdrawRequest,
 )
 from vmpooler.actors.runtime.supervisor import ActorDirectory
 from vmpooler.actors.storage.inbox_store import InboxStore
@@ -60,7 +62,8 @@ BACKOFF = (0.25, 10.0)  # seconds: first and longest wait after a failed read
 
 WIRE_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     CloneForRequest, PoolChanged, PoolHandedOver, RequestChanged, RequestCloneAnswered,
-    RequestPoolBlocked, RequestSlotFreed, RequestVmCloning, RequestVmFailed, RequestVmReady)}
+    RequestPoolBlocked, RequestSlotFreed, RequestVmCloning, RequestVmFailed, RequestVmReady,
+    WantRequestVms, WithdrawRequest)}
 """The messages that may travel between managers, by class name."""
 
 

@@ -129,14 +129,17 @@ class RequestLeases:
                       state.lease.token)
         return True
 
-    def renew(self) -> list[str]:
+    def renew(self) -> dict[str, str]:
         """Renew every lease held, in one round trip; the requests whose lease was lost
-        (forgotten here)."""
+        (forgotten here), each with the lease value it was held under."""
         ids = list(self.held)
         kept = self.holder.renew_many([self.held[r] for r in ids])
-        lost = [r for r, ok in zip(ids, kept, strict=True) if not ok]
-        for request_id in lost:
+        lost: dict[str, str] = {}
+        for request_id, ok in zip(ids, kept, strict=True):
+            if ok:
+                continue
             lease = self.held.pop(request_id)
+            lost[request_id] = lease.value
             log.warning("[!] request '%s': lease token %d lost; its actor here stops",
                         request_id, lease.token)
         return lost
@@ -185,8 +188,8 @@ class SoleRequests:
     def take(self, request_id: str) -> bool:
         return True
 
-    def renew(self) -> list[str]:
-        return []
+    def renew(self) -> dict[str, str]:
+        return {}
 
     def release(self, request_id: str) -> None:
         return None

@@ -65,9 +65,11 @@ from vmpooler.actors.messages.request_flow import (
     RequestVmCloning,
     RequestVmFailed,
     RequestVmReady,
+    ResendWants,
     SweepRequests,
     VerifyInFlight,
     WantRequestVms,
+    WithdrawRequest,
     request_actor_name,
 )
 from vmpooler.actors.messages.supervision import (
@@ -127,6 +129,7 @@ __all__ = [
     "RequestVmCloning",
     "RequestVmFailed",
     "RequestVmReady",
+    "ResendWants",
     "RestartActor",
     "RevertSnapshot",
     "RunHealthCheck",
@@ -141,5 +144,6 @@ __all__ = [
     "VerifyInFlight",
     "WantCloneSlot",
     "WantRequestVms",
+    "WithdrawRequest",
     "request_actor_name",
 ]

@@ -18,9 +18,11 @@ __all__ = [
     "RequestVmCloning",
     "RequestVmFailed",
     "RequestVmReady",
+    "ResendWants",
     "SweepRequests",
     "VerifyInFlight",
     "WantRequestVms",
+    "WithdrawRequest",
     "request_actor_name",
 ]
 
@@ -59,16 +61,42 @@ class PublishWaits:
 
 @dataclass(frozen=True, slots=True)
 class WantRequestVms:
-    """Request actor → on-demand manager: clone one VM for each ``(alias, pool)`` in
-    ``wants``, when a slot is free and it is this request's turn. Empty ``wants``
+    """Request actor → its on-demand manager → the granter: clone one VM for each ``(alias,
+    pool)`` in ``wants``, when a slot is free and it is this request's turn. Empty ``wants``
     withdraws everything the request still has queued. ``user``, ``priority`` and ``share``
-    say who asked (docs/fairness.md); ``user`` '' counts the request as a user of its own."""
+    say who asked (docs/fairness.md); ``user`` '' counts the request as a user of its own.
+    The granter keeps, per request, the ``fence`` with the highest token heard: an older
+    one is ignored, a newer one (the request's new holder) replaces what the request had
+    queued, and its grants carry it."""
 
     request_id: str
     wants: tuple[tuple[str, str], ...]
     user: str = ""
     priority: str = "normal"
     share: float = 1.0
+    whole: bool = False  # ``wants`` is all the request has queued: replaces what was
+    fence: str = ""  # the request's lease value (set by the manager running it; '': none)
+    forwarded: bool = False  # passed on by the manager running the request to the granter
+
+
+@dataclass(frozen=True, slots=True)
+class WithdrawRequest:
+    """On-demand manager running a request → the granter (the on-demand manager granting
+    every manager's clone slots): the request no longer runs there (finished, its actor
+    crashed or its lease was lost); forget its queued VMs, its clones and its wait. Ignored
+    when the granter has heard from a newer holding of the request (a ``fence`` with a
+    higher token)."""
+
+    request_id: str
+    fence: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ResendWants:
+    """On-demand manager → its request actors: the granter changed; send everything still
+    queued again (a :class:`WantRequestVms` with ``whole`` set)."""
+
+    request_id: str
 
 
 @dataclass(frozen=True, slots=True)

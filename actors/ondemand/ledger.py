@@ -32,8 +32,9 @@ class Ledger:
     ``in_flight``: ``vm -> entry`` of the VMs cloning or booting for it; ``queued``: VMs
     asked of the manager whose clone has not started; ``early``: ``vm -> outcome`` of VMs
     whose failure (the message) or delivery (None) was heard before their clone's start.
-    A pool tells a request of its VM's outcome directly, but of its clone's start through
-    the on-demand manager, so the two may arrive in either order."""
+    The pool actor tells a request of its clone's start and of its VM's outcome, but the
+    two may come from different managers (the pool changed owner between them, or the
+    request its actor), so they may arrive in either order."""
 
     entries: dict[EntryKey, Entry] = field(default_factory=dict)
     delivered: Counter[EntryKey] = field(default_factory=Counter)

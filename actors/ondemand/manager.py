@@ -29,16 +29,12 @@ clone slots among them.
   take, is not started here: a ``RequestChanged`` for it goes on to that manager.
 * **One record per request** (:class:`.tracking.Tracked`): its actor, its recent crashes,
   a predecessor's actors being stopped, whether it waits for them or for the back-off.
-* **Fair clone slots** (:class:`.slots.CloneSlots`). Wanted VMs queue per request in a
-  :class:`FairShareQueue` (by priority class, then between users weighted by share, then
-  round robin between a user's requests: docs/fairness.md) and are handed out while
-  ``tasks__ondemandclone`` (counted in Redis by the pool actors' clone scripts) plus grants
-  not yet answered stays under ``ondemand_clone_limit``. A grant goes to the pool actor as
-  :class:`CloneForRequest` (which passes it on to the manager owning the pool) carrying the
-  request's fence, so a grant made under a lease since lost clones nothing; its answer, and
-  each finished clone (:class:`RequestSlotFreed`, from any manager), lets the next one go.
-* **Honest waits** (:class:`.waits.WaitBoard`). After a change of the queue each request's
-  position and estimated ready time are published for the API, at most once a second.
+* **Fair clone slots** (:class:`.slots.CloneSlots`, :class:`.granting.Granting`). One
+  manager, the granter (a lease's holder; a manager alone always), queues every manager's
+  requests' wants (docs/fairness.md) and grants while ``tasks__ondemandclone`` plus grants
+  not yet answered stays under ``ondemand_clone_limit`` (:class:`CloneForRequest`, with
+  the request's fence); answers and freed slots (:class:`RequestSlotFreed`) let the next go.
+* **Honest waits** (:class:`.waits.WaitBoard`): the granter publishes each request's place.
 """
 
 from __future__ import annotations
@@ -51,6 +47,7 @@ from typing import Any
 import pykka
 import redis
 
+from vmpooler.actors.cluster.granter import GrantRole, SoleGranter
 from vmpooler.actors.cluster.remote import LocalOnly, Remote
 from vmpooler.actors.cluster.request_leases import (
     KIND,
@@ -68,17 +65,17 @@ from vmpooler.actors.messages import (
     RequestCloneAnswered,
     RequestFinished,
     RequestSlotFreed,
-    RequestVmCloning,
     SweepRequests,
     WantRequestVms,
+    WithdrawRequest,
     request_actor_name,
 )
 from vmpooler.actors.metrics.backends import Metrics
+from vmpooler.actors.ondemand.granting import Granting
 from vmpooler.actors.ondemand.slots import CloneSlots
 from vmpooler.actors.ondemand.tracking import Tracker
 from vmpooler.actors.ondemand.waits import WaitBoard
 from vmpooler.actors.runtime.clock import Clock, Scheduler, Timer
-from vmpooler.actors.runtime.fair_share import Owner
 from vmpooler.actors.runtime.pooled import notify_when_stopped
 from vmpooler.actors.runtime.restart_policy import RestartHistory, RestartPolicy
 from vmpooler.actors.runtime.supervisor import ActorDirectory, SupervisedActor
@@ -118,6 +115,7 @@ class OnDemandManager(SupervisedActor):
         policy: RestartPolicy | None = None,
         leases: RequestLeases | None = None,
         remote: Remote | None = None,
+        granter: GrantRole | None = None,
     ) -> None:
         super().__init__(name="ondemand", supervisor=supervisor)
         self.remote: Remote = remote or LocalOnly()
@@ -134,9 +132,12 @@ class OnDemandManager(SupervisedActor):
         self.scheduler = scheduler
         self.metrics = metrics
         self.tracked = Tracker()  # one record per request this manager knows of
+        role = granter if granter is not None else SoleGranter(self.remote.member)
         self.slots = CloneSlots(store=store, directory=directory, clone_limit=clone_limit,
                                 clock=clock, metrics=metrics, remote=self.remote,
-                                leases=self.leases, runs=self.tracked.runs)
+                                granting=lambda: role.granting)
+        self.granting = Granting(role=role, slots=self.slots, remote=self.remote,
+                                 leases=self.leases, tracked=self.tracked)
         self.waits = WaitBoard(slots=self.slots, store=WaitStore(store.client), clock=clock)
         self.waits_timer: Timer | None = None
 
@@ -152,6 +153,7 @@ class OnDemandManager(SupervisedActor):
                 self.directory.remove(name)
             else:
                 self._retire(name.removeprefix(_PREFIX), ref)
+        self.granting.start()
         self.actor_ref.tell(SweepRequests())
         self._arm_renewal()
 
@@ -162,7 +164,8 @@ class OnDemandManager(SupervisedActor):
             ref.stop(block=False)
         with contextlib.suppress(redis.RedisError):  # whoever takes them publishes again
             self.waits.store.publish_waits({}, list(self.waits.published))
-        try:  # the other managers take the requests at once
+        try:  # the other managers take the requests (and the grants) at once
+            self.granting.role.release()
             self.leases.release_all()
         except redis.RedisError as exc:
             log.warning("[!] [ondemand] request leases not released: %s; they expire in "
@@ -174,11 +177,12 @@ class OnDemandManager(SupervisedActor):
             case RequestChanged():
                 self._changed(message)
             case WantRequestVms():
-                owner = Owner(message.user or message.request_id, message.priority, message.share)
-                self.waits.arrived(message.request_id, message.wants, owner)
-                self.slots.want(message.request_id, message.wants, owner)
+                if (queued := self.granting.want(message)) is not None:  # we grant: learn it
+                    self.waits.arrived(message.request_id, *queued)
+            case WithdrawRequest():
+                self.granting.withdrawn(message)
             case RequestCloneAnswered():
-                self._answered(message)
+                self.slots.answered(message)
             case RequestSlotFreed():
                 self.slots.freed()
             case RequestFinished(request_id=request_id):
@@ -193,8 +197,8 @@ class OnDemandManager(SupervisedActor):
                 self._renew()
             case PublishWaits():
                 self._publish_waits()
-        if isinstance(message, (WantRequestVms, RequestCloneAnswered, RequestFinished,
-                                SweepRequests, ActorCrashed)):
+        if isinstance(message, (WantRequestVms, WithdrawRequest, RequestCloneAnswered,
+                                RequestFinished, SweepRequests, ActorCrashed)):
             self._waits_changed()
 
     # -- honest waits ---------------------------------------------------------------------------
@@ -211,10 +215,10 @@ class OnDemandManager(SupervisedActor):
 
     def _publish_waits(self) -> None:
         self.waits_timer = None
-        if not self.waits.dirty:
+        if not self.waits.dirty or not self.granting.here:  # the granter publishes them
             return
         try:
-            self.waits.publish(self.tracked.running(), self.store.ondemand_clones())
+            self.waits.publish(set(self.slots.known), self.store.ondemand_clones())
         except redis.RedisError as exc:  # the next change (or the sweep) publishes again
             log.debug("[ondemand] waits not published: %s", exc)
 
@@ -249,12 +253,15 @@ class OnDemandManager(SupervisedActor):
 
     def _sweep(self) -> None:
         try:
-            waiting = [r for r in self.store.waiting()
+            in_flight = self.store.waiting()
+            waiting = [r for r in in_flight
                        if (ref := self.tracked.ref(r)) is None or not ref.is_alive()]
             for request_id in self.leases.claimable(waiting):
                 self._start(request_id)
             self.store.prune_tasks(keep=self.tracked.running())
+            self.slots.prune(set(in_flight))
             self.slots.regrant_lost()
+            self.granting.refresh()  # a new granter seen: the wants go to it again
             self.slots.freed()
         except redis.RedisError as exc:
             log.error("[!] [ondemand] %s: %s; retrying in %.0fs", redis_failure(exc), exc,
@@ -311,7 +318,7 @@ class OnDemandManager(SupervisedActor):
         self.tracked.tidy(request_id)
 
     def _finished(self, request_id: str) -> None:
-        self.slots.drop(request_id)
+        self.granting.withdraw(request_id, self.granting.fence(request_id))
         if record := self.tracked.get(request_id):
             record.ref = record.restarts = None
             record.backing_off = False
@@ -324,20 +331,23 @@ class OnDemandManager(SupervisedActor):
         self.slots.grant()
 
     def _arm_renewal(self) -> None:
-        interval = self.leases.renew_interval
-        if interval is not None:  # leases to renew (a sole manager has none)
-            self.scheduler.tell_later(interval, self.actor_ref, RenewRequestLeases())
+        intervals = [i for i in (self.leases.renew_interval, self.granting.renew_interval)
+                     if i is not None]
+        if intervals:  # leases to renew (a sole manager has none)
+            self.scheduler.tell_later(min(intervals), self.actor_ref, RenewRequestLeases())
 
     def _renew(self) -> None:
-        """Renew every request lease held; a request whose lease was lost stops here."""
+        """Renew every request lease held (a request whose lease was lost stops here) and
+        the granter's lease (or see who holds it)."""
         self._arm_renewal()
+        self.granting.refresh()
         try:
             lost = self.leases.renew()
         except redis.RedisError as exc:
             log.debug("[ondemand] request leases not renewed: %s", exc)
             return
-        for request_id in lost:
-            self.slots.drop(request_id)
+        for request_id, fence in lost.items():
+            self.granting.withdraw(request_id, fence)
             record = self.tracked.get(request_id)
             if record is None:
                 continue
@@ -348,7 +358,8 @@ class OnDemandManager(SupervisedActor):
 
     def _crashed(self, message: ActorCrashed) -> None:
         request_id = message.name.removeprefix(_PREFIX)
-        self.slots.drop(request_id)  # the restarted actor asks again for what it misses
+        # the restarted actor asks again for what it misses
+        self.granting.withdraw(request_id, self.granting.fence(request_id))
         record = self.tracked.of(request_id)
         record.ref = None
         self.directory.remove(message.name)
@@ -387,14 +398,3 @@ class OnDemandManager(SupervisedActor):
             log.warning("[!] request '%s' not failed here: %s", request_id, exc)
         except redis.RedisError as exc:
             log.error("[!] request '%s' could not be failed: %s", request_id, exc)
-
-    # -- clone slots ----------------------------------------------------------------------------
-
-    def _answered(self, message: RequestCloneAnswered) -> None:
-        if message.vm is not None:  # the request's actor (this manager granted it) hears
-            ref = self.tracked.ref(message.request_id)  # of its VM on its way
-            if ref is not None:
-                with contextlib.suppress(pykka.ActorDeadError):
-                    ref.tell(RequestVmCloning(message.request_id, message.alias, message.pool,
-                                              message.vm))
-        self.slots.answered(message)

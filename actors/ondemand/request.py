@@ -52,6 +52,7 @@ from vmpooler.actors.messages import (
     RequestVmCloning,
     RequestVmFailed,
     RequestVmReady,
+    ResendWants,
     VerifyInFlight,
     WantRequestVms,
     request_actor_name,
@@ -256,15 +257,17 @@ class RequestActor(PooledSupervisedActor):
                     self._fail(reason)
             case VerifyInFlight():
                 self._verify_in_flight()
+            case ResendWants():
+                self._resend_wants()
             case RequestChanged():
                 status = self.store.status(self.request_id)
                 if status is not None:
                     self._finish(status)
 
     def _cloning(self, vm: str, key: tuple[str, str]) -> None:
-        """``vm``'s clone started for ``key``. An outcome heard before (its pool's word comes
-        straight here, the start through the manager) is applied now: a failure is counted,
-        a delivered VM is not on its way any more."""
+        """``vm``'s clone started for ``key``. An outcome heard before (the two may come
+        through different managers) is applied now: a failure is counted, a delivered VM is
+        not on its way any more."""
         self.vms.cloning(vm, key)
         if vm not in self.vms.early:
             return
@@ -398,10 +401,21 @@ class RequestActor(PooledSupervisedActor):
     def _ask_for_missing(self) -> None:
         wants = self.vms.take_missing()
         if wants:
-            origin = self.origin or RequestOrigin(self.request_id)
-            user = "" if origin.user == self.request_id else origin.user  # a user of its own
-            self._tell_manager(WantRequestVms(self.request_id, tuple(wants), user,
-                                              origin.priority, origin.share))
+            self._tell_manager(self._wants(tuple(wants)))
+
+    def _resend_wants(self) -> None:
+        """The granter changed: everything still queued is sent again, replacing what the
+        granter had (none while in grace: nothing is queued then)."""
+        queued = self.vms.queued_counts()
+        self._tell_manager(self._wants(
+            tuple(key for key, n in queued.items() for _ in range(n)), whole=True))
+
+    def _wants(self, wants: tuple[tuple[str, str], ...], *, whole: bool = False,
+               ) -> WantRequestVms:
+        origin = self.origin or RequestOrigin(self.request_id)
+        user = "" if origin.user == self.request_id else origin.user  # a user of its own
+        return WantRequestVms(self.request_id, wants, user, origin.priority, origin.share,
+                              whole=whole)
 
     def _sync_tasks(self, stale: tuple[Entry, ...] = ()) -> None:
         """Mirror the queued clones in ``vmpooler__odcreate__task`` (none once finished)."""

@@ -34,6 +34,7 @@ from vmpooler.actors.messages import (
     RequestCloneAnswered,
     RequestPoolBlocked,
     RequestSlotFreed,
+    RequestVmCloning,
     RequestVmFailed,
     RequestVmReady,
     request_actor_name,
@@ -112,7 +113,11 @@ class OnDemandVms:
     # -- telling their requests -------------------------------------------------------------------
     def clone_answered(self, msg: CloneForRequest, vm: str | None) -> None:
         """Answer the on-demand manager's ``CloneForRequest`` (``vm`` None: not started),
-        in the manager that granted it."""
+        in the manager that granted it; a started clone is told to the request's actor
+        first (``RequestVmCloning``), wherever it runs."""
+        if vm is not None:
+            self._tell_request(msg.request_id,
+                               RequestVmCloning(msg.request_id, msg.alias, self.name, vm))
         answer = RequestCloneAnswered(msg.request_id, msg.alias, self.name, vm,
                                       grant=msg.grant)
         if msg.reply_to and msg.reply_to != self.remote.member:

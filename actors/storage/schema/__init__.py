@@ -488,7 +488,8 @@ def history_clones() -> str:
 
 
 def lease(kind: str, name: str) -> str:
-    """String (ours): the lease of one owned thing, ``kind`` ``pool`` or ``request``.
+    """String (ours): the lease of one owned thing, ``kind`` ``pool``, ``request`` or
+    ``grants`` (the granter of on-demand clone slots, name ``ondemand``).
     Value ``<token> <holder>`` (holder = manager id); it expires after the lease TTL unless
     its holder renews it (:mod:`vmpooler.actors.storage.lease_store`)."""
     return f"{_P}lease__{kind}__{name}"
