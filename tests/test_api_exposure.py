@@ -35,7 +35,9 @@ def test_activity_names_requests_and_users_only_with_a_token(redis_client: redis
         assert body["requesters"] is False
         assert body["requests"] == [{"created": int(a.clock.now() - 10), "age": 10,
                                      "deadline": int(a.clock.now() - 10) + 300,
-                                     "status": "pending", "requested": "deb-1:2"}]
+                                     "status": "pending", "requested": "deb-1:2",
+                                     "priority": "normal", "queue_position": None,
+                                     "estimated_ready_at": None}]
         assert "req-secret" not in result.text and "alice" not in result.text
     shown = a.client.simulate_get(ACTIVITY, headers={"X-AUTH-TOKEN": TOKEN}).json
     assert shown["requesters"] is True
