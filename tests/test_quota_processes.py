@@ -1,7 +1,9 @@
 """Quotas end to end: ``vmpooler api`` (gunicorn, 2 workers) and ``vmpooler manager`` as
 separate processes over the session's redis-server, spoken to over real HTTP with the tokens
 of three users: a group's larger ``vms_held``, the default's, ``ondemand_in_flight`` held
-across both API workers by concurrent clients, and the ``/status`` usage view."""
+across both API workers by concurrent clients, the ``/status`` usage view, and the
+``lifetime_hours`` cap on VMs checked out and taken from ready (``ondemand_from_ready``),
+whose take is logged in the pool's checkout log."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, free_port
 pytestmark = pytest.mark.integration
 
 QUOTAS = {
-    "default": {"vms_held": 2, "ondemand_in_flight": 1},
+    "default": {"vms_held": 2, "ondemand_in_flight": 1, "lifetime_hours": 5},
     "groups": {"release": {"vms_held": 3}},
     "members": {"release": ["alice"]},
 }
@@ -54,10 +56,11 @@ def base(tmp_path: Path, redis_server: EmbeddedRedis,
          redis_client: redis.Redis) -> Iterator[str]:
     """The API's base URL; a manager and a 2-worker API with auth and quotas."""
     path = write_config(tmp_path / "quotas.yaml", redis_port=redis_server.port,
-                        pools={"alpha": 6}, dummy={"createvm_max_time": 1})
+                        pools={"alpha": 6, "beta": 1}, dummy={"createvm_max_time": 1})
     document = yaml.safe_load(path.read_text())
     document[":auth"] = {"provider": "dummy"}
     document[":quotas"] = QUOTAS
+    document[":pools"][1]["ondemand_from_ready"] = True  # beta
     path.write_text(yaml.safe_dump(document))
     port = free_port()
     started: list[subprocess.Popen[str]] = []
@@ -75,8 +78,8 @@ def base(tmp_path: Path, redis_server: EmbeddedRedis,
 
     try:
         wait_until(answering, 30, "the API to answer")
-        wait_until(lambda: redis_client.scard(schema.ready("alpha")) == 6, 30,
-                   "the pool to fill")
+        wait_until(lambda: redis_client.scard(schema.ready("alpha")) == 6
+                   and redis_client.scard(schema.ready("beta")) == 1, 30, "the pools to fill")
         yield url
     finally:
         for process in started:
@@ -91,7 +94,8 @@ def base(tmp_path: Path, redis_server: EmbeddedRedis,
             assert "Traceback" not in (tmp_path / log).read_text(), log
 
 
-def test_users_are_held_to_their_quotas_across_api_processes(base: str) -> None:
+def test_users_are_held_to_their_quotas_across_api_processes(
+        base: str, redis_client: redis.Redis) -> None:
     tokens = {}
     for user in ("alice", "bob", "carol"):
         status, body = http("POST", f"{base}/token", basic=f"{user}:pw")
@@ -101,7 +105,11 @@ def test_users_are_held_to_their_quotas_across_api_processes(base: str) -> None:
     def take(user: str) -> tuple[int, Any]:
         return http("POST", f"{base}/vm", {"alpha": 1}, token=tokens[user])
 
-    assert [take("alice")[0] for _ in range(3)] == [200, 200, 200]  # group release: 3
+    alice = [take("alice") for _ in range(3)]
+    assert [status for status, _ in alice] == [200, 200, 200]  # group release: 3
+    for _, body in alice:  # vm_lifetime (24) capped by the default's lifetime_hours
+        assert redis_client.hget(schema.vm(body["alpha"]["hostname"].split(".")[0]),
+                                 "lifetime") == "5"
     status, body = take("alice")
     assert (status, body["reason"], body["quota"], body["limit"], body["in_use"]) == (
         429, "quota", "vms_held", 3, 3)
@@ -138,7 +146,16 @@ def test_users_are_held_to_their_quotas_across_api_processes(base: str) -> None:
     [request_id] = ids
     wait_until(lambda: http("GET", f"{base}/ondemandvm/{request_id}")[0] == 200, 60,
                "carol's request to be ready")
+    [vm] = redis_client.smembers(schema.request_vms(request_id, "alpha", "alpha"))
+    assert redis_client.hget(schema.vm(vm), "lifetime") == "5"  # a clone, capped
     carol = http("GET", f"{base}/status", token=tokens["carol"])[1]["users"]["carol"]
     assert (carol["vms_held"], carol["ondemand_in_flight"]) == (1, 0)
-    assert http("POST", f"{base}/ondemandvm", {"alpha": 1},
-                token=tokens["carol"])[0] == 201  # no longer in flight: room for one more
+    status, body = http("POST", f"{base}/ondemandvm", {"beta": 1}, token=tokens["carol"])
+    assert status == 201  # no longer in flight: room for one more
+    request_id = body["request_id"]
+    wait_until(lambda: http("GET", f"{base}/ondemandvm/{request_id}")[0] == 200, 60,
+               "carol's second request to be ready")
+    [vm] = redis_client.smembers(schema.request_vms(request_id, "beta", "beta"))
+    assert redis_client.hget(schema.vm(vm), "lifetime") == "5"  # taken from ready, capped
+    assert [member.split(":", 1)[1] for member in  # and logged as a checkout
+            redis_client.zrange(schema.demand("beta"), 0, -1)] == [vm]

@@ -14,6 +14,10 @@ A refusal is 429 ``{"ok": false, "reason": "quota", "quota": <limit name>, "limi
 the user: a token's user, ``anonymous``, a user ``:quotas: users`` names, else ``address``
 (client addresses never become label values).
 
+A VM handed to a user with a ``lifetime_hours`` limit (checked out, or delivered to its
+on-demand request) gets at most that lifetime (:func:`lifetime_cap`); a limit of 0 gives the
+shortest lifetime there is, one hour (a VM's lifetime of 0 means it never expires).
+
 What callers may rely on: the functions are pure but for :func:`refuse` (one metric) and
 :func:`record_request` (one script); thread-safe.
 """
@@ -34,8 +38,8 @@ from vmpooler.actors.storage.user_quota import (
 from vmpooler.web.api_context import ApiContext
 from vmpooler.web.api_errors import ApiError
 
-__all__ = ["ADDRESS_LABEL", "check_lifetime", "check_per_request", "metric_user",
-           "record_request", "refuse", "ticket_for"]
+__all__ = ["ADDRESS_LABEL", "check_lifetime", "check_per_request", "lifetime_cap",
+           "metric_user", "record_request", "refuse", "ticket_for"]
 
 ADDRESS_LABEL = "address"
 """The ``user`` tag of ``quota.refused`` for a user known only by its client address."""
@@ -112,17 +116,33 @@ def check_lifetime(ctx: ApiContext, asker: Requester, hours: int) -> None:
         raise refuse(ctx, asker, QuotaRefusal("lifetime_hours", limit, hours))
 
 
+def lifetime_cap(ctx: ApiContext, ticket: QuotaTicket | None, usual: int | None) -> int | None:
+    """The lifetime (hours) a VM handed under ``ticket`` must be given instead of ``usual``
+    (what it would be given without quotas; None: nothing, so ``vm_lifetime`` applies), or
+    None when ``usual`` stands: no ticket, no ``lifetime_hours`` limit, or a usual lifetime
+    within it. The cap is the limit, at least 1; a usual lifetime of 0 (never expires) is
+    longer than any."""
+    limit = None if ticket is None else ticket.limits.lifetime_hours
+    if limit is None:
+        return None
+    cap = max(1, limit)
+    hours = ctx.config.settings.vm_lifetime if usual is None else usual
+    return cap if hours <= 0 or hours > cap else None
+
+
 def record_request(ctx: ApiContext, asker: Requester, ticket: QuotaTicket, request_id: str,
                    entries: Sequence[Entry], *, token: str | None, token_user: str | None,
                    origin: RequestOrigin) -> bool:
     """Create an on-demand request within ``ticket`` (one script): False when the id is
     taken; the 429 raised when a limit refuses it (``vms_per_request`` is checked first,
-    without Redis)."""
+    without Redis). The VMs later handed to it get at most the user's ``lifetime_hours``
+    (:func:`lifetime_cap`, recorded with the request)."""
     asked = sum(entry.count for entry in entries)
     check_per_request(ctx, asker, ticket, asked)
+    usual = ctx.config.settings.vm_lifetime_auth if token else None  # as the request's actor
     outcome = UserQuotaStore(ctx.redis).create(
         request_id, entries, created=int(ctx.clock.now()), ticket=ticket, origin=origin,
-        token=token, token_user=token_user)
+        token=token, token_user=token_user, lifetime_cap=lifetime_cap(ctx, ticket, usual))
     if outcome.refusal is not None:
         raise refuse(ctx, asker, outcome.refusal, asked)
     return outcome.verdict is CreateVerdict.CREATED

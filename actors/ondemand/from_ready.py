@@ -15,6 +15,7 @@ import logging
 
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.ondemand.ledger import Ledger
+from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.lease_store import Fence
 from vmpooler.actors.storage.request_store import RequestStore
 
@@ -24,18 +25,21 @@ log = logging.getLogger(__name__)
 
 
 def take_ready(store: RequestStore, request_id: str, vms: Ledger, pools: frozenset[str], *,
-               now: str, lifetime: int | None, fence: Fence | None,
+               now: float, lifetime: int | None, fence: Fence | None,
                metrics: Metrics) -> list[str]:
     """Hand the request ready VMs of its entries whose pool is in ``pools``, counting them
-    in ``vms.delivered``; returns the pools it took from (each once). Raises what the store
+    in ``vms.delivered``; returns the pools it took from (each once). ``now`` (epoch seconds,
+    the request actor's clock) is each VM's checkout time, and each VM is logged in its
+    pool's checkout log at it, so demand sizing sees it as a checkout. Raises what the store
     raises (``redis.RedisError``, ``Fenced``): VMs taken before that stay counted in Redis
     and are found again by the caller's rebuild."""
     took: list[str] = []
     for key, entry in vms.entries.items():
         if entry.pool not in pools:
             continue
-        taken = store.take_ready(request_id, entry, entry.count - vms.delivered[key], now=now,
-                                 lifetime=lifetime, fence=fence)
+        taken = store.take_ready(request_id, entry, entry.count - vms.delivered[key],
+                                 now=timefmt.format_epoch(now), lifetime=lifetime,
+                                 epoch=now, fence=fence)
         if not taken:
             continue
         vms.delivered[key] += len(taken)

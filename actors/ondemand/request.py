@@ -394,7 +394,7 @@ class RequestActor(PooledSupervisedActor):
         those pools at once; only the rest is cloned."""
         lifetime = self.settings.vm_lifetime_auth if self.has_token else None
         for pool in take_ready(self.store, self.request_id, self.vms, self.from_ready,
-                               now=timefmt.format_epoch(self.clock.now()), lifetime=lifetime,
+                               now=self.clock.now(), lifetime=lifetime,
                                fence=self.fence, metrics=self.metrics):
             self.refill(pool)
 

@@ -307,7 +307,9 @@ class RequestStore:
     def attach(self, request_id: str, entry: Entry, vm: str, *, now: str,
                lifetime: int | None, fence: Fence | None = None) -> AttachOutcome:
         """Hand a ready VM to the request (pending → running), or retire it if the request
-        cannot take it. See ``RequestScripts.ATTACH``."""
+        cannot take it. ``lifetime`` (hours) is written to the VM when the request has a
+        token, capped by the request's ``quota_lifetime`` when it has one (written then even
+        without a token). See ``RequestScripts.ATTACH``."""
         return AttachOutcome(int(self._run(
             "ATTACH",
             [schema.odrequest(request_id), schema.pending(entry.pool),
@@ -318,12 +320,15 @@ class RequestStore:
         )))
 
     def take_ready(self, request_id: str, entry: Entry, want: int, *, now: str,
-                   lifetime: int | None, fence: Fence | None = None) -> list[str]:
+                   lifetime: int | None, epoch: float | None = None,
+                   fence: Fence | None = None) -> list[str]:
         """Hand up to ``want`` ready VMs of the entry's pool to the request at once
         (``ondemand_from_ready``), as :meth:`attach` hands a finished clone; returns those
-        taken (fewer when the pool has fewer, or a checkout took one first). Two round
-        trips: candidates are read, then moved by ``RequestScripts.TAKE_READY``, which
-        takes only those still ready."""
+        taken (fewer when the pool has fewer, or a checkout took one first). With ``epoch``
+        (``now`` as epoch seconds), each VM taken is logged in the pool's
+        :func:`~vmpooler.actors.storage.schema.demand` as a checkout is, in the same step.
+        Two round trips: candidates are read, then moved by ``RequestScripts.TAKE_READY``,
+        which takes only those still ready."""
         if want <= 0:
             return []
         candidates = self.client.srandmember(schema.ready(entry.pool), want * 2)
@@ -333,9 +338,10 @@ class RequestStore:
             "TAKE_READY",
             [schema.odrequest(request_id), schema.ready(entry.pool), schema.running(entry.pool),
              schema.request_vms(request_id, entry.alias, entry.pool),
-             schema.active(entry.pool)],
+             schema.active(entry.pool), schema.demand(entry.pool)],
             [now, entry.count, "" if lifetime is None else lifetime, schema.vm(""),
-             request_id, entry.alias, *candidates], fence,
+             request_id, entry.alias, "" if epoch is None else f"{epoch:.3f}",
+             schema.DEMAND_RETENTION, schema.DEMAND_MAX, *candidates], fence,
         ))
 
     def fulfil(self, request_id: str, entries: Sequence[Entry], *,

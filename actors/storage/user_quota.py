@@ -120,10 +120,12 @@ class UserQuotaStore:
 
     def create(self, request_id: str, entries: Sequence[Entry], *, created: int,
                ticket: QuotaTicket, origin: RequestOrigin, token: str | None = None,
-               token_user: str | None = None) -> QuotaCreate:
+               token_user: str | None = None, lifetime_cap: int | None = None
+               ) -> QuotaCreate:
         """Record and queue a new request of ``ticket.user`` if the id is free, the user has
         fewer requests in flight than ``ticket.limits.ondemand_in_flight`` and its held VMs plus the
-        request's stay within ``ticket.limits.vms_held``."""
+        request's stay within ``ticket.limits.vms_held``. With ``lifetime_cap`` (hours), every
+        VM later handed to the request gets at most that lifetime (field ``quota_lifetime``)."""
         asked = sum(entry.count for entry in entries)
         reply = self._create(
             keys=[schema.odrequest(request_id), schema.provisioning_request(),
@@ -131,7 +133,7 @@ class UserQuotaStore:
             args=[request_id, created, format_requested(entries), token or "",
                   token_user or "", *origin_args(origin),
                   _arg(ticket.limits.ondemand_in_flight), _arg(ticket.limits.vms_held), asked,
-                  ticket.index_text, schema.odrequest("")],
+                  ticket.index_text, schema.odrequest(""), _arg(lifetime_cap)],
         )
         code, first, second = (int(value) for value in reply)
         if code == 1:

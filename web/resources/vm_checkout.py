@@ -246,14 +246,15 @@ def allocate(req: falcon.Request, ctx: ApiContext, store: CheckoutStore,
     if token == "":
         raise unauthorized()
     lifetime = ctx.config.settings.vm_lifetime_auth
+    usual = lifetime if token is not None and lifetime and lifetime > 0 else None
     requested = [name for name, count in payload.items() for _ in range(count)]
     asker, ticket = _quota(req, ctx, token, len(requested))
+    capped = quota_guard.lifetime_cap(ctx, ticket, usual)
     units = [candidate_pools(ctx, name) for name in requested]
     now = ctx.clock.now()
     outcome = store.checkout(
         units, now=_now_text(now), epoch=now, token=token,
-        lifetime=lifetime if token is not None and lifetime and lifetime > 0 else None,
-        quota=ticket)
+        lifetime=usual if capped is None else capped, quota=ticket)
     if outcome.bad_token:
         raise unauthorized()
     if outcome.refused is not None and asker is not None:

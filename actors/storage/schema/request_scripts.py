@@ -24,7 +24,9 @@ pool's completed set.
 
 from __future__ import annotations
 
-__all__ = ["CREATE_WRITES", "RequestScripts"]
+from vmpooler.actors.storage.schema.checkout_scripts import DEMAND_LOG
+
+__all__ = ["CREATE_WRITES", "REQUEST_LIFETIME", "RequestScripts"]
 
 
 CREATE_WRITES = """
@@ -39,6 +41,21 @@ redis.call('ZADD', KEYS[2], tonumber(ARGV[2]), ARGV[1])
 """
 """The writes of a new request (KEYS and ARGV as ``RequestScripts.CREATE``), shared with the
 quota's create (``quota_scripts``)."""
+
+REQUEST_LIFETIME = """
+local function request_lifetime(request, usual)
+  local cap = tonumber(redis.call('HGET', request, 'quota_lifetime') or '')
+  if not cap then return usual end
+  local hours = tonumber(usual)
+  if hours and hours > 0 and hours < cap then return usual end
+  return tostring(cap)
+end
+"""
+"""Lua helper: ``request_lifetime(request hash key, usual)`` the lifetime (hours, '' = none
+written) a VM handed to the request gets: ``usual`` (what it gets without quotas), capped
+by the request's ``quota_lifetime`` (ours: written at its creation when the user's
+``lifetime_hours`` shortens its VMs' lifetime); a usual lifetime of 0 or none counts as
+longer than any cap."""
 
 
 class RequestScripts:
@@ -95,10 +112,11 @@ return {1, tostring(score), requested, redis.call('HGET', KEYS[1], 'retry_count'
     # ARGV[4] lifetime hours for a request with a token ('' = leave unset)
     # Hands a ready VM to its request: pending -> running, recorded as delivered and checked
     # out under the request's token. A VM the request cannot take (request finished or gone,
-    # entry already full) goes pending -> completed instead.
+    # entry already full) goes pending -> completed instead. The VM's ``lifetime`` is ARGV[4]
+    # (token only) capped by the request's ``quota_lifetime`` (REQUEST_LIFETIME).
     # Returns 1 attached, 2 already attached, 0 the VM is not pending (nothing written),
     #         -1 refused and moved to completed.
-    ATTACH = """
+    ATTACH = REQUEST_LIFETIME + """
 if redis.call('SISMEMBER', KEYS[5], ARGV[1]) == 1 then return 2 end
 local status = redis.call('HGET', KEYS[1], 'status')
 local refuse = redis.call('HEXISTS', KEYS[1], 'requested') == 0
@@ -113,29 +131,35 @@ redis.call('SADD', KEYS[5], ARGV[1])
 redis.call('HSET', KEYS[6], ARGV[1], ARGV[2])
 redis.call('HSET', KEYS[7], 'checkout', ARGV[2])
 local token = redis.call('HGET', KEYS[1], 'token:token')
+local usual = ''
 if token then
   redis.call('HSET', KEYS[7], 'token:token', token,
              'token:user', redis.call('HGET', KEYS[1], 'token:user') or '')
-  if ARGV[4] ~= '' then redis.call('HSET', KEYS[7], 'lifetime', ARGV[4]) end
+  usual = ARGV[4]
 end
+local lifetime = request_lifetime(KEYS[1], usual)
+if lifetime ~= '' then redis.call('HSET', KEYS[7], 'lifetime', lifetime) end
 return 1
 """
 
     # KEYS[1] request hash, KEYS[2] pool's ready set, KEYS[3] running, KEYS[4] the entry's
-    # delivered set, KEYS[5] pool's active hash
+    # delivered set, KEYS[5] pool's active hash, KEYS[6] pool's checkout log (schema.demand)
     # ARGV[1] now (vmpooler time string), ARGV[2] entry count, ARGV[3] lifetime hours for a
     # request with a token ('' = leave unset), ARGV[4] VM hash key prefix, ARGV[5] request
-    # id, ARGV[6] the entry's alias, ARGV[7..] candidate VMs (read from the ready set by the
-    # caller, so any of them may have been checked out or taken since)
+    # id, ARGV[6] the entry's alias, ARGV[7] epoch of now ('' = no checkout log), ARGV[8]
+    # seconds the log keeps, ARGV[9] members it keeps, ARGV[10..] candidate VMs (read from
+    # the ready set by the caller, so any of them may have been checked out or taken since)
     # ``ondemand_from_ready`` (ours): hands ready VMs to the request as ATTACH hands a
     # finished clone (ready -> running, recorded as delivered, checked out under the
-    # request's token; the VM hash also gets ``request_id`` and ``pool_alias``), while the
-    # request is in flight and the entry not full. A candidate counts only if this script
-    # moves it out of the ready set itself (SMOVE = 1): one taken meanwhile by a checkout or
-    # another request is skipped, so a VM never has two owners. A candidate whose hash is
-    # gone is left for the pool actor.
+    # request's token, ``lifetime`` as ATTACH writes it; the VM hash also gets
+    # ``request_id`` and ``pool_alias``), while the request is in flight and the entry not
+    # full. A candidate counts only if this script moves it out of the ready set itself
+    # (SMOVE = 1): one taken meanwhile by a checkout or another request is skipped, so a VM
+    # never has two owners. A candidate whose hash is gone is left for the pool actor. With
+    # an epoch, each VM taken is logged in the pool's checkout log as the checkout logs it
+    # (``<epoch>:<vm>``, DEMAND_LOG; a key of another type is left alone).
     # Returns the VMs taken (possibly none).
-    TAKE_READY = """
+    TAKE_READY = DEMAND_LOG + REQUEST_LIFETIME + """
 local status = redis.call('HGET', KEYS[1], 'status')
 if redis.call('HEXISTS', KEYS[1], 'requested') == 0 or (status and status ~= '') then
   return {}
@@ -143,8 +167,10 @@ end
 local room = tonumber(ARGV[2]) - redis.call('SCARD', KEYS[4])
 local token = redis.call('HGET', KEYS[1], 'token:token')
 local user = redis.call('HGET', KEYS[1], 'token:user') or ''
+local lifetime = request_lifetime(KEYS[1], token and ARGV[3] or '')
+local epoch, keep_s, keep_n = ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9])
 local taken = {}
-for i = 7, #ARGV do
+for i = 10, #ARGV do
   if room <= 0 then break end
   local vm = ARGV[i]
   local h = ARGV[4] .. vm
@@ -152,10 +178,9 @@ for i = 7, #ARGV do
     redis.call('SADD', KEYS[4], vm)
     redis.call('HSET', KEYS[5], vm, ARGV[1])
     redis.call('HSET', h, 'checkout', ARGV[1], 'request_id', ARGV[5], 'pool_alias', ARGV[6])
-    if token then
-      redis.call('HSET', h, 'token:token', token, 'token:user', user)
-      if ARGV[3] ~= '' then redis.call('HSET', h, 'lifetime', ARGV[3]) end
-    end
+    if token then redis.call('HSET', h, 'token:token', token, 'token:user', user) end
+    if lifetime ~= '' then redis.call('HSET', h, 'lifetime', lifetime) end
+    if epoch ~= '' then demand_log(KEYS[6], epoch, vm, keep_s, keep_n) end
     room = room - 1
     taken[#taken + 1] = vm
   end

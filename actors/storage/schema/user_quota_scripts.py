@@ -129,9 +129,12 @@ return out
     # ARGV[1..8] as RequestScripts.CREATE (ARGV[6]: the user), ARGV[9] the
     # ondemand_in_flight limit ('' = none), ARGV[10] the vms_held limit ('' = none),
     # ARGV[11] VMs the request asks for, ARGV[12] the limits text of the index,
-    # ARGV[13] request hash key prefix
+    # ARGV[13] request hash key prefix, ARGV[14] the lifetime (hours) its VMs get under
+    # ``lifetime_hours`` ('' = none: the usual lifetime)
     # The user's held set is counted (dropping what it no longer holds); the request is
     # created and joins the set as ``rq:<id>`` only if the id is free and both limits hold.
+    # With ARGV[14] the request hash gets ``quota_lifetime``, which caps the lifetime of
+    # every VM handed to it (request_scripts.REQUEST_LIFETIME).
     # Returns {1, held, in flight} created (counts including it), {0, 0, 0} the id is taken,
     # {-1, limit, in flight} too many requests in flight, {-2, limit, held} too many VMs held
     # (nothing written but the dropped members).
@@ -144,6 +147,7 @@ if ARGV[10] ~= '' and held + asked > tonumber(ARGV[10]) then
   return {-2, tonumber(ARGV[10]), held}
 end
 """ + CREATE_WRITES + """
+if ARGV[14] ~= '' then redis.call('HSET', KEYS[1], 'quota_lifetime', ARGV[14]) end
 redis.call('SADD', KEYS[3], 'rq:' .. ARGV[1])
 register(KEYS[4], KEYS[5], ARGV[6], ARGV[12])
 return {1, held + asked, flight + 1}
