@@ -19,8 +19,6 @@ LONG: dict[str, str] = {
     "actors/config/validate.py": "one rule per configuration key, read as a list",
     "actors/storage/schema/__init__.py": "the catalogue of key names, one function each",
     "actors/storage/store.py": "the manager's pool transitions, one method per Lua script",
-    "actors/storage/request_store.py": "a request's whole lifecycle in Redis, one method per "
-                                       "Lua script",
     "actors/storage/status_store.py": "one round trip per status answer: its script and "
                                       "the decoding of its reply belong together",
     "actors/system.py": "the public facade: one method per documented operation",
