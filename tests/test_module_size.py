@@ -19,12 +19,8 @@ LONG: dict[str, str] = {
     "actors/config/validate.py": "one rule per configuration key, read as a list",
     "actors/storage/schema/__init__.py": "the catalogue of key names, one function each",
     "actors/storage/store.py": "the manager's pool transitions, one method per Lua script",
-    "actors/storage/request_store.py": "a request's whole lifecycle in Redis, one method per "
-                                       "Lua script",
     "actors/storage/status_store.py": "one round trip per status answer: its script and "
                                       "the decoding of its reply belong together",
-    "actors/ondemand/request.py": "the single writer of one request: a handler per message "
-                                  "of its mailbox, each phase's rules side by side",
     "actors/system.py": "the public facade: one method per documented operation",
     "web/resources/status.py": "vmpooler's status endpoints, shape for shape",
     "web/worker.py": "the gunicorn worker's connection handling, one state machine",

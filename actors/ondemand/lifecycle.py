@@ -27,7 +27,7 @@ from enum import Enum
 from vmpooler.actors.config import GlobalSettings
 
 __all__ = ["OUTCOMES", "TRANSITIONS", "VERIFY_MIN", "IllegalTransitionError", "Phase",
-           "backoff", "check_transition", "verify_interval"]
+           "backoff", "check_transition", "ttl_reason", "verify_interval"]
 
 
 class Phase(Enum):
@@ -86,6 +86,12 @@ def verify_interval(settings: GlobalSettings) -> float:
     """Seconds between two checks of a request's VMs on their way: ``check_loop_delay_max``,
     between :data:`VERIFY_MIN` and a minute."""
     return min(60.0, max(VERIFY_MIN, float(settings.check_loop_delay_max)))
+
+
+def ttl_reason(settings: GlobalSettings) -> str:
+    """The failure reason of a request that reached its deadline (vmpooler's words)."""
+    return (f"The request exceeded ondemand_request_ttl of "
+            f"{settings.ondemand_request_ttl} minutes")
 
 
 OUTCOMES = frozenset({"ready", "failed", "deleted"})

@@ -27,6 +27,12 @@ With ``ondemand_request_grace`` set, a request with VMs on their way at its dead
 ``GRACE``: no new clone; one of them ready completes it, the window's end (or its last VM
 failing) fails it.
 
+Its parts, each used by this actor only: the checks and reads after the claim
+(:mod:`.claim`, :mod:`.from_ready`, :mod:`.impossible`), what it knows of its VMs
+(:mod:`.ledger`), the pools' news of them (:mod:`.vm_events`), its asks for clone slots
+(:mod:`.wants`), and the writes that end it (:mod:`.ending`). This module is the mailbox,
+the phases and their timers.
+
 Runtime: a :class:`PooledSupervisedActor` (no thread of its own: its mailbox is served one
 message at a time by the system's shared :class:`ActorExecutor`), so it only ever tells.
 Its supervisor is the on-demand manager, which restarts it under the system's restart policy.
@@ -54,34 +60,31 @@ from vmpooler.actors.messages import (
     RequestVmReady,
     ResendWants,
     VerifyInFlight,
-    WantRequestVms,
     request_actor_name,
 )
 from vmpooler.actors.metrics.backends import Metrics
+from vmpooler.actors.ondemand.claim import recover, refusal
 from vmpooler.actors.ondemand.ending import Ending
 from vmpooler.actors.ondemand.from_ready import take_ready
-from vmpooler.actors.ondemand.impossible import blocked_past_deadline, over_ceiling
-from vmpooler.actors.ondemand.ledger import Ledger, TaskMirror
+from vmpooler.actors.ondemand.impossible import blocked_past_deadline
+from vmpooler.actors.ondemand.ledger import Ledger
 from vmpooler.actors.ondemand.lifecycle import (
     OUTCOMES,
     VERIFY_MIN,
     Phase,
     backoff,
     check_transition,
+    ttl_reason,
     verify_interval,
 )
+from vmpooler.actors.ondemand.vm_events import VmEvents
+from vmpooler.actors.ondemand.wants import Wants
 from vmpooler.actors.runtime.clock import Clock, Scheduler, Timer
 from vmpooler.actors.runtime.executor import ActorExecutor
 from vmpooler.actors.runtime.supervisor import PooledSupervisedActor
-from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.lease_store import Fence, Fenced
 from vmpooler.actors.storage.redis_errors import redis_failure
-from vmpooler.actors.storage.request_store import (
-    AttachOutcome,
-    Entry,
-    RequestOrigin,
-    RequestStore,
-)
+from vmpooler.actors.storage.request_store import Entry, RequestStore
 
 __all__ = ["OUTCOMES", "VERIFY_MIN", "RequestActor", "verify_interval"]
 
@@ -92,7 +95,8 @@ class RequestActor(PooledSupervisedActor):
     """The single writer of one request's state while it is in flight.
 
     ``executor`` runs its mailbox; ``manager`` is its supervisor and the party it asks for
-    clone slots (both only ever told)."""
+    clone slots (both only ever told). :meth:`fail`, :meth:`finish`, :meth:`fulfil` and
+    :meth:`ask_for_missing` are for its parts (:class:`VmEvents`), inside its mailbox."""
 
     def __init__(
         self,
@@ -129,11 +133,10 @@ class RequestActor(PooledSupervisedActor):
         self.metrics = metrics
         self.phase = Phase.CLAIMING
         self.vms = Ledger()
-        self.tasks = TaskMirror(store, request_id)
-        self.retries = 0
+        self.wants = Wants(request_id, store, self._tell_manager)
+        self.events = VmEvents(self, request_id=request_id, store=store, settings=settings,
+                               ending=self.ending, clock=clock, metrics=metrics, fence=fence)
         self.created: float | None = None  # epoch of the request's creation (from Redis)
-        self.has_token = False
-        self.origin: RequestOrigin | None = None  # who asked (from the claim)
         self.deadline: Timer | None = None  # the TTL, then the grace window
         self.verify_timer: Timer | None = None
         self.outage = 0  # consecutive messages that met a Redis error
@@ -185,38 +188,41 @@ class RequestActor(PooledSupervisedActor):
     def _setup(self) -> None:
         claim = self.store.claim(self.request_id, now=self.clock.now(), fence=self.fence)
         if not claim.found or claim.status is not None:
-            self._finish(claim.status or "", quiet=True)
+            self.finish(claim.status or "", quiet=True)
             return
         vms = self.vms = Ledger(entries={e.key: e for e in claim.entries})
         self.created = claim.created
-        self.retries = claim.retry_count
-        self.has_token = claim.has_token
-        self.origin = claim.origin
-        unknown = sorted({e.pool for e in claim.entries} - self.pools)
-        impossible = over_ceiling(claim.entries, self.ceilings)
-        if unknown or impossible:
-            self._fail(impossible or
-                       f"Configuration error: pool '{', '.join(unknown)}' is not configured")
+        self.events.retries = claim.retry_count
+        self.events.has_token = claim.has_token
+        self.wants.origin = claim.origin
+        reason = refusal(claim.entries, self.pools, self.ceilings)
+        if reason is not None:
+            self.fail(reason)
             return
-        self.tasks.score = float(int(self.clock.now()))  # vmpooler: the time tasks are queued
+        self.wants.tasks.score = float(int(self.clock.now()))  # vmpooler: tasks queued
         if claim.fresh:
             self._take_ready()
         if not claim.fresh:  # a predecessor may have had VMs delivered or on their way
-            vms.delivered.update(self.store.delivered(self.request_id, list(vms.entries.values())))
-            pools = [e.pool for e in vms.entries.values()]
-            for vm, key in self.store.in_flight(self.request_id, pools).items():
-                if key in vms.entries:
-                    vms.in_flight[vm] = key
-        if vms.complete() and self._fulfil():
+            recover(self.store, self.request_id, vms)
+        if vms.complete() and self.fulfil():
             return
         deadline = claim.created + self.settings.ondemand_request_ttl * 60
         self.deadline = self.scheduler.tell_later(
             max(0.0, deadline - self.clock.now()), self.actor_ref,
             RequestExpired(self.request_id))
         self._arm_verify()
-        self._ask_for_missing()
+        self.ask_for_missing()
         # a predecessor (before a restart) may have left members with any count: replaced
         self._sync_tasks(stale=tuple(vms.entries.values()))
+
+    def _take_ready(self) -> None:
+        """``ondemand_from_ready``: a request claimed for the first time takes ready VMs of
+        those pools at once; only the rest is cloned."""
+        lifetime = self.settings.vm_lifetime_auth if self.events.has_token else None
+        for pool in take_ready(self.store, self.request_id, self.vms, self.from_ready,
+                               now=self.clock.now(), lifetime=lifetime,
+                               fence=self.fence, metrics=self.metrics):
+            self.refill(pool)
 
     # -- mailbox --------------------------------------------------------------------------------
     def handle(self, message: object) -> None:
@@ -244,183 +250,70 @@ class RequestActor(PooledSupervisedActor):
     def _dispatch(self, message: object) -> None:
         match message:
             case RequestVmCloning(alias=alias, pool=pool, vm=vm):
-                self._cloning(vm, (alias, pool))
+                self.events.cloning(vm, (alias, pool))
             case RequestVmReady():
-                self._vm_ready(message)
+                self.events.ready(message)
             case RequestVmFailed():
-                self._vm_failed(message)
+                self.events.failed(message)
             case RequestExpired():
                 self._expired(message)
             case RequestPoolBlocked() if self.phase is Phase.ACTIVE and self.created:
                 deadline = self.created + self.settings.ondemand_request_ttl * 60
                 if reason := blocked_past_deadline(message, deadline):
-                    self._fail(reason)
+                    self.fail(reason)
             case VerifyInFlight():
                 self._verify_in_flight()
             case ResendWants():
-                self._resend_wants()
+                self.wants.resend(self.vms)
             case RequestChanged():
                 status = self.store.status(self.request_id)
                 if status is not None:
-                    self._finish(status)
+                    self.finish(status)
 
-    def _cloning(self, vm: str, key: tuple[str, str]) -> None:
-        """``vm``'s clone started for ``key``. An outcome heard before (the two may come
-        through different managers) is applied now: a failure is counted, a delivered VM is
-        not on its way any more."""
-        self.vms.cloning(vm, key)
-        if vm not in self.vms.early:
-            return
-        outcome = self.vms.early.pop(vm)
-        if outcome is None:
-            self.vms.in_flight.pop(vm, None)
-        else:
-            self._vm_failed(outcome)
-
-    def _vm_ready(self, msg: RequestVmReady) -> None:
-        key = (msg.alias, msg.pool)
-        announced = self.vms.in_flight.pop(msg.vm, None) is not None
-        entry = self.vms.entries.get(key) or Entry(msg.alias, msg.pool, 0)  # 0: refused
-        lifetime = self.settings.vm_lifetime_auth if self.has_token else None
-        outcome = self.store.attach(self.request_id, entry, msg.vm,
-                                    now=timefmt.format_epoch(self.clock.now()),
-                                    lifetime=lifetime, fence=self.fence)
-        if not announced and outcome is not AttachOutcome.NOT_PENDING:
-            self.vms.heard_early(msg.vm, None)  # its clone's start may still be on its way
-        if outcome is AttachOutcome.ATTACHED:
-            self.vms.delivered[key] += 1
-            log.info("[>] [%s] '%s' delivered to request '%s' (%d of %d)", msg.pool, msg.vm,
-                     self.request_id, self.vms.delivered[key], entry.count)
-            if self.vms.complete():
-                self._fulfil()
-        elif outcome is AttachOutcome.REFUSED:
-            self.ending.lost(msg.pool)
-            log.info("[>] [%s] '%s' not needed by request '%s', moved to 'completed'",
-                     msg.pool, msg.vm, self.request_id)
-            status = self.store.status(self.request_id)
-            if status is not None:
-                self._finish(status)
-        elif outcome is AttachOutcome.NOT_PENDING:
-            # It left pending behind our back (retired by someone else): replace it.
-            self._vm_failed(RequestVmFailed(self.request_id, msg.alias, msg.pool, msg.vm,
-                                            "VM left 'pending' before it was delivered"),
-                            tracked=True)
-
-    def _vm_failed(self, msg: RequestVmFailed, *, tracked: bool = False) -> None:
-        key = (msg.alias, msg.pool)
-        if not tracked and self.vms.in_flight.pop(msg.vm, None) is None:
-            # not ours, already counted, or its clone's start is still on its way
-            self.vms.heard_early(msg.vm, msg)
-            return
-        if msg.permanent:
-            self.metrics.increment("vmpooler_errors.permanently_failed", tags={"pool": msg.pool})
-            self._fail(f"Configuration error: {msg.reason}")
-            return
-        if msg.refused:  # nothing was tried: no retry spent; asked again at the next check
-            log.info("[!] [%s] '%s' of request '%s' not cloned (%s); asking again in %.0fs",
-                     msg.pool, msg.vm, self.request_id, msg.reason,
-                     verify_interval(self.settings))
-            self._grace_over_if_idle()
-            return
-        if self.retries >= self.settings.max_vm_retries:
-            self.metrics.increment("vmpooler_errors.permanently_failed", tags={"pool": msg.pool})
-            self._fail("Max retry attempts exceeded")
-            return
-        self.retries = self.store.record_retry(self.request_id, fence=self.fence)
-        log.info("[!] [%s] '%s' of request '%s' failed (%s); retry %d of %d", msg.pool,
-                 msg.vm, self.request_id, msg.reason, self.retries,
-                 self.settings.max_vm_retries)
-        if self.phase is Phase.GRACE:
-            self._grace_over_if_idle()
-        elif key in self.vms.entries:
-            self._ask_for_missing()
-
-    def _grace_over_if_idle(self) -> None:
-        """In the grace window, a request with no VM left on its way fails at once."""
-        if self.phase is Phase.GRACE and not self.vms.in_flight:
-            self._fail(self._ttl_reason())
-
+    # -- timers ---------------------------------------------------------------------------------
     def _arm_verify(self) -> None:
         self.verify_timer = self.scheduler.tell_later(
             verify_interval(self.settings), self.actor_ref, VerifyInFlight(self.request_id))
 
     def _verify_in_flight(self) -> None:
-        """A VM on its way that left pending without a word (its pool's message was lost
-        with a manager that died) counts as failed, so it is replaced."""
+        """Every ``verify_interval``: ask again for what a refused clone left missing, and
+        replace the VMs on their way that left pending unannounced."""
         self._arm_verify()
         if self.phase is Phase.ACTIVE:
-            self._ask_for_missing()  # what a refused clone left missing
-        in_flight = self.vms.in_flight
-        if not in_flight:
-            return
-        pending = self.store.still_pending({vm: key[1] for vm, key in in_flight.items()})
-        for vm, (alias, pool) in list(in_flight.items()):
-            if vm not in pending:
-                self._vm_failed(RequestVmFailed(self.request_id, alias, pool, vm,
-                                                "VM left 'pending' unannounced"))
-                if self.phase is Phase.FINISHED:
-                    return
+            self.ask_for_missing()  # what a refused clone left missing
+        self.events.verify_in_flight()
 
     def _expired(self, msg: RequestExpired) -> None:
         grace = self.settings.ondemand_request_grace
         if not msg.grace and grace > 0 and self.vms.in_flight:
             self._enter(Phase.GRACE)
-            self.vms.queued.clear()
-            self._tell_manager(WantRequestVms(self.request_id, ()))  # withdraw queued clones
+            self.wants.withdraw(self.vms)  # withdraw queued clones
             log.info("[*] request '%s' reached its TTL with %d VMs on their way; waiting %ds",
                      self.request_id, len(self.vms.in_flight), grace)
             self.deadline = self.scheduler.tell_later(
                 grace, self.actor_ref, RequestExpired(self.request_id, grace=True))
             return
-        self._fail(self._ttl_reason())
+        self.fail(ttl_reason(self.settings))
 
-    def _ttl_reason(self) -> str:
-        return (f"The request exceeded ondemand_request_ttl of "
-                f"{self.settings.ondemand_request_ttl} minutes")
+    # -- for its parts, and the end -------------------------------------------------------------
+    def ask_for_missing(self) -> None:
+        """Ask the manager for the VMs neither delivered, on their way nor queued."""
+        self.wants.ask_for_missing(self.vms)
 
-    # -- outcomes -------------------------------------------------------------------------------
-    def _fulfil(self) -> bool:
+    def fulfil(self) -> bool:
         """Try the ready transition; True if the request is finished (either way)."""
         status = self.ending.fulfil(list(self.vms.entries.values()), self.created)
         if status is not None:
-            self._finish(status)
+            self.finish(status)
         return status is not None
 
-    def _fail(self, reason: str) -> None:
-        self._finish(self.ending.fail(list(self.vms.entries.values()), reason))
-
-    def _take_ready(self) -> None:
-        """``ondemand_from_ready``: a request claimed for the first time takes ready VMs of
-        those pools at once; only the rest is cloned."""
-        lifetime = self.settings.vm_lifetime_auth if self.has_token else None
-        for pool in take_ready(self.store, self.request_id, self.vms, self.from_ready,
-                               now=self.clock.now(), lifetime=lifetime,
-                               fence=self.fence, metrics=self.metrics):
-            self.refill(pool)
-
-    def _ask_for_missing(self) -> None:
-        wants = self.vms.take_missing()
-        if wants:
-            self._tell_manager(self._wants(tuple(wants)))
-
-    def _resend_wants(self) -> None:
-        """The granter changed: everything still queued is sent again, replacing what the
-        granter had (none while in grace: nothing is queued then)."""
-        queued = self.vms.queued_counts()
-        self._tell_manager(self._wants(
-            tuple(key for key, n in queued.items() for _ in range(n)), whole=True))
-
-    def _wants(self, wants: tuple[tuple[str, str], ...], *, whole: bool = False,
-               ) -> WantRequestVms:
-        origin = self.origin or RequestOrigin(self.request_id)
-        user = "" if origin.user == self.request_id else origin.user  # a user of its own
-        return WantRequestVms(self.request_id, wants, user, origin.priority, origin.share,
-                              whole=whole)
+    def fail(self, reason: str) -> None:
+        """Fail the request unless it finished already, and finish with its final status."""
+        self.finish(self.ending.fail(list(self.vms.entries.values()), reason))
 
     def _sync_tasks(self, stale: tuple[Entry, ...] = ()) -> None:
         """Mirror the queued clones in ``vmpooler__odcreate__task`` (none once finished)."""
-        finished = self.phase is Phase.FINISHED
-        self.tasks.sync({} if finished else self.vms.queued_counts(), stale)
+        self.wants.sync(self.vms, finished=self.phase is Phase.FINISHED, stale=stale)
 
     def _fenced(self, exc: Fenced) -> None:
         """The request's lease was lost (another manager holds it now): nothing was
@@ -438,7 +331,9 @@ class RequestActor(PooledSupervisedActor):
         with contextlib.suppress(pykka.ActorDeadError):  # it is being restarted
             self.manager.tell(message)
 
-    def _finish(self, status: str, *, quiet: bool = False) -> None:
+    def finish(self, status: str, *, quiet: bool = False) -> None:
+        """Finish with ``status`` (``quiet``: found finished at the claim, not counted):
+        retire the VMs on their way, clear the task mirror, tell the manager, stop."""
         self._enter(Phase.FINISHED)
         self._cancel_timers()
         self.ending.retire(self.vms.in_flight)

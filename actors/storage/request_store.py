@@ -1,5 +1,5 @@
-"""On-demand requests in Redis (reference §2.4): the records vmpooler writes, and every
-status change as one compare-and-set script
+"""On-demand requests in Redis (reference §2.4): the records vmpooler writes (their values:
+:mod:`.request_records`), and every status change as one compare-and-set script
 (:class:`vmpooler.actors.storage.schema.RequestScripts`).
 
 Used by the API (create, read, delete) and by request actors (claim, attach, fulfil, fail).
@@ -10,25 +10,32 @@ no longer holds the value the fence names, nothing is written and
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
-from enum import Enum
 from typing import Any, cast
 
 import redis
 
-from vmpooler.actors.config.overrides import bounded_int
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.lease_store import Fence, Fenced
 from vmpooler.actors.storage.redis_errors import WrongTypeKeys, tolerant_results
 from vmpooler.actors.storage.replies import maybe_text, text_list
 from vmpooler.actors.storage.request_origin import RequestOrigin, origin_args, recorded_origin
+from vmpooler.actors.storage.request_records import (
+    MAX_ENTRY_COUNT,
+    AttachOutcome,
+    Claim,
+    DeleteOutcome,
+    Entry,
+    RequestRecord,
+    format_requested,
+    odcreate_member,
+    parse_requested,
+)
 from vmpooler.actors.storage.schema import RequestScripts
 from vmpooler.actors.storage.schema.lease_scripts import FENCED, fenced
 
 __all__ = [
-    "MAX_ENTRY_COUNT",
+    "MAX_ENTRY_COUNT",  # re-exported from request_records, as the names below it
     "AttachOutcome",
     "Claim",
     "DeleteOutcome",
@@ -49,105 +56,6 @@ READY_TTL = 2_592_000
 """Seconds a ready request's hash is kept (30 days, as vmpooler)."""
 DELETED_TTL = 1_296_000
 """Seconds a deleted request's hash is kept (15 days, as vmpooler)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """``count`` VMs of ``pool`` asked for under the name ``alias`` (a pool or an alias)."""
-
-    alias: str
-    pool: str
-    count: int
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.alias, self.pool)
-
-
-_COUNT = re.compile(r"\+?(-)?([0-9]+(?:_[0-9]+)*)", re.ASCII)
-MAX_ENTRY_COUNT = 10_000
-"""The largest count an entry is read with: no API lets a request ask for more VMs of one
-pool (``max_ondemand_instances_per_request``), so a larger count was written by someone else
-and must not make a request's actor loop without end."""
-
-
-def parse_requested(requested: str) -> tuple[Entry, ...]:
-    """Entries of a ``requested`` field (``"alias:pool:n,alias:pool:n"``); malformed parts are
-    skipped, a count that is not a number counts as 0 (as vmpooler), and one above
-    :data:`MAX_ENTRY_COUNT` as that."""
-    entries = []
-    for part in requested.split(","):
-        bits = part.split(":")
-        if len(bits) != 3 or not bits[0] or not bits[1]:
-            continue
-        number = _COUNT.fullmatch(bits[2].strip())
-        count = 0
-        if number and not number.group(1):  # a sign "-" reads as 0
-            count = min(MAX_ENTRY_COUNT, bounded_int(number.group(2).replace("_", "")))
-        entries.append(Entry(bits[0], bits[1], count))
-    return tuple(entries)
-
-
-def format_requested(entries: Iterable[Entry]) -> str:
-    """The ``requested`` field for ``entries``."""
-    return ",".join(f"{e.alias}:{e.pool}:{e.count}" for e in entries)
-
-
-def odcreate_member(request_id: str, alias: str, pool: str, count: int) -> str:
-    """A member of ``vmpooler__odcreate__task`` as vmpooler writes it:
-    ``"<alias>:<pool>:<count>:<request id>"`` — ``count`` clones of the entry not started yet."""
-    return f"{alias}:{pool}:{count}:{request_id}"
-
-
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """What a request actor learns when it takes charge of its request.
-
-    ``status`` is None while the request is in flight; then ``created`` is its creation
-    epoch and ``entries`` what it asks for. ``found`` is False when no such request exists.
-    ``fresh`` is True when this claim took the request from the waiting queue: it was never
-    claimed before, so it has no VM delivered or on its way. ``origin`` is who asked
-    (:func:`recorded_origin`: never None for a request in flight).
-    """
-
-    found: bool
-    status: str | None = None
-    created: float = 0.0
-    entries: tuple[Entry, ...] = ()
-    retry_count: int = 0
-    has_token: bool = False
-    fresh: bool = False
-    origin: RequestOrigin | None = None
-
-
-class AttachOutcome(Enum):
-    """Result of :meth:`RequestStore.attach`."""
-
-    ATTACHED = 1
-    ALREADY = 2
-    NOT_PENDING = 0
-    REFUSED = -1
-
-
-class DeleteOutcome(Enum):
-    """Result of :meth:`RequestStore.delete`."""
-
-    DELETED = 1
-    NOT_FOUND = 0
-    ALREADY_DELETED = -1
-    ALREADY_FAILED = -2
-
-
-@dataclass(frozen=True, slots=True)
-class RequestRecord:
-    """A request as the API's GET reads it: status (None in flight), entries and the VMs
-    delivered to each entry."""
-
-    request_id: str
-    status: str | None
-    entries: tuple[Entry, ...]
-    delivered: dict[tuple[str, str], tuple[str, ...]]
-    failure_reason: str | None = None
 
 
 class RequestStore:
