@@ -195,8 +195,10 @@ def test_a_manager_alone_grants_at_once_and_sends_nothing(redis_client: redis.Re
     clock = FakeClock(start=START_A)
     system = _start(cfg, redis_client, clock, provider)
     try:
-        lease = LeaseStore(redis_client).holder(KIND, THING)
-        assert lease is not None and lease.holder == system.manager_id
+        # taken as the on-demand manager starts (its own mailbox: after start() returns)
+        lease = wait_until(lambda: LeaseStore(redis_client).holder(KIND, THING), 10,
+                           "the granter's lease taken")
+        assert lease.holder == system.manager_id
         rids = [system.request_ondemand({"a": 2}, origin=RequestOrigin(f"u{n}"))
                 for n in range(3)]
         wait_until(lambda: all(status(redis_client, r) == "ready" for r in rids), 20)
