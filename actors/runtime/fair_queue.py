@@ -15,13 +15,43 @@ from collections import OrderedDict, deque
 from collections.abc import Hashable, Iterable, Iterator
 from typing import Generic, TypeVar
 
-__all__ = ["FairQueue"]
+__all__ = ["FairQueue", "PlayedForward"]
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
 
-class FairQueue(Generic[K, V]):
+class PlayedForward(Generic[K, V]):
+    """What a queue's future order says, for any queue with ``pop`` and ``count``: the
+    honest waits read positions from it (``actors/ondemand/waits.py``)."""
+
+    def pop(self) -> tuple[K, V] | None:
+        raise NotImplementedError
+
+    def count(self, key: K) -> int:
+        raise NotImplementedError
+
+    def order(self) -> Iterator[tuple[K, V]]:
+        """Every queued ``(key, item)`` in the order :meth:`pop` would hand them out if
+        nothing changed meanwhile: pops from a copy (items are not copied when they define
+        ``__deepcopy__`` as themselves), so it follows whatever order ``pop`` implements.
+        The queue itself is left alone. O(n) to copy, then one pop per item taken."""
+        clone = copy.deepcopy(self)
+        while (popped := clone.pop()) is not None:
+            yield popped
+
+    def ahead_of(self, key: K) -> int:
+        """How many items :meth:`pop` hands out before ``key``'s next one (0 when ``key``'s
+        is next, or it has nothing queued)."""
+        if not self.count(key):
+            return 0
+        for index, (queued, _item) in enumerate(self.order()):
+            if queued == key:
+                return index
+        return 0
+
+
+class FairQueue(PlayedForward[K, V]):
     """Not thread-safe: owned by one actor."""
 
     def __init__(self) -> None:
@@ -82,22 +112,3 @@ class FairQueue(Generic[K, V]):
 
     def __bool__(self) -> bool:
         return bool(self._turns)
-
-    def order(self) -> Iterator[tuple[K, V]]:
-        """Every queued ``(key, item)`` in the order :meth:`pop` would hand them out if
-        nothing changed meanwhile: pops from a copy (items are not copied when they define
-        ``__deepcopy__`` as themselves), so it follows whatever order ``pop`` implements.
-        The queue itself is left alone. O(n) to copy, then one pop per item taken."""
-        clone = copy.deepcopy(self)
-        while (popped := clone.pop()) is not None:
-            yield popped
-
-    def ahead_of(self, key: K) -> int:
-        """How many items :meth:`pop` hands out before ``key``'s next one (0 when ``key``'s
-        is next, or it has nothing queued)."""
-        if not self.count(key):
-            return 0
-        for index, (queued, _item) in enumerate(self.order()):
-            if queued == key:
-                return index
-        return 0

@@ -26,14 +26,13 @@ stopped waiting are skipped when met). Not thread-safe: owned by one actor.
 
 from __future__ import annotations
 
-import copy
 import heapq
 import itertools
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from vmpooler.actors.runtime.fair_queue import FairQueue
+from vmpooler.actors.runtime.fair_queue import FairQueue, PlayedForward
 
 __all__ = ["CLASSES", "FairShareQueue", "Owner"]
 
@@ -80,7 +79,7 @@ class _Class(Generic[K, V]):
     size: int = 0
 
 
-class FairShareQueue(Generic[K, V]):
+class FairShareQueue(PlayedForward[K, V]):
     """Items queued under keys, handed out as the module describes."""
 
     def __init__(self) -> None:
@@ -175,24 +174,6 @@ class FairShareQueue(Generic[K, V]):
 
     def __bool__(self) -> bool:
         return self._size > 0
-
-    def order(self) -> Iterator[tuple[K, V]]:
-        """Every queued ``(key, item)`` in the order :meth:`pop` would hand them out if
-        nothing changed meanwhile (pops from a deep copy; the queue is left alone). O(n) to
-        copy, then one pop per item taken."""
-        clone = copy.deepcopy(self)
-        while (popped := clone.pop()) is not None:
-            yield popped
-
-    def ahead_of(self, key: K) -> int:
-        """How many items :meth:`pop` hands out before ``key``'s next one (0 when ``key``'s
-        is next, or it has nothing queued)."""
-        if not self.count(key):
-            return 0
-        for index, (queued, _item) in enumerate(self.order()):
-            if queued == key:
-                return index
-        return 0
 
     # -- internals ------------------------------------------------------------------------------
     def _owner(self, key: K, owner: Owner | None) -> Owner:
