@@ -21,11 +21,12 @@ from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, free_port
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
-def test_waits_over_http(tmp_path: Path, redis_server: EmbeddedRedis,
-                         redis_client: redis.Redis,
-                         processes: list[subprocess.Popen[str]]) -> None:
+def _serve(tmp_path: Path, redis_server: EmbeddedRedis,
+           processes: list[subprocess.Popen[str]], *, clone_time: float) -> str:
+    """``vmpooler run`` with pool ``a`` (empty, clones up to ``clone_time`` s), one on-demand
+    clone slot and ``max_pool_size`` 5; the API's base URL once it answers."""
     config = write_config(tmp_path / "waits.yaml", redis_port=redis_server.port,
-                          pools={"a": 0}, dummy={"createvm_max_time": 3})
+                          pools={"a": 0}, dummy={"createvm_max_time": clone_time})
     document = yaml.safe_load(config.read_text())
     document[":config"].update({"ondemand_clone_limit": 1, "max_pool_size": 5})
     config.write_text(yaml.safe_dump(document))
@@ -41,6 +42,13 @@ def test_waits_over_http(tmp_path: Path, redis_server: EmbeddedRedis,
             return False
 
     wait_until(answering, 30, "the API to answer")
+    return base
+
+
+def test_waits_over_http(tmp_path: Path, redis_server: EmbeddedRedis,
+                         redis_client: redis.Redis,
+                         processes: list[subprocess.Popen[str]]) -> None:
+    base = _serve(tmp_path, redis_server, processes, clone_time=3)
     ids = []
     for _ in range(3):
         status, body = call("POST", f"{base}/ondemandvm", {"a": 1})
@@ -79,23 +87,7 @@ def test_a_multi_vm_request_foresees_the_arrivals_over_http(
     behind the requests expected to arrive meanwhile (seven in the first seconds: one every
     ~86 s), so its estimate is several clones beyond the queue's own play (its two VMs
     after the ones ahead: about (position + 3) x 120 s)."""
-    config = write_config(tmp_path / "waits.yaml", redis_port=redis_server.port,
-                          pools={"a": 0}, dummy={"createvm_max_time": 900})
-    document = yaml.safe_load(config.read_text())
-    document[":config"].update({"ondemand_clone_limit": 1, "max_pool_size": 5})
-    config.write_text(yaml.safe_dump(document))
-    port = free_port()
-    base = f"http://127.0.0.1:{port}/api/v3"
-    spawn(processes, "run", "--config", str(config), "--bind", f"127.0.0.1:{port}",
-          cwd=tmp_path, log=tmp_path / "run.log")
-
-    def answering() -> bool:
-        try:
-            return call("GET", f"{base}/vm")[0] == 200
-        except OSError:
-            return False
-
-    wait_until(answering, 30, "the API to answer")
+    base = _serve(tmp_path, redis_server, processes, clone_time=900)
     for _ in range(6):
         assert call("POST", f"{base}/ondemandvm", {"a": 1})[0] == 201
     status, body = call("POST", f"{base}/ondemandvm", {"a": 2})
