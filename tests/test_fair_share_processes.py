@@ -4,10 +4,6 @@ real HTTP with tokens of several users (``:quotas:`` gives shares and ``high``).
 
 from __future__ import annotations
 
-import json
-import subprocess
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,10 +12,11 @@ import pytest
 import redis
 import yaml
 
+from tests.api_manager import api_and_manager, http
 from tests.harness import wait_until
-from tests.test_manager_process import spawn, write_config
+from tests.test_manager_process import write_config
 from vmpooler.actors.storage import schema
-from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, free_port
+from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 
 pytestmark = pytest.mark.integration
 
@@ -27,16 +24,7 @@ USERS = ("flood", "one", "boss", "carol")
 
 
 def call(method: str, url: str, body: Any = None, token: str | None = None) -> tuple[int, Any]:
-    headers = {"Content-Type": "application/json"}
-    if token:
-        headers["X-AUTH-TOKEN"] = token
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method=method, headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            return answer.status, json.load(answer)
-    except urllib.error.HTTPError as error:
-        return error.code, json.load(error)
+    return http(method, url, body, token)
 
 
 def token_of(user: str) -> str:
@@ -60,32 +48,8 @@ def base(tmp_path: Path, redis_server: EmbeddedRedis,
     path.write_text(yaml.safe_dump(document))
     for user in USERS:
         redis_client.hset(schema.token(token_of(user)), mapping={"user": user})
-    port = free_port()
-    processes: list[subprocess.Popen[str]] = []
-    debug = {"VMPOOLER_DEBUG": "1"}  # the dummy auth provider (tokens are seeded above)
-    spawn(processes, "manager", "--config", str(path), log=tmp_path / "manager.log", env=debug)
-    spawn(processes, "api", "--config", str(path), "--bind", f"127.0.0.1:{port}",
-          "--workers", "2", log=tmp_path / "api.log", env=debug)
-    url = f"http://127.0.0.1:{port}/api/v3"
-
-    def answering() -> bool:
-        try:
-            return call("GET", f"{url}/vm")[0] == 200
-        except OSError:
-            return False
-
-    try:
-        wait_until(answering, 30, "the API to answer")
+    with api_and_manager(tmp_path, path) as url:
         yield url
-    finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
 
 
 def post(base: str, user: str, order: dict[str, Any]) -> str:

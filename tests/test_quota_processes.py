@@ -7,12 +7,7 @@ whose take is logged in the pool's checkout log."""
 
 from __future__ import annotations
 
-import base64
-import json
-import subprocess
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,10 +16,11 @@ import pytest
 import redis
 import yaml
 
+from tests.api_manager import api_and_manager, http
 from tests.harness import wait_until
-from tests.test_manager_process import spawn, write_config
+from tests.test_manager_process import write_config
 from vmpooler.actors.storage import schema
-from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, free_port
+from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 
 pytestmark = pytest.mark.integration
 
@@ -33,22 +29,6 @@ QUOTAS = {
     "groups": {"release": {"vms_held": 3}},
     "members": {"release": ["alice"]},
 }
-
-
-def http(method: str, url: str, body: Any = None, token: str | None = None,
-         basic: str | None = None) -> tuple[int, Any]:
-    headers = {"Content-Type": "application/json"}
-    if token:
-        headers["X-AUTH-TOKEN"] = token
-    if basic:
-        headers["Authorization"] = "Basic " + base64.b64encode(basic.encode()).decode()
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method=method, headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            return answer.status, json.load(answer)
-    except urllib.error.HTTPError as error:
-        return error.code, json.load(error)
 
 
 @pytest.fixture
@@ -62,36 +42,12 @@ def base(tmp_path: Path, redis_server: EmbeddedRedis,
     document[":quotas"] = QUOTAS
     document[":pools"][1]["ondemand_from_ready"] = True  # beta
     path.write_text(yaml.safe_dump(document))
-    port = free_port()
-    started: list[subprocess.Popen[str]] = []
-    debug = {"VMPOOLER_DEBUG": "1"}  # the dummy auth provider is refused without it
-    spawn(started, "manager", "--config", str(path), log=tmp_path / "manager.log", env=debug)
-    spawn(started, "api", "--config", str(path), "--bind", f"127.0.0.1:{port}",
-          "--workers", "2", log=tmp_path / "api.log", env=debug)
-    url = f"http://127.0.0.1:{port}/api/v3"
-
-    def answering() -> bool:
-        try:
-            return http("GET", f"{url}/vm")[0] == 200
-        except OSError:
-            return False
-
-    try:
-        wait_until(answering, 30, "the API to answer")
+    with api_and_manager(tmp_path, path) as url:
         wait_until(lambda: redis_client.scard(schema.ready("alpha")) == 6
                    and redis_client.scard(schema.ready("beta")) == 1, 30, "the pools to fill")
         yield url
-    finally:
-        for process in started:
-            process.terminate()
-        for process in started:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
-        for log in ("manager.log", "api.log"):
-            assert "Traceback" not in (tmp_path / log).read_text(), log
+    for log in ("manager.log", "api.log"):
+        assert "Traceback" not in (tmp_path / log).read_text(), log
 
 
 def test_users_are_held_to_their_quotas_across_api_processes(
