@@ -57,7 +57,6 @@ from vmpooler.actors.storage.request_store import (
     RequestStore,
 )
 from vmpooler.actors.storage.timefmt import rfc3339
-from vmpooler.actors.storage.token_store import TokenStore
 from vmpooler.actors.storage.wait_store import Wait, WaitStore
 from vmpooler.web import quota_guard
 from vmpooler.web.api_context import ApiContext
@@ -124,7 +123,7 @@ def _record(ctx: ApiContext, store: RequestStore, chosen: str, entries: list[Ent
     taken. With ``:quotas:`` limits, within the user's quota (:mod:`vmpooler.web.quota_guard`);
     else with ``max_ondemand_requests_per_user`` and auth configured, 429 when the token's
     user has that many requests in flight (counted and created in one script)."""
-    user = TokenStore(ctx.redis).user_of(token) if token else None
+    user = asker.user if asker.authenticated else None  # the token's user, read once
     ticket = quota_guard.ticket_for(ctx, asker)
     if ticket is not None:
         return quota_guard.record_request(ctx, asker, ticket, chosen, entries, token=token,
