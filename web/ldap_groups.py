@@ -53,10 +53,11 @@ def group_name(value: str, name_attribute: str) -> str | None:
 def _rdns(dn: str) -> list[tuple[str, str]] | None:
     """The RDNs of ``dn`` with types and values case-folded; None when it is no DN."""
     try:
-        parts = parse_dn(dn)
+        parts = parse_dn(dn, strip=True)
     except Exception:  # ldap3 raises several types for a value that is not a DN
         return None
-    return [(str(kind).casefold(), str(value).strip().casefold()) for kind, value, _ in parts]
+    return [(str(kind).strip().casefold(), str(value).strip().casefold())
+            for kind, value, _ in parts]
 
 
 def under(dn: str, base: str) -> bool:

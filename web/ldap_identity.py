@@ -56,7 +56,7 @@ def read_entry(conn: ldap3.Connection, dn: str, user_object: str, timeout: int) 
 def _rdn_value(dn: str, attribute: str) -> str | None:
     """The value of ``dn``'s first RDN when it is of type ``attribute``, else None."""
     try:
-        parts = parse_dn(dn)
+        parts = parse_dn(dn, strip=True)
     except Exception:  # ldap3 raises several types for a value that is not a DN
         return None
     if parts and parts[0][0].lower() == attribute.lower():

@@ -24,7 +24,7 @@ from tests.api_harness import Api, api, api_config, api_pool
 from tests.api_manager import api_and_manager, http
 from tests.harness import wait_until
 from tests.quota_harness import policy
-from tests.test_ldap_auth import BOB_PW, ldap_conf
+from tests.test_ldap_auth import BOB_PW, PEOPLE, _root_bind, ldap_conf
 from tests.test_ldap_auth import slapd as slapd  # the module's directory, reused
 from tests.test_manager_process import write_config
 from vmpooler.actors.config._check import Checker
@@ -38,6 +38,8 @@ P = "/api/v3"
 SPELLINGS = ("Bob", "BOB", " bob", "bob ", "ｂｏｂ", "bOb", "\u3000BoB")
 """Seven spellings of bob's name that OpenLDAP binds with bob's password (the last with a
 leading ideographic space)."""
+
+CAROL_DN, CAROL_PW = f"uid=carol,{PEOPLE}", "carol-pw"
 
 LIMITED = {"default": {"vms_held": 20}, "groups": {"limited": {"vms_held": 1}},
            "members": {"limited": ["bob"]}}
@@ -76,14 +78,31 @@ def test_every_spelling_of_an_ldap_account_is_one_user(
         slapd: int, redis_client: redis.Redis, service: bool) -> None:
     a = ldap_api(redis_client, slapd, LIMITED, service=service)
     made = tokens(a, BOB_PW)
-    assert {a.redis.hget(schema.token(t), "user") for t in made} == {"bob"}
     statuses = [a.client.simulate_post(f"{P}/vm", json={"pool1": 1},
                                        headers={"X-AUTH-TOKEN": t}).status_code for t in made]
     held = statuses.count(200)
     assert held == 1, f"VMs held through {len(SPELLINGS)} spellings: {held} ({statuses})"
     assert statuses == [200] + [429] * (len(SPELLINGS) - 1)
+    assert {a.redis.hget(schema.token(t), "user") for t in made} == {"bob"}
     listed = a.client.simulate_get(f"{P}/token", headers=basic("ＢＯＢ", BOB_PW))
     assert sorted(k for k in listed.json if k != "ok") == sorted(made)
+
+
+def test_the_user_is_the_entrys_own_identifier(slapd: int, redis_client: redis.Redis) -> None:
+    """carol's entry (``uid=carol``) also has ``uid: cjones``: the service account finds it
+    by either, and both logins are user ``carol``, the entry's naming value."""
+    root = _root_bind(slapd)
+    assert root is not None
+    assert root.add(CAROL_DN, ["inetOrgPerson"], {
+        "uid": ["carol", "cjones"], "cn": "Carol", "sn": "C", "userPassword": CAROL_PW})
+    root.unbind()
+    a = ldap_api(redis_client, slapd, LIMITED, service=True)
+    users = []
+    for typed in ("CJones", "carol", " Carol"):
+        r = a.client.simulate_post(f"{P}/token", headers=basic(typed, CAROL_PW))
+        assert r.status_code == 200, (typed, r.text)
+        users.append(a.redis.hget(schema.token(r.json["token"]), "user"))
+    assert users == ["carol"] * 3
 
 
 def test_the_fair_share_queue_sees_one_user(slapd: int, redis_client: redis.Redis) -> None:
