@@ -148,6 +148,15 @@ def test_dummy_logins_name_the_user_in_its_normal_form(redis_client: redis.Redis
     assert blank.status_code == 401  # a name that is nothing once normalised is no user
 
 
+def test_max_ondemand_requests_per_user_counts_every_spelling_once(
+        redis_client: redis.Redis) -> None:
+    a = dummy_api(redis_client, max_ondemand_requests_per_user=1)
+    made = tokens(a, "pw")
+    statuses = [a.client.simulate_post(f"{P}/ondemandvm", json={"pool1": 1}, headers={
+        "X-AUTH-TOKEN": t}).status_code for t in made]
+    assert statuses == [201] + [429] * (len(SPELLINGS) - 1)
+
+
 def test_a_configured_name_applies_to_its_user_in_any_spelling(
         redis_client: redis.Redis) -> None:
     a = dummy_api(redis_client, {"default": {"vms_held": 5}, "users": {"Bob": {"vms_held": 1}},
