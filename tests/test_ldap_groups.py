@@ -38,7 +38,7 @@ from tests.test_ldap_auth import (
 from vmpooler.actors.fairness.policy import LdapGroups
 from vmpooler.actors.storage import schema
 from vmpooler.web.auth import ldap_login
-from vmpooler.web.ldap_groups import group_name
+from vmpooler.web.ldap_groups import group_name, under
 
 GROUPS = f"ou=groups,{SUFFIX}"
 ALICE_DN = f"uid=alice,{PEOPLE}"
@@ -170,3 +170,34 @@ def test_without_ldap_groups_the_token_records_none(slapd: int,
     a = _api(redis_client, slapd, {"default": {"vms_held": 1}})
     r = a.client.simulate_post("/api/v3/token", headers=_basic("alice", ALICE_PW))
     assert not a.redis.hexists(schema.token(r.json["token"]), "groups")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("service", [False, True])
+def test_with_a_base_a_group_elsewhere_is_not_the_configured_one(slapd: int,
+                                                                  service: bool) -> None:
+    """``cn=release,ou=elsewhere`` is not group ``release`` once ``base`` names where the
+    groups live; without ``base`` it is (documented)."""
+    mallory_dn, elsewhere = f"uid=mallory,{PEOPLE}", f"ou=elsewhere,{SUFFIX}"
+    root = _root_bind(slapd)
+    assert root is not None
+    if not root.search(mallory_dn, "(objectClass=*)"):
+        assert root.add(mallory_dn, ["inetOrgPerson"], {
+            "uid": "mallory", "cn": "M", "sn": "M", "userPassword": "mallory-pw"}), root.result
+        assert root.add(elsewhere, ["organizationalUnit"], {"ou": "elsewhere"}), root.result
+        assert root.add(f"cn=release,{elsewhere}", ["groupOfNames"],
+                        {"cn": "release", "member": [mallory_dn]}), root.result
+    root.unbind()
+    conf = ldap_conf(slapd, service=service)
+    assert ldap_login(conf, "mallory", "mallory-pw", groups=LdapGroups()) == ("release",)
+    based = LdapGroups(base=GROUPS.upper())  # compared without regard to case
+    assert ldap_login(conf, "mallory", "mallory-pw", groups=based) == ()
+    assert ldap_login(conf, "alice", ALICE_PW, groups=based) == ("qa", "release")
+
+
+def test_under_compares_rdn_by_rdn() -> None:
+    assert under(f"cn=qa,{GROUPS}", GROUPS)
+    assert under(f"CN=qa, OU=Groups,{SUFFIX}", GROUPS)
+    assert not under(GROUPS, GROUPS)
+    assert not under(f"cn=qa,ou=xgroups,{SUFFIX}", GROUPS)
+    assert not under("release", GROUPS)

@@ -20,6 +20,12 @@ Differences from vmpooler, all on the safe side:
   failing server is logged and answers 401, never 500, and no further pair is tried;
 * with ``encryption`` configured, the server certificate is verified against the system CAs
   (or ``tls_options`` ``ca_file``/``ca_path``) unless ``tls_options: verify_mode: 0``.
+* the user of a login is one name per account (docs/security.md "One user per account"):
+  after an LDAP bind, the entry's own identifier read on the bound connection
+  (:mod:`vmpooler.web.ldap_identity`; ``BOB``, `` bob`` and ``ｂｏｂ`` bind as bob's entry
+  and are all ``bob``), for ``dummy`` the typed name in its normal form
+  (:func:`~vmpooler.actors.fairness.names.normal_user_name`); vmpooler keeps the name as
+  typed.
 
 With ``:quotas: ldap_groups``, :func:`login` also reads the user's groups on the connection
 bound as the user (:mod:`vmpooler.web.ldap_groups`); a failure to read them is logged and
@@ -38,6 +44,7 @@ import logging
 import math
 import ssl
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import falcon
@@ -46,17 +53,28 @@ from ldap3.core.exceptions import LDAPException
 from ldap3.utils.conv import escape_filter_chars
 from ldap3.utils.dn import escape_rdn
 
+from vmpooler.actors.fairness.names import normal_user_name
 from vmpooler.actors.fairness.policy import LdapGroups
 from vmpooler.web.api_context import ApiContext
 from vmpooler.web.api_errors import unauthorized
 from vmpooler.web.ldap_groups import read_groups
+from vmpooler.web.ldap_identity import LdapEntry, entry_user, read_entry
 from vmpooler.web.login_guard import LoginGuard
 
-__all__ = ["LDAP_TIMEOUT", "REALM_HEADER", "authenticate", "basic_credentials",
-           "check_credentials", "check_ldap", "ldap_login", "login"]
+__all__ = ["LDAP_TIMEOUT", "REALM_HEADER", "Account", "authenticate", "basic_credentials",
+           "check_credentials", "check_ldap", "ldap_account", "ldap_login", "login"]
 
 Groups = tuple[str, ...]
 """A user's groups as read from LDAP, sorted."""
+
+
+@dataclass(frozen=True, slots=True)
+class Account:
+    """Whom the provider accepted: ``user`` in its normal form (for LDAP, the entry's own
+    identifier) and its LDAP ``groups`` (empty when not read or not LDAP)."""
+
+    user: str
+    groups: Groups = ()
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +111,10 @@ def basic_credentials(req: falcon.Request) -> tuple[str, str] | None:
 
 
 def authenticate(req: falcon.Request, ctx: ApiContext, guard: LoginGuard | None = None) -> str:
-    """The authenticated user of ``req``; raises 401 unless the provider accepts it, and
-    429 without asking the provider while the user name or the client address is locked out
-    by ``guard`` (:mod:`vmpooler.web.login_guard`; one is built from ``ctx`` if None)."""
+    """The authenticated user of ``req`` (:class:`Account` ``user``); raises 401 unless the
+    provider accepts it, and 429 without asking the provider while the user name or the
+    client address is locked out by ``guard`` (:mod:`vmpooler.web.login_guard`; one is
+    built from ``ctx`` if None)."""
     return login(req, ctx, guard, groups=None)[0]
 
 
@@ -113,7 +132,8 @@ def login(req: falcon.Request, ctx: ApiContext, guard: LoginGuard | None = None,
     if accepted is None:
         raise unauthorized()
     guard.succeeded(pending)
-    return user, accepted if ctx.config.auth.get("provider") == "ldap" and groups else None
+    ldap = ctx.config.auth.get("provider") == "ldap" and groups
+    return accepted.user, accepted.groups if ldap else None
 
 
 def check_credentials(auth: Mapping[str, Any], user: str, password: str) -> bool:
@@ -122,18 +142,19 @@ def check_credentials(auth: Mapping[str, Any], user: str, password: str) -> bool
 
 
 def _accepts(auth: Mapping[str, Any], user: str, password: str,
-             groups: LdapGroups | None) -> Groups | None:
-    """None when the provider refuses ``user``, else its LDAP groups (empty when not read
-    or not LDAP)."""
+             groups: LdapGroups | None) -> Account | None:
+    """None when the provider refuses ``user``, else the account: for ``dummy`` the typed
+    name in its normal form (a name that is empty in that form is refused)."""
     provider = auth.get("provider")
     if provider == "dummy":
-        return () if user != password else None
+        name = normal_user_name(user)
+        return Account(name) if name and user != password else None
     if provider == "ldap":
         ldap = auth.get("ldap")
         if not isinstance(ldap, Mapping):
             log.error("[!] [auth] ldap provider configured without an :ldap: section")
             return None
-        return ldap_login(ldap, user, password, groups=groups)
+        return ldap_account(ldap, user, password, groups=groups)
     log.error("[!] [auth] unknown auth provider %r: refusing every request", provider)
     return None
 
@@ -238,7 +259,7 @@ def check_ldap(ldap: Mapping[str, Any], user: str, password: str,
     Never raises: a server that is unreachable, too slow or failing counts as a refusal
     and is logged once.
     """
-    return ldap_login(ldap, user, password, timeout=timeout) is not None
+    return ldap_account(ldap, user, password, timeout=timeout) is not None
 
 
 def ldap_login(ldap: Mapping[str, Any], user: str, password: str, *,
@@ -246,6 +267,16 @@ def ldap_login(ldap: Mapping[str, Any], user: str, password: str, *,
                timeout: float = LDAP_TIMEOUT) -> Groups | None:
     """:func:`check_ldap`, answering None for a refusal and, for an accepted user, its
     groups read as ``groups`` says (empty when None, or when reading them failed: logged)."""
+    account = ldap_account(ldap, user, password, groups=groups, timeout=timeout)
+    return None if account is None else account.groups
+
+
+def ldap_account(ldap: Mapping[str, Any], user: str, password: str, *,
+                 groups: LdapGroups | None = None,
+                 timeout: float = LDAP_TIMEOUT) -> Account | None:
+    """The account ``user``/``password`` binds as (its user: the entry's own identifier,
+    :mod:`vmpooler.web.ldap_identity`; its groups as :func:`ldap_login`), or None for a
+    refusal. Never raises."""
     if not user or not password:
         return None
     bases, objects = _words(_option(ldap, "base")), _words(_option(ldap, "user_object"))
@@ -268,33 +299,52 @@ def ldap_login(ldap: Mapping[str, Any], user: str, password: str, *,
     return None
 
 
+def _account(directory: _Directory, conn: ldap3.Connection, dn: str, user_object: str,
+             user: str, groups: LdapGroups | None) -> Account:
+    """The account bound on ``conn``: its own identifier and groups (empty without
+    ``groups``); closes ``conn``. A failure to read either is logged: the typed name in its
+    normal form is then the user, and no group is given."""
+    try:
+        entry = LdapEntry(dn)
+        try:
+            entry = read_entry(conn, dn, user_object, directory.timeout)
+        except (LDAPException, OSError) as exc:
+            log.warning("[!] [auth] ldap %s: the entry of %r could not be read: %s",
+                        directory.label, user, exc)
+        name, from_entry = entry_user(entry, user_object, user)
+        if not from_entry:
+            log.warning("[!] [auth] ldap %s: no %s read from the entry of %r: the user is the "
+                        "name as typed, in its normal form", directory.label, user_object, user)
+        return Account(name, _groups_of(directory, conn, entry.dn, name, groups))
+    finally:
+        _close(conn)
+
+
 def _groups_of(directory: _Directory, conn: ldap3.Connection, dn: str, user: str,
                groups: LdapGroups | None) -> Groups:
-    """The groups of the user bound on ``conn`` (empty without ``groups``); closes
-    ``conn``. A failure to read them is logged and gives no group."""
+    """The groups of the user bound on ``conn`` (empty without ``groups``). A failure to
+    read them is logged and gives no group."""
+    if groups is None:
+        return ()
     try:
-        if groups is None:
-            return ()
         return read_groups(conn, dn, user, groups, directory.timeout)
     except Exception as exc:  # a group read never fails a login that succeeded
         log.warning("[!] [auth] ldap %s: the groups of %r could not be read: %s",
                     directory.label, user, exc)
         return ()
-    finally:
-        _close(conn)
 
 
 def _bind_plain(directory: _Directory, base: str, user_object: str, user: str,
-                password: str, groups: LdapGroups | None) -> Groups | None:
+                password: str, groups: LdapGroups | None) -> Account | None:
     dn = f"{user_object}={escape_rdn(user)},{base}"
     conn = directory.bind(dn, password)
     if conn is None:
         return None
-    return _groups_of(directory, conn, dn, user, groups)
+    return _account(directory, conn, dn, user_object, user, groups)
 
 
 def _bind_as(directory: _Directory, service: Any, base: str, user_object: str, user: str,
-             password: str, groups: LdapGroups | None) -> Groups | None:
+             password: str, groups: LdapGroups | None) -> Account | None:
     account = directory.bind(str(_option(service, "user_dn")),
                              str(_option(service, "password") or ""))
     if account is None:
@@ -308,4 +358,4 @@ def _bind_as(directory: _Directory, service: Any, base: str, user_object: str, u
     conn = directory.bind(dn, password)
     if conn is None:
         return None
-    return _groups_of(directory, conn, dn, user, groups)
+    return _account(directory, conn, dn, user_object, user, groups)

@@ -1,6 +1,8 @@
 """Who is asking (``:quotas:``, docs/fairness.md): the :class:`Requester` of an API request.
 
-The user is the token's user when a valid token is presented (its groups: those the token
+The user is the token's user when a valid token is presented, in its normal form
+(:func:`~vmpooler.actors.fairness.names.normal_user_name`, so a token an older version wrote
+with ``user: Bob`` is user ``bob``; its groups: those the token
 recorded from LDAP when it was made, field ``groups``, plus the static ``members`` map);
 without one, the client address (through the trusted proxies, as the rate limiter sees it),
 or ``anonymous`` when ``:quotas: anonymous: true``.
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import falcon
 
+from vmpooler.actors.fairness.names import normal_user_name
 from vmpooler.actors.fairness.policy import ANONYMOUS, Requester
 from vmpooler.actors.storage.token_store import TokenStore
 from vmpooler.web.api_context import ApiContext
@@ -32,7 +35,7 @@ def requester(req: falcon.Request, ctx: ApiContext, token: str | None) -> Reques
     policy = ctx.config.quotas
     if token:
         details = TokenStore(ctx.redis).details(token)
-        user = details.get("user")
+        user = normal_user_name(details.get("user") or "")
         if user:
             return Requester(user, policy.groups_of(user, token_groups(details)),
                              authenticated=True)

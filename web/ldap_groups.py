@@ -4,7 +4,10 @@ docs/fairness.md "Who is asking").
 Two ways, as configured (:class:`~vmpooler.actors.fairness.policy.LdapGroups`):
 
 * ``attribute`` (``memberOf``): the values of that attribute of the user's own entry, each
-  the DN of a group;
+  the DN of a group; with ``base``, only the DNs of entries under ``base`` (compared RDN by
+  RDN, attribute types and values without regard to case), so ``cn=release,ou=elsewhere``
+  is not group ``release`` when ``base`` is ``ou=groups,…``. Without ``base`` a group is
+  known by its name alone, whatever its OU;
 * ``search_base``: the entries under it matching ``search_filter``, where ``{dn}`` and
   ``{user}`` are the user's DN and name, escaped for a filter (RFC 4515).
 
@@ -29,7 +32,7 @@ from ldap3.utils.dn import parse_dn
 
 from vmpooler.actors.fairness.policy import LdapGroups
 
-__all__ = ["group_name", "read_groups"]
+__all__ = ["group_name", "read_groups", "under"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +48,24 @@ def group_name(value: str, name_attribute: str) -> str | None:
         if attribute.lower() == name_attribute.lower():
             return str(name)
     return None
+
+
+def _rdns(dn: str) -> list[tuple[str, str]] | None:
+    """The RDNs of ``dn`` with types and values case-folded; None when it is no DN."""
+    try:
+        parts = parse_dn(dn, strip=True)
+    except Exception:  # ldap3 raises several types for a value that is not a DN
+        return None
+    return [(str(kind).strip().casefold(), str(value).strip().casefold())
+            for kind, value, _ in parts]
+
+
+def under(dn: str, base: str) -> bool:
+    """Whether ``dn`` names an entry strictly under ``base``."""
+    entry, parent = _rdns(dn), _rdns(base)
+    if not entry or not parent or len(entry) <= len(parent):
+        return False
+    return entry[-len(parent):] == parent
 
 
 def _clean(names: Iterable[str | None]) -> tuple[str, ...]:
@@ -70,6 +91,8 @@ def read_groups(conn: ldap3.Connection, dn: str, user: str, spec: LdapGroups,
             if entry.get("type") == "searchResEntry":
                 found = (entry.get("attributes") or {}).get(spec.attribute) or []
                 values += [found] if isinstance(found, str) else [str(v) for v in found]
+        if spec.base is not None:
+            values = [value for value in values if under(value, spec.base)]
         return _clean(group_name(value, spec.name_attribute) for value in values)
     search = spec.search_filter.format(dn=escape_filter_chars(dn),
                                        user=escape_filter_chars(user))

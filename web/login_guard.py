@@ -1,7 +1,9 @@
 """The failed-login guard (ours): password guessing through HTTP Basic is limited per user
 name and per client address.
 
-Every attempt that presents credentials is counted before the ``:auth:`` provider is asked
+Every attempt that presents credentials is counted, per user name in its normal form
+(:func:`~vmpooler.actors.fairness.names.normal_user_name`: ``ｂｏｂ``, `` Bob`` and ``bob`` are
+one name), before the ``:auth:`` provider is asked
 (:class:`~vmpooler.actors.storage.login_store.LoginStore`, one round trip); a success takes
 the count back and forgets that user's failures, a failure leaves it. Once a user name has
 ``login_failures_per_user`` failures (default 10), or an address ``login_failures_per_address``
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 
 import falcon
 
+from vmpooler.actors.fairness.names import normal_user_name
 from vmpooler.actors.storage.login_store import LoginStore
 from vmpooler.web.api_context import ApiContext
 from vmpooler.web.api_errors import ApiError
@@ -70,10 +73,12 @@ class LoginGuard:
         return bool(self._user_limit or self._address_limit)
 
     def begin(self, req: falcon.Request, user: str) -> PendingLogin | None:
-        """Count an attempt by ``user``; raise the 429 :class:`ApiError` if the user name or
-        the client address is locked out. None when the guard is off."""
+        """Count an attempt by ``user`` (any spelling of it); raise the 429
+        :class:`ApiError` if the user name or the client address is locked out. None when
+        the guard is off."""
         if not self.enabled:
             return None
+        user = normal_user_name(user)
         address = self._proxies.client_address(req)
         attempt = self._store.attempt(user, address, user_limit=self._user_limit,
                                       address_limit=self._address_limit, window=self._window)

@@ -49,7 +49,7 @@ def _sets_in_flight(policy: QuotaPolicy, asker: Requester) -> bool:
     """Whether an entry of ``:quotas:`` that applies to ``asker`` sets
     ``ondemand_in_flight`` (a number or ``unlimited``)."""
     name = "ondemand_in_flight"
-    return (name in policy.users.get(asker.user, {}) or name in policy.default
+    return (name in policy.entry_of(asker.user) or name in policy.default
             or any(name in policy.groups[g].limits for g in asker.groups
                    if g in policy.groups))
 

@@ -1,7 +1,10 @@
 """The ``:quotas:`` policy: each user's limits, share of clone capacity and priorities.
 
 A request's user is the token's user when it has one, else its client address, or
-``anonymous`` when ``:quotas: anonymous: true`` (:class:`Requester`). Users belong to groups:
+``anonymous`` when ``:quotas: anonymous: true`` (:class:`Requester`). User names are compared
+in their normal form (:func:`~vmpooler.actors.fairness.names.normal_user_name`): the
+configuration parser writes the names of ``users``, ``members`` and ``high_priority`` in it,
+and every method puts the requester's name through it too. Users belong to groups:
 the static ``members`` map, and groups read from LDAP when the token was made
 (``ldap_groups``).
 
@@ -21,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
+
+from vmpooler.actors.fairness.names import normal_user_name
 
 __all__ = ["ANONYMOUS", "LIMIT_NAMES", "PRIORITIES", "GroupQuota", "LdapGroups", "Limits",
            "QuotaPolicy", "Requester"]
@@ -68,18 +73,21 @@ class LdapGroups:
     """How to read a user's groups from LDAP when a token is made: the values of
     ``attribute`` of the user's entry (``memberOf``) or, with ``search_base``, the entries
     under it matching ``search_filter`` (``{dn}`` and ``{user}`` filled in); each group is
-    named by the first value of its ``name_attribute`` (``cn``) in its DN."""
+    named by the first value of its ``name_attribute`` (``cn``) in its DN. With ``base``,
+    an ``attribute`` value counts only when it is the DN of an entry under ``base`` (without
+    it, ``cn=release`` in any OU is group ``release``)."""
 
     attribute: str = "memberOf"
     search_base: str | None = None
     search_filter: str = "(member={dn})"
     name_attribute: str = "cn"
+    base: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Requester:
-    """Who is asking: ``user`` (the token's user, the client address or ``anonymous``),
-    its ``groups``, and whether it presented a token (``authenticated``)."""
+    """Who is asking: ``user`` (the token's user in its normal form, the client address or
+    ``anonymous``), its ``groups``, and whether it presented a token (``authenticated``)."""
 
     user: str
     groups: frozenset[str] = frozenset()
@@ -108,13 +116,18 @@ class QuotaPolicy:
 
     def groups_of(self, user: str, known: Iterable[str] = ()) -> frozenset[str]:
         """The groups of ``user``: those of the ``members`` map, and ``known`` ones (LDAP)."""
+        user = normal_user_name(user)
         listed = {group for group, users in self.members.items() if user in users}
         return frozenset(listed.union(known))
+
+    def entry_of(self, user: str) -> QuotaEntry:
+        """The ``users`` entry of ``user`` (any spelling of it); empty when none."""
+        return self.users.get(normal_user_name(user), {})
 
     def limits_for(self, requester: Requester) -> Limits:
         """Per limit: the user's own entry, else the most generous of its groups', else
         ``default``."""
-        own = self.users.get(requester.user, {})
+        own = self.entry_of(requester.user)
         groups = [self.groups[g].limits for g in requester.groups if g in self.groups]
         resolved: dict[str, int | None] = {}
         for name in LIMIT_NAMES:
@@ -137,5 +150,5 @@ class QuotaPolicy:
 
     def may_use_high(self, requester: Requester) -> bool:
         """Whether the user may ask for ``priority: high``."""
-        return requester.user in self.high_priority_users or bool(
+        return normal_user_name(requester.user) in self.high_priority_users or bool(
             requester.groups & self.high_priority_groups)

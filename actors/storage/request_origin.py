@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vmpooler.actors.fairness.names import normal_user_name
+
 __all__ = ["RequestOrigin", "origin_args", "recorded_origin"]
 
 
@@ -31,13 +33,14 @@ def recorded_origin(request_id: str, user: str, priority: str, share: str,
     """Who asked for a request, from its hash fields (``''``: absent). A request written
     without them (an older writer, Ruby vmpooler) counts as its token's user, else as a user
     of its own (its id), at ``normal`` priority with a share of 1; an unknown priority is
-    ``normal`` and a share that is not a positive number is 1."""
+    ``normal`` and a share that is not a positive number is 1. A user is in its normal form
+    (:func:`~vmpooler.actors.fairness.names.normal_user_name`: ``Bob`` is ``bob``)."""
     try:
         weight = float(share)
     except ValueError:
         weight = 1.0
     if not (0 < weight < float("inf")):
         weight = 1.0
-    return RequestOrigin(user or token_user or request_id,
+    return RequestOrigin(normal_user_name(user or token_user) or request_id,
                          priority if priority in ("high", "normal", "low") else "normal",
                          weight)

@@ -17,6 +17,7 @@ from typing import TypeVar
 
 import redis
 
+from vmpooler.actors.fairness.names import normal_user_name
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.redis_errors import WrongTypeKeys, is_wrong_type, tolerant_results
 from vmpooler.actors.storage.replies import fields as as_fields
@@ -38,8 +39,11 @@ class TokenStore:
         self.wrong_type = WrongTypeKeys("tokens")
 
     def tokens_of(self, user: str) -> Iterator[tuple[str, str | None, str | None]]:
-        """``(token, created, last)`` of every token owned by ``user``. ``SCAN`` may yield
-        a token twice: callers that need each once deduplicate."""
+        """``(token, created, last)`` of every token owned by ``user``: whose ``user`` field
+        is ``user`` in the normal form (:func:`~vmpooler.actors.fairness.names.normal_user_name`;
+        a token written as ``Bob`` is ``bob``'s). ``SCAN`` may yield a token twice: callers
+        that need each once deduplicate."""
+        user = normal_user_name(user)
         prefix = schema.token("")
         cursor = 0
         while True:
@@ -51,7 +55,8 @@ class TokenStore:
                     pipe.hmget(key, "user", "created", "last")
                 replies = tolerant_results(pipe, keys, "hash", self.wrong_type)
                 for key, reply in zip(keys, replies, strict=True):
-                    if reply is not None and reply[0] == user and key.startswith(prefix):
+                    if (reply is not None and reply[0] is not None
+                            and normal_user_name(reply[0]) == user and key.startswith(prefix)):
                         yield key[len(prefix):], reply[1], reply[2]
             if int(cursor) == 0:
                 return
