@@ -2,7 +2,8 @@
 
 The user is the token's user when a valid token is presented (its groups: those the token
 recorded from LDAP when it was made, field ``groups``, plus the static ``members`` map);
-without one, the client address (through the trusted proxies, as the rate limiter sees it),
+without one, the client's key (its address through the trusted proxies, an IPv6 address
+grouped by ``ipv6_prefix_length``, as the rate limiter sees it: :mod:`vmpooler.web.clientaddr`),
 or ``anonymous`` when ``:quotas: anonymous: true``.
 
 What callers may rely on: :func:`requester` never raises for a missing or unknown token (it
@@ -38,5 +39,5 @@ def requester(req: falcon.Request, ctx: ApiContext, token: str | None) -> Reques
                              authenticated=True)
     if policy.anonymous:
         return Requester(ANONYMOUS, policy.groups_of(ANONYMOUS))
-    address = TrustedProxies(ctx.config.settings.trusted_proxies).client_address(req)
+    address = TrustedProxies.of(ctx.config.settings).client_key(req)
     return Requester(address, policy.groups_of(address))

@@ -151,6 +151,10 @@ class GlobalSettings:
     # Addresses or CIDR networks of reverse proxies whose X-Forwarded-For (else Forwarded)
     # header names the client (ours); empty: the peer's address is the client's.
     trusted_proxies: tuple[str, ...] = setting((), "strs", env="TRUSTED_PROXIES")
+    # Ours: the limiters (rate limits, failed logins, per-address quotas) count IPv6 clients
+    # by their network of this many bits (an IPv4 client by its address).
+    ipv6_prefix_length: int = setting(64, "int", env="IPV6_PREFIX_LENGTH", minimum=1,
+                                      maximum=128)
     # Failed HTTP Basic logins (ours): after this many within the window (seconds), further
     # attempts for that user name / from that address are refused with 429. 0 is off.
     login_failures_per_user: int = setting(10, "int")
