@@ -142,6 +142,9 @@ class GlobalSettings:
     # Ours, with :auth: configured: PUT/DELETE /vm/<name> need a valid token for every VM.
     require_token_for_vm_changes: bool = setting(
         False, "bool", env="REQUIRE_TOKEN_FOR_VM_CHANGES")
+    # Ours, with :auth: configured: POST /vm and /vm/<pools> (checkouts) need a valid token.
+    require_token_for_checkout: bool = setting(
+        False, "bool", env="REQUIRE_TOKEN_FOR_CHECKOUT")
     clone_target: str | None = setting(None, "str?", env="CLONE_TARGET")
     backend_weight: Mapping[str, int] = setting(None, "weights")
     experimental_features: bool = setting(False, "bool", env="EXPERIMENTAL_FEATURES")
