@@ -71,13 +71,20 @@ def client_key(address: str, ipv6_prefix_length: int = DEFAULT_IPV6_PREFIX) -> s
     :meth:`TrustedProxies.client_address` gives it) under: an IPv6 address becomes its
     ``/ipv6_prefix_length`` network (``2001:db8:1:2::/64``), an IPv4-mapped one its IPv4
     address; anything else (IPv4, text that is no address) is returned as given. At most 64
-    characters. ``ipv6_prefix_length`` must be 0..128 (``ValueError`` otherwise)."""
+    characters. An IPv6 address with an ``ipv6_prefix_length`` outside 0..128 raises
+    ``ValueError``."""
+    if ":" not in address:  # IPv4, or no address at all: as given, without parsing
+        return address[:64]
     parsed = parse_address(address)
-    if isinstance(parsed, ipaddress.IPv4Address) and ":" in address:
+    if isinstance(parsed, ipaddress.IPv4Address):
         return str(parsed)  # IPv4-mapped IPv6
     if not isinstance(parsed, ipaddress.IPv6Address):
         return address[:64]
-    return ipaddress.IPv6Network((parsed, ipv6_prefix_length), strict=False).with_prefixlen
+    if not 0 <= ipv6_prefix_length <= 128:
+        raise ValueError(f"IPv6 prefix length {ipv6_prefix_length} is not in 0..128")
+    host_bits = 128 - ipv6_prefix_length
+    network = ipaddress.IPv6Address(int(parsed) >> host_bits << host_bits)
+    return f"{network}/{ipv6_prefix_length}"
 
 
 class TrustedProxies:
