@@ -4,8 +4,8 @@ one client for per-address quotas, the rate limiter and the failed-login guard.
 A client with a /64 can send from 2^64 addresses; were each a client of its own, it would
 get the per-address quota, rate limit and login allowance that many times. Real Redis,
 Falcon's TestClient: the clients come as a trusted proxy's ``X-Forwarded-For`` or as the
-peer's own address. tests/hostile/test_ipv6_service.py and tests/hostile/test_rate_limit.py
-do the same over HTTP through gunicorn.
+peer's own address. tests/hostile/test_ipv6_service.py does the same over HTTP through
+gunicorn.
 """
 
 from __future__ import annotations
