@@ -51,7 +51,7 @@ def test_checkouts_stop_at_vms_held_and_a_returned_vm_frees_its_place(
                                     headers={"X-AUTH-TOKEN": ALICE}).status_code == 200
     assert checkout(a, {"pool1": 1}).status_code == 200
     assert checkout(a, {"pool1": 1}).status_code == 429
-    assert a.metrics.counts("quota.refused", quota="vms_held", user="alice") == 2
+    assert a.metrics.counts("quota.refused", quota="vms_held", requester="token") == 2
 
 
 def test_a_checkout_that_would_pass_the_limit_takes_nothing(redis_client: redis.Redis) -> None:
@@ -114,7 +114,7 @@ def test_on_demand_requests_in_flight_stop_at_the_limit(redis_client: redis.Redi
     assert ondemand(a, {"pool1": 1}, BOB).status_code == 201  # bob: no limit
     a.redis.hset(schema.odrequest(first), "status", "ready")  # ready: no longer in flight
     assert ondemand(a, {"pool1": 1}).status_code == 201
-    assert a.metrics.counts("quota.refused", quota="ondemand_in_flight", user="alice") == 1
+    assert a.metrics.counts("quota.refused", quota="ondemand_in_flight", requester="token") == 1
 
 
 @pytest.mark.parametrize("form", ["body", "path", "ondemand", "ondemand-path"])
@@ -194,7 +194,7 @@ def test_a_client_without_a_token_is_limited_by_its_address(redis_client: redis.
     assert r.status_code == 429
     assert "user '127.0.0.1'" in r.json["message"]
     # the address never becomes a metric label
-    assert a.metrics.counts("quota.refused", quota="vms_held", user=ADDRESS_LABEL) == 1
+    assert a.metrics.counts("quota.refused", quota="vms_held", requester=ADDRESS_LABEL) == 1
     assert a.redis.exists(schema.quota_held("127.0.0.1"))
 
 
@@ -205,7 +205,7 @@ def test_anonymous_users_share_one_quota(redis_client: redis.Redis) -> None:
     r = a.client.simulate_post(f"{P}/vm", json={"pool1": 1},
                                headers={"X-Forwarded-For": "10.1.1.1"})
     assert r.status_code == 429
-    assert a.metrics.counts("quota.refused", quota="vms_held", user="anonymous") == 1
+    assert a.metrics.counts("quota.refused", quota="vms_held", requester="anonymous") == 1
 
 
 def test_an_unknown_token_is_401_before_any_quota(redis_client: redis.Redis) -> None:

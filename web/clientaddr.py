@@ -18,6 +18,13 @@ client sent, or the client's own header would be read.
 With trusted proxies, addresses are normalised by :mod:`ipaddress` (``::ffff:10.0.0.1`` is
 ``10.0.0.1``, a zone index is dropped), so one client has one spelling. Without any, the
 peer's address is used as the server gives it (vmpooler's key names), at most 64 characters.
+
+The limiters (rate limiter, failed-login guard, per-address quotas) count a client under its
+**client key** (:func:`client_key`, :meth:`TrustedProxies.client_key`): an IPv4 address as
+above; an IPv6 address as its network of ``:config: ipv6_prefix_length`` bits (default 64,
+the size one subscriber or host usually gets), written ``2001:db8:1:2::/64``, so the
+addresses of one prefix count together; an IPv4-mapped IPv6 address (``::ffff:1.2.3.4``) as
+the IPv4 address.
 """
 
 from __future__ import annotations
@@ -27,10 +34,15 @@ from collections.abc import Iterable
 
 import falcon
 
-__all__ = ["TrustedProxies", "parse_address"]
+from vmpooler.actors.config import GlobalSettings
+
+__all__ = ["DEFAULT_IPV6_PREFIX", "TrustedProxies", "client_key", "parse_address"]
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+DEFAULT_IPV6_PREFIX = 64
+"""Bits of an IPv6 address that name one client unless ``ipv6_prefix_length`` says else."""
 
 _MAX_HOPS = 32
 """Forwarding entries looked at, from the right: a longer chain is cut (the client's own)."""
@@ -54,14 +66,47 @@ def parse_address(text: str) -> Address | None:
     return address
 
 
-class TrustedProxies:
-    """The configured trusted proxies (immutable, thread-safe)."""
+def client_key(address: str, ipv6_prefix_length: int = DEFAULT_IPV6_PREFIX) -> str:
+    """The key the limiters count ``address`` (a client address as
+    :meth:`TrustedProxies.client_address` gives it) under: an IPv6 address becomes its
+    ``/ipv6_prefix_length`` network (``2001:db8:1:2::/64``), an IPv4-mapped one its IPv4
+    address; anything else (IPv4, text that is no address) is returned as given. At most 64
+    characters. An IPv6 address with an ``ipv6_prefix_length`` outside 0..128 raises
+    ``ValueError``."""
+    if ":" not in address:  # IPv4, or no address at all: as given, without parsing
+        return address[:64]
+    parsed = parse_address(address)
+    if isinstance(parsed, ipaddress.IPv4Address):
+        return str(parsed)  # IPv4-mapped IPv6
+    if not isinstance(parsed, ipaddress.IPv6Address):
+        return address[:64]
+    if not 0 <= ipv6_prefix_length <= 128:
+        raise ValueError(f"IPv6 prefix length {ipv6_prefix_length} is not in 0..128")
+    host_bits = 128 - ipv6_prefix_length
+    network = ipaddress.IPv6Address(int(parsed) >> host_bits << host_bits)
+    return f"{network}/{ipv6_prefix_length}"
 
-    def __init__(self, entries: Iterable[str] = ()) -> None:
+
+class TrustedProxies:
+    """The configured trusted proxies and the IPv6 prefix of one client (immutable,
+    thread-safe)."""
+
+    def __init__(self, entries: Iterable[str] = (), *,
+                 ipv6_prefix_length: int = DEFAULT_IPV6_PREFIX) -> None:
         """``entries``: addresses or CIDR networks, as validated by the configuration.
-        Raises ``ValueError`` for an entry that is neither."""
+        Raises ``ValueError`` for an entry that is neither, or a prefix length not in
+        0..128."""
         self._networks: tuple[Network, ...] = tuple(
             ipaddress.ip_network(entry, strict=False) for entry in entries)
+        if not 0 <= ipv6_prefix_length <= 128:
+            raise ValueError(f"IPv6 prefix length {ipv6_prefix_length} is not in 0..128")
+        self._ipv6_prefix = ipv6_prefix_length
+
+    @classmethod
+    def of(cls, settings: GlobalSettings) -> TrustedProxies:
+        """The proxies and prefix length of ``settings`` (``trusted_proxies``,
+        ``ipv6_prefix_length``)."""
+        return cls(settings.trusted_proxies, ipv6_prefix_length=settings.ipv6_prefix_length)
 
     def __bool__(self) -> bool:
         return bool(self._networks)
@@ -92,6 +137,11 @@ class TrustedProxies:
             if not self.trusted(hop):
                 break
         return str(client)
+
+    def client_key(self, req: falcon.Request) -> str:
+        """:func:`client_key` of :meth:`client_address`: what the limiters count ``req``
+        under."""
+        return client_key(self.client_address(req), self._ipv6_prefix)
 
 
 def _chain(req: falcon.Request) -> list[str]:

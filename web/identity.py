@@ -4,7 +4,8 @@ The user is the token's user when a valid token is presented, in its normal form
 (:func:`~vmpooler.actors.fairness.names.normal_user_name`, so a token an older version wrote
 with ``user: Bob`` is user ``bob``; its groups: those the token
 recorded from LDAP when it was made, field ``groups``, plus the static ``members`` map);
-without one, the client address (through the trusted proxies, as the rate limiter sees it),
+without one, the client's key (its address through the trusted proxies, an IPv6 address
+grouped by ``ipv6_prefix_length``, as the rate limiter sees it: :mod:`vmpooler.web.clientaddr`),
 or ``anonymous`` when ``:quotas: anonymous: true``.
 
 What callers may rely on: :func:`requester` never raises for a missing or unknown token (it
@@ -41,5 +42,5 @@ def requester(req: falcon.Request, ctx: ApiContext, token: str | None) -> Reques
                              authenticated=True)
     if policy.anonymous:
         return Requester(ANONYMOUS, policy.groups_of(ANONYMOUS))
-    address = TrustedProxies(ctx.config.settings.trusted_proxies).client_address(req)
+    address = TrustedProxies.of(ctx.config.settings).client_key(req)
     return Requester(address, policy.groups_of(address))

@@ -14,7 +14,8 @@ without asking the provider (so a correct password is refused too until the wind
 "limit", "period", "retry_after"}``, the rate limiter's shape. Each refusal counts
 ``api.login_refused`` (tag ``scope``: ``user`` or ``address``) and is logged, at most one line
 per :data:`LOG_EVERY` seconds per process. A limit of 0 turns that counter off. The address
-is the rate limiter's (:mod:`vmpooler.web.clientaddr`).
+is the rate limiter's client key (:mod:`vmpooler.web.clientaddr`: an IPv6 client's network of
+``ipv6_prefix_length`` bits).
 
 Redis errors propagate (the endpoints answer 503, as they would for their own reads).
 """
@@ -57,8 +58,8 @@ class LoginGuard:
                  proxies: TrustedProxies | None = None) -> None:
         self._ctx = ctx
         self._store = store if store is not None else LoginStore(ctx.redis)
-        self._proxies = proxies if proxies is not None else TrustedProxies(
-            ctx.config.settings.trusted_proxies)
+        self._proxies = (proxies if proxies is not None
+                         else TrustedProxies.of(ctx.config.settings))
         settings = ctx.config.settings
         self._user_limit = max(0, settings.login_failures_per_user)
         self._address_limit = max(0, settings.login_failures_per_address)
@@ -79,7 +80,7 @@ class LoginGuard:
         if not self.enabled:
             return None
         user = normal_user_name(user)
-        address = self._proxies.client_address(req)
+        address = self._proxies.client_key(req)
         attempt = self._store.attempt(user, address, user_limit=self._user_limit,
                                       address_limit=self._address_limit, window=self._window)
         if attempt.allowed:

@@ -24,6 +24,8 @@ Divergences from vmpooler 3.9.1:
   fresh counter: a random token per request was never limited);
 * behind ``trusted_proxies`` the address is the forwarded client's
   (:mod:`vmpooler.web.clientaddr`);
+* an IPv6 client is counted by its network of ``ipv6_prefix_length`` bits (default /64), an
+  IPv4-mapped one by its IPv4 address (vmpooler: each address apart);
 * **fixed window**: a counter's TTL is set when it is created, not refreshed by every
   accepted request (vmpooler's sliding expiry eventually rejected slow, steady clients);
 * the request log line ends with ``Body: <n> bytes`` where vmpooler printed the Rack body
@@ -165,11 +167,12 @@ class RateLimiter:
     ``token:<X-AUTH-TOKEN>`` **only when that token exists** (the Lua script checks
     ``vmpooler__token__<token>`` in the same round trip; a header that is not a well-formed
     token is not even looked up); otherwise ``ip:<address>``, the address being the peer's or,
-    behind ``trusted_proxies``, the forwarded one (:mod:`vmpooler.web.clientaddr`). The class
-    follows the counter (:func:`limit_class`): a made-up or empty token is ``global_per_ip``
-    by address, never ``authenticated``. Over the limit the request is answered 429 with
-    ``X-RateLimit-Limit``, ``X-RateLimit-Remaining: 0``, ``X-RateLimit-Reset`` (epoch of the
-    window's end), ``Retry-After`` (seconds) and
+    behind ``trusted_proxies``, the forwarded one, an IPv6 address as its network of
+    ``ipv6_prefix_length`` bits (``ip:2001:db8:1:2::/64``, :mod:`vmpooler.web.clientaddr`).
+    The class follows the counter (:func:`limit_class`): a made-up or empty token is
+    ``global_per_ip`` by address, never ``authenticated``. Over the limit the request is
+    answered 429 with ``X-RateLimit-Limit``, ``X-RateLimit-Remaining: 0``,
+    ``X-RateLimit-Reset`` (epoch of the window's end), ``Retry-After`` (seconds) and
     ``{"ok": false, "error": "Rate limit exceeded", "limit", "period", "retry_after"}``;
     accepted responses get no rate-limit headers (as in vmpooler). A rejected request does
     not count. The window is fixed (see :mod:`vmpooler.actors.storage.ratelimit_store`).
@@ -184,8 +187,8 @@ class RateLimiter:
         self._ctx = ctx
         self._store = store if store is not None else RateLimitStore(ctx.redis)
         self._exempt = frozenset(exempt)
-        self._proxies = proxies if proxies is not None else TrustedProxies(
-            ctx.config.settings.trusted_proxies)
+        self._proxies = (proxies if proxies is not None
+                         else TrustedProxies.of(ctx.config.settings))
         self._warn_every = warn_every
         self._warned_at: float | None = None
         self._lock = threading.Lock()
@@ -200,7 +203,7 @@ class RateLimiter:
         """Count the request; raise a 429 :class:`ApiError` if it is over its limit."""
         if req.path in self._exempt:
             return
-        address = self._proxies.client_address(req)
+        address = self._proxies.client_key(req)
         by_address = self._bucket(limit_class(req.method, req.path, False), f"ip:{address}")
         if by_address is None:
             return

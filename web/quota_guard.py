@@ -11,8 +11,8 @@ A refusal is 429 ``{"ok": false, "reason": "quota", "quota": <limit name>, "limi
 "in_use": M, "message": <sentence>}``; ``in_use`` is what the user holds (``vms_held``,
 ``ondemand_in_flight``) or what the request asked for (``vms_per_request``: VMs,
 ``lifetime_hours``: hours). Each refusal counts ``quota.refused`` tagged with the limit and
-the user: a token's user, ``anonymous``, a user ``:quotas: users`` names, else ``address``
-(client addresses never become label values).
+the kind of requester, ``token``, ``anonymous`` or ``address``: neither user names nor client
+addresses ever become label values (the metric is read by anyone who can read ``/prometheus``).
 
 A VM handed to a user with a ``lifetime_hours`` limit (checked out, or delivered to its
 on-demand request) gets at most that lifetime (:func:`lifetime_cap`); a limit of 0 gives the
@@ -38,11 +38,16 @@ from vmpooler.actors.storage.user_quota import (
 from vmpooler.web.api_context import ApiContext
 from vmpooler.web.api_errors import ApiError
 
-__all__ = ["ADDRESS_LABEL", "check_lifetime", "check_per_request", "lifetime_cap",
-           "metric_user", "record_request", "refuse", "ticket_for"]
+__all__ = ["ADDRESS_LABEL", "ANONYMOUS_LABEL", "TOKEN_LABEL", "check_lifetime",
+           "check_per_request", "lifetime_cap", "metric_requester", "record_request", "refuse",
+           "ticket_for"]
 
+TOKEN_LABEL = "token"
+"""The ``requester`` tag of ``quota.refused`` for a user named by a valid token."""
+ANONYMOUS_LABEL = "anonymous"
+"""The ``requester`` tag for the shared ``anonymous`` user (``:quotas: anonymous: true``)."""
 ADDRESS_LABEL = "address"
-"""The ``user`` tag of ``quota.refused`` for a user known only by its client address."""
+"""The ``requester`` tag for a user known only by its client address."""
 
 
 def _sets_in_flight(policy: QuotaPolicy, asker: Requester) -> bool:
@@ -67,11 +72,12 @@ def ticket_for(ctx: ApiContext, asker: Requester) -> QuotaTicket | None:
     return QuotaTicket(asker.user, limits)
 
 
-def metric_user(policy: QuotaPolicy, asker: Requester) -> str:
-    """The ``user`` tag of ``quota.refused`` for ``asker`` (module docstring)."""
-    if asker.authenticated or asker.user == ANONYMOUS or asker.user in policy.users:
-        return asker.user
-    return ADDRESS_LABEL
+def metric_requester(asker: Requester) -> str:
+    """The ``requester`` tag of ``quota.refused`` for ``asker``: one of three words, never a
+    name (module docstring)."""
+    if asker.authenticated:
+        return TOKEN_LABEL
+    return ANONYMOUS_LABEL if asker.user == ANONYMOUS else ADDRESS_LABEL
 
 
 _MESSAGES = {
@@ -90,7 +96,7 @@ def refuse(ctx: ApiContext, asker: Requester, refusal: QuotaRefusal,
     """The 429 of ``refusal`` (``asked``: VMs the refused request asked for, for the
     message of ``vms_held``), after counting ``quota.refused``."""
     ctx.metrics.increment("quota.refused", tags={
-        "quota": refusal.quota, "user": metric_user(ctx.config.quotas, asker)})
+        "quota": refusal.quota, "requester": metric_requester(asker)})
     more = f" ({asked} more asked for)" if asked is not None else ""
     message = _MESSAGES[refusal.quota].format(user=asker.user, in_use=refusal.in_use,
                                               limit=refusal.limit, more=more)

@@ -142,6 +142,9 @@ class GlobalSettings:
     # Ours, with :auth: configured: PUT/DELETE /vm/<name> need a valid token for every VM.
     require_token_for_vm_changes: bool = setting(
         False, "bool", env="REQUIRE_TOKEN_FOR_VM_CHANGES")
+    # Ours, with :auth: configured: POST /vm and /vm/<pools> (checkouts) need a valid token.
+    require_token_for_checkout: bool = setting(
+        False, "bool", env="REQUIRE_TOKEN_FOR_CHECKOUT")
     clone_target: str | None = setting(None, "str?", env="CLONE_TARGET")
     backend_weight: Mapping[str, int] = setting(None, "weights")
     experimental_features: bool = setting(False, "bool", env="EXPERIMENTAL_FEATURES")
@@ -151,6 +154,10 @@ class GlobalSettings:
     # Addresses or CIDR networks of reverse proxies whose X-Forwarded-For (else Forwarded)
     # header names the client (ours); empty: the peer's address is the client's.
     trusted_proxies: tuple[str, ...] = setting((), "strs", env="TRUSTED_PROXIES")
+    # Ours: the limiters (rate limits, failed logins, per-address quotas) count IPv6 clients
+    # by their network of this many bits (an IPv4 client by its address).
+    ipv6_prefix_length: int = setting(64, "int", env="IPV6_PREFIX_LENGTH", minimum=1,
+                                      maximum=128)
     # Failed HTTP Basic logins (ours): after this many within the window (seconds), further
     # attempts for that user name / from that address are refused with 429. 0 is off.
     login_failures_per_user: int = setting(10, "int")

@@ -39,7 +39,8 @@ _SWITCHED: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("health_check_enabled", ("health_check_interval", "health_thresholds")),
     ("dlq_enabled", ("dlq_ttl", "dlq_max_entries")),
 )
-_NEED_AUTH = ("enforce_vm_ownership", "require_token_for_vm_changes")
+_NEED_AUTH = ("enforce_vm_ownership", "require_token_for_vm_changes",
+              "require_token_for_checkout")
 _DEFAULT_ON = {"connection_pool_monitor_enabled": ("connection_pool_monitor_interval",)}
 
 

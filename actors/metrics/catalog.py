@@ -147,10 +147,10 @@ def _specs() -> list[MetricSpec]:
                    reference=False, doc="HTTP Basic logins answered 429 without asking the "
                    "auth provider: too many failures for the user name or the address (scope "
                    "user|address)"),
-        MetricSpec("quota.refused", "increment", ("quota", "user"), emitter=api,
+        MetricSpec("quota.refused", "increment", ("quota", "requester"), emitter=api,
                    reference=False,
-                   doc="requests refused (429) by a :quotas: limit, by limit name and user "
-                       "(a token's user, anonymous, a configured user, else 'address')"),
+                   doc="requests refused (429) by a :quotas: limit, by limit name and kind of "
+                       "requester (token|anonymous|address; never a user name)"),
         MetricSpec("vmpooler_ondemand.ready", "increment", reference=False),
         MetricSpec("vmpooler_ondemand.failed", "increment", reference=False),
         *[MetricSpec(f"vmpooler_actor.{e}", "increment", ("actor",), reference=False)

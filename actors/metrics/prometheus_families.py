@@ -171,8 +171,9 @@ KEYED: Mapping[str, Family] = {
         "counter", "Logins refused (429) after too many failures, by scope user|address",
         ("scope",), keys={"scope": "scope"}),
     "quota.refused": Family(
-        "counter", "Requests refused by a :quotas: limit, by limit and user",
-        ("quota", "user"), keys={"quota": "quota", "user": "user"}),
+        "counter", "Requests refused by a :quotas: limit, by limit and requester "
+        "token|anonymous|address", ("quota", "requester"),
+        keys={"quota": "quota", "requester": "requester"}),
     "vm.lost": Family("counter", "VMs destroyed without ever being used, by reason",
                       ("poolname", "reason"), keys={**_POOL_KEY, "reason": "reason"}),
     "brake.engaged": Family("gauge", "1 while the pool's mass-failure brake is engaged",

@@ -7,7 +7,9 @@ API processes may check out from one Redis.
 
 What callers rely on: :func:`body_payload` and :func:`template_payload` raise vmpooler's 400
 or return ``{name: count}`` in request order; :func:`allocate` raises 404/401/503 as vmpooler
-does, or returns the 200 body, having sent metrics and ``pool_changed`` commands.
+does, or returns the 200 body, having sent metrics and ``pool_changed`` commands. With
+``:auth:`` and ``require_token_for_checkout`` (ours), a checkout without a valid token is the
+401 (vmpooler: a checkout needs no token).
 
 Cost: exactly one Redis round trip per checkout (EVALSHA), the token check included (it is
 folded into the script); with ``:quotas:`` limits one more before it (the requester's token,
@@ -233,6 +235,9 @@ def allocate(req: falcon.Request, ctx: ApiContext, store: CheckoutStore,
              payload: Mapping[str, int]) -> dict[str, Any]:
     """Check out ``payload`` all or nothing; the 200 body, or 404/401/503 raised."""
     started = ctx.clock.monotonic()
+    token = presented_token(req) if ctx.auth_configured else None
+    if token is None and ctx.auth_configured and ctx.config.settings.require_token_for_checkout:
+        raise unauthorized()  # an invalid token is refused by the checkout script below
     requestable = _requestable(ctx.config)
     unknown = [name for name in payload if name not in requestable]
     if not payload:
@@ -242,7 +247,6 @@ def allocate(req: falcon.Request, ctx: ApiContext, store: CheckoutStore,
         for name in unknown:
             ctx.metrics.increment("checkout.invalid", tags={"pool": name})
         raise ApiError(404)
-    token = presented_token(req) if ctx.auth_configured else None
     if token == "":
         raise unauthorized()
     lifetime = ctx.config.settings.vm_lifetime_auth
