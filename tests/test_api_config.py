@@ -14,6 +14,7 @@ from tests.api_harness import TOKEN, Api, api, api_config, api_pool
 from vmpooler.actors.config._data import freeze
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.config_store import ruby_integer
+from vmpooler.web.pool_changes import listens_beyond_loopback, startup_warning
 
 P = "/api/v3"
 
@@ -315,3 +316,71 @@ def test_full_config_masks_secrets(redis_client: redis.Redis) -> None:
     assert full["pools"] == [{"name": "pool1", "size": 5}]
     for secret in ("hunter2", "s3cret", "ldap-pw"):
         assert secret not in r.text
+
+
+# -- pool changes without auth on a listener other hosts can reach ----------------------------
+def reachable(redis_client: redis.Redis, **settings: Any) -> Api:
+    """The API of a server listening beyond loopback, experimental features on, no auth."""
+    a = api(redis_client, api_config(_pools(), experimental_features=True, **settings))
+    a.ctx.public_listener = True
+    return a
+
+
+@pytest.mark.parametrize(("method", "path", "body"), WRITES)
+def test_writes_without_auth_are_refused_on_a_reachable_listener(
+    redis_client: redis.Redis, method: str, path: str, body: Any
+) -> None:
+    a = reachable(redis_client)
+    r = a.client.simulate_request(method, P + path, body=json.dumps(body) if body else None)
+    assert r.status_code == 403
+    assert r.json["ok"] is False
+    assert "experimental_features_without_auth" in r.json["error"]
+    assert ":auth:" in r.json["error"]
+    assert redis_client.keys("*") == []
+    assert a.commands.sent == []
+
+
+@pytest.mark.parametrize(("method", "path", "body"), WRITES)
+def test_the_opt_in_lets_anyone_change_the_pools_on_a_reachable_listener(
+    redis_client: redis.Redis, method: str, path: str, body: Any
+) -> None:
+    a = reachable(redis_client, experimental_features_without_auth=True)
+    r = a.client.simulate_request(method, P + path, body=json.dumps(body) if body else None)
+    assert r.status_code in (200, 201)
+
+
+def test_with_auth_a_reachable_listener_takes_a_token_as_before(redis_client: redis.Redis) -> None:
+    a = api(redis_client, api_config(_pools(), auth=True, experimental_features=True))
+    a.ctx.public_listener = True
+    a.add_token()
+    assert post(a, "/config/poolsize", {"pool1": 3}).status_code == 401
+    r = post(a, "/config/poolsize", {"pool1": 3}, headers={"X-AUTH-TOKEN": TOKEN})
+    assert r.status_code == 201
+
+
+def test_reads_stay_open_on_a_reachable_listener(redis_client: redis.Redis) -> None:
+    a = reachable(redis_client)
+    assert a.client.simulate_get(P + "/config").status_code == 200
+
+
+@pytest.mark.parametrize(("bind", "public"), [
+    ("127.0.0.1:4567", False), ("127.9.9.9:1", False), ("[::1]:4567", False),
+    ("localhost:4567", False), ("unix:/run/vmpooler.sock", False),
+    ("0.0.0.0:4567", True), ("[::]:4567", True), ("10.1.2.3:80", True),
+    ("pooler.example:4567", True), ("fd://3", True), ("[fe80::1%eth0]:4567", True),
+])
+def test_which_listeners_other_hosts_can_reach(bind: str, public: bool) -> None:
+    assert listens_beyond_loopback(bind) is public
+
+
+def test_the_start_says_whether_pool_changes_are_open_or_refused() -> None:
+    on = api_config(_pools(), experimental_features=True)
+    opted = api_config(_pools(), experimental_features=True,
+                       experimental_features_without_auth=True)
+    assert "refused with 403 on 0.0.0.0:4567" in (startup_warning(on, "0.0.0.0:4567") or "")
+    assert "anyone who reaches 0.0.0.0:4567 may change the pools" in (
+        startup_warning(opted, "0.0.0.0:4567") or "")
+    assert startup_warning(on, "127.0.0.1:4567") is None
+    assert startup_warning(api_config(_pools()), "0.0.0.0:4567") is None
+    assert startup_warning(api_config(_pools(), auth=True, experimental_features=True),
+                           "0.0.0.0:4567") is None

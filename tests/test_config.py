@@ -300,6 +300,15 @@ def test_bad_boolean_in_environment_names_the_variable(tmp_path: Path) -> None:
     assert problem.key == "config.experimental_features"
 
 
+def test_the_opt_in_to_pool_changes_without_auth_is_a_validated_boolean(tmp_path: Path) -> None:
+    problem = only(problems(tmp_path, ":pools: []\n",
+                            {"EXPERIMENTAL_FEATURES_WITHOUT_AUTH": "maybe"}))
+    assert problem.source == "EXPERIMENTAL_FEATURES_WITHOUT_AUTH"
+    assert problem.key == "config.experimental_features_without_auth"
+    problem = only(problems(tmp_path, ":config:\n  experimental_features_without_auth: lots\n"))
+    assert (problem.line, problem.key) == (2, "config.experimental_features_without_auth")
+
+
 def test_out_of_range_environment_value_names_the_variable(tmp_path: Path) -> None:
     problem = only(problems(tmp_path, ":config:\n  task_limit: 7\n", {"TASK_LIMIT": "-1"}))
     assert (problem.source, problem.line, problem.key) == ("TASK_LIMIT", None, "config.task_limit")

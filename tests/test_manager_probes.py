@@ -7,7 +7,6 @@ on loopback; and the shipped command as a real process beside a redis-server tha
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import http.client
 import json
@@ -227,6 +226,62 @@ def test_listener_serves_prometheus_at_the_configured_endpoint(
         system.stop()
 
 
+def fetch_as(address: Address, path: str, headers: dict[str, str]) -> tuple[int, dict]:
+    connection = http.client.HTTPConnection(*address, timeout=10)
+    try:
+        connection.request("GET", path, headers=headers)
+        answer = connection.getresponse()
+        return answer.status, json.loads(answer.read())
+    finally:
+        connection.close()
+
+
+FORWARDED = [{"X-Forwarded-For": "203.0.113.9"}, {"Forwarded": "for=203.0.113.9"},
+             {"X-Real-IP": "203.0.113.9"}]
+
+
+def test_ready_names_the_manager_only_to_local_clients_or_a_valid_token(
+    own_redis: EmbeddedRedis,
+) -> None:
+    client = redis.Redis(port=own_redis.port, decode_responses=True)
+    config = dataclasses.replace(two_pools(), auth={"provider": "dummy"})
+    client.hset(schema.token("goodtoken"), mapping={"user": "bob", "created": "now"})
+    with started(client, config) as h:
+        probes = ManagerProbes(h.system.config, clock=h.clock)
+        probes.attach(h.system)
+        with listening(probes) as address:
+            wait_until(lambda: get_json(address, "/ready")[0] == 200, 10, "ready")
+            me = h.system.manager_id
+            assert get_json(address, "/ready")[1]["manager"] == me  # local: details
+            for headers in FORWARDED:  # through a proxy on this host: not local
+                status, body = fetch_as(address, "/ready", headers)
+                assert status == 200 and "manager" not in body and me not in json.dumps(body)
+                assert body["ok"] is True and body["pools"] == 2
+                for token in ("nosuchtoken", "bad token!", ""):
+                    assert "manager" not in fetch_as(
+                        address, "/ready", {**headers, "X-AUTH-TOKEN": token})[1]
+                status, body = fetch_as(address, "/ready", {**headers, "X-AUTH-TOKEN": "goodtoken"})
+                assert (status, body["manager"]) == (200, me)
+            own_redis.stop()  # Redis's error names its address; a token cannot be checked
+            status, body = get_json(address, "/ready")
+            assert status == 503 and str(own_redis.port) in body["error"]
+            for headers in FORWARDED:
+                for token in ({}, {"X-AUTH-TOKEN": "goodtoken"}):
+                    assert fetch_as(address, "/ready", {**headers, **token}) == (
+                        503, {"ok": False, "error": "redis unreachable"})
+        probes.close()
+    client.close()
+
+
+def test_without_auth_a_token_shows_no_details() -> None:
+    probes = ManagerProbes(two_pools())
+    assert not probes.sees_details("203.0.113.9", {"X-AUTH-TOKEN": "any"}.get)
+    assert not probes.sees_details(None, lambda _name: None)
+    assert probes.sees_details("::1", lambda _name: None)
+    assert probes.sees_details("::ffff:127.0.0.2", lambda _name: None)
+    assert not probes.sees_details("127.0.0.1", {"X-Real-IP": "127.0.0.1"}.get)
+
+
 def trickle_until_closed(address: Address, limit: float) -> float:
     """Send a request's head a byte at a time until the server closes the connection (a
     read with a short timeout between bytes); the seconds that took, ``limit`` at most."""
@@ -264,29 +319,33 @@ def test_listener_drops_a_stalled_or_trickling_client_and_answers_an_oversized_r
             assert get_json(address, "/healthcheck") == (200, {"ok": True})
 
 
-def test_listener_serves_a_bounded_number_of_connections_at_once(
+def test_idle_connections_hold_no_slot_and_the_oldest_makes_room(
     redis_client: redis.Redis,
 ) -> None:
     with started(redis_client, two_pools()) as h:
         probes = ManagerProbes(h.system.config, clock=h.clock)
         probes.attach(h.system)
-        with listening(probes, read_timeout=30) as address:
-            idle = [socket.create_connection(address, timeout=10)
-                     for _ in range(MAX_CONNECTIONS)]
-            with socket.create_connection(address, timeout=10) as extra:
-                extra.sendall(b"GET /healthcheck HTTP/1.0\r\n\r\n")
-                with contextlib.suppress(ConnectionResetError):  # closed unanswered
-                    assert extra.recv(100) == b""
-            for connection in idle:
-                connection.close()
+        server = ProbeServer(probes, ("127.0.0.1", 0), read_timeout=30, max_connections=8)
+        with server:
+            server.start()
+            address = server.address
+            idle = [socket.create_connection(address, timeout=10) for _ in range(8)]
+            try:
+                wait_until(lambda: server.waiting == 8, 10, "8 connections waiting")
+                for _ in range(3):  # answered while every waiting place is taken
+                    assert get_json(address, "/healthcheck") == (200, {"ok": True})
+                with socket.create_connection(address, timeout=10) as ninth:
+                    assert idle[0].recv(100) == b""  # the oldest closed to make room
+                    ninth.sendall(b"GET /healthcheck HTTP/1.0\r\n\r\n")
+                    assert ninth.makefile("rb").read().startswith(b"HTTP/1.0 200 ")
+                    assert server.waiting == 7  # idle[1:]; the ninth was answered
+            finally:
+                for connection in idle:
+                    connection.close()
 
-            def answered() -> bool:
-                try:
-                    return fetch(address, "/healthcheck")[0] == 200
-                except (ConnectionError, http.client.HTTPException):
-                    return False
 
-            wait_until(answered, 10, "a free connection slot")
+def test_the_default_number_of_waiting_connections_is_far_above_a_handful() -> None:
+    assert MAX_CONNECTIONS >= 500
 
 
 @pytest.mark.parametrize(("text", "address"), [
@@ -330,11 +389,15 @@ def test_manager_process_answers_probes_and_stays_live_through_a_redis_outage(
     ready = json.loads(answer(port, "/ready")[1])
     assert ready["manager"].split(":")[1] == str(manager.pid) and ready["pools"] == 1
     assert answer(port, "/healthcheck") == (200, '{"ok": true}')
+    status, body = fetch_as(("127.0.0.1", port), "/ready", {"X-Forwarded-For": "203.0.113.9"})
+    assert status == 200 and "manager" not in body and str(manager.pid) not in json.dumps(body)
     wait_until(lambda: 'vmpooler_ready{poolname="alpha"' in answer(port, "/prometheus")[1],
                30, "the manager's gauges in /prometheus")
     own_redis.stop()
     wait_until(lambda: answer(port, "/ready")[0] == 503, 10, "/ready to answer 503")
     assert json.loads(answer(port, "/ready")[1])["error"].startswith("redis: ")
+    assert fetch_as(("127.0.0.1", port), "/ready", {"X-Real-IP": "203.0.113.9"}) == (
+        503, {"ok": False, "error": "redis unreachable"})
     assert answer(port, "/healthcheck") == (200, '{"ok": true}')
     manager.send_signal(signal.SIGTERM)
     assert manager.wait(timeout=15) == 0

@@ -83,6 +83,11 @@ def seed_requests(a: Api) -> None:
     assert store.delete("req-deleted") is DeleteOutcome.DELETED
 
 
+def _reachable(a: Api) -> None:
+    """The API listens where other hosts can reach it (no :auth:: pool changes locked)."""
+    a.ctx.public_listener = True
+
+
 def c(method: str, path: str, template: str, *status: int, **kw: Any) -> Case:
     return Case(method, path, template, status, **kw)
 
@@ -292,6 +297,18 @@ CASES: dict[str, Case] = {
                        headers=TOK),
     "poolreset-disabled": c("POST", f"{P}/poolreset", f"{P}/poolreset", 405,
                             body={"pool1": 1}, headers=TOK, experimental=False),
+    **{f"{name}-locked": c(method, f"{P}{path}", f"{P}{template}", 403, body=body, auth=False,
+                           before=_reachable)
+       for name, method, path, template, body in [
+           ("poolsize", "POST", "/config/poolsize", "/config/poolsize", {"pool1": 5}),
+           ("poolsize-reset", "DELETE", "/config/poolsize/pool1", "/config/poolsize/{pool}",
+            None),
+           ("pooltemplate", "POST", "/config/pooltemplate", "/config/pooltemplate",
+            {"pool1": "a/b"}),
+           ("pooltemplate-reset", "DELETE", "/config/pooltemplate/pool2",
+            "/config/pooltemplate/{pool}", None),
+           ("clonetarget", "POST", "/config/clonetarget", "/config/clonetarget", {"pool1": "c"}),
+           ("poolreset", "POST", "/poolreset", "/poolreset", {"pool1": 1})]},
 }
 
 

@@ -95,3 +95,22 @@ def test_check_config_names_file_line_and_key_of_unacted_keys(tmp_path: Path) ->
     assert all(line.endswith("(not acted on)") for line in warnings)
     assert any("has no effect while purge_enabled is false" in line for line in warnings)
     assert result.stdout.startswith("# source:")  # the YAML itself stays on stdout
+
+
+def test_the_opt_in_to_pool_changes_without_auth_warns_where_it_does_nothing(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "c.yaml"
+    pools = ":pools:\n  - name: p\n    size: 1\n"
+    path.write_text(":config:\n  experimental_features_without_auth: true\n" + pools)
+    assert [(key, why) for key, why in unacted_keys(load_config(path, environ={}))] == [
+        (("config", "experimental_features_without_auth"),
+         "has no effect while experimental_features is false")]
+    path.write_text(":config:\n  experimental_features: true\n"
+                    "  experimental_features_without_auth: true\n"
+                    ":auth:\n  provider: dummy\n" + pools)
+    assert [why for _, why in unacted_keys(load_config(path, environ={"VMPOOLER_DEBUG": "1"}))] == [
+        "has no effect with :auth: (pool changes need a valid token)"]
+    path.write_text(":config:\n  experimental_features: true\n"
+                    "  experimental_features_without_auth: true\n" + pools)
+    assert unacted_keys(load_config(path, environ={})) == []

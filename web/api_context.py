@@ -21,7 +21,9 @@ class ApiContext:
     """Shared, thread-safe collaborators of the API resources.
 
     ``redis`` is a client with a connection pool (decode_responses=True); ``rng`` draws
-    random choices (alias selection, tokens) and is injectable for tests.
+    random choices (alias selection, tokens) and is injectable for tests;
+    ``public_listener`` says the API listens where other hosts can reach it (set by the
+    server from its bind; :mod:`vmpooler.web.pool_changes`), False in-process.
     """
 
     config: Config
@@ -31,6 +33,7 @@ class ApiContext:
     metrics: Metrics = field(default_factory=NullMetrics)
     rng: random.Random = field(default_factory=random.SystemRandom)
     started_at: float = 0.0
+    public_listener: bool = False
     _backends: BackendHealth | None = field(default=None, repr=False, compare=False)
 
     @property

@@ -28,13 +28,13 @@ from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.checkout_store import CheckoutStore
 from vmpooler.web.api_context import ApiContext
 from vmpooler.web.api_errors import ApiError, unauthorized
+from vmpooler.web.viewer import TOKEN_HEADER
 
 __all__ = [
     "TOKEN_HEADER", "authorize_vm_change", "check_owner", "has_valid_token", "need_token",
-    "ownership_enforced", "presented_token", "unauthorized", "well_formed",
+    "ownership_enforced", "presented_token", "token_is_valid", "unauthorized", "well_formed",
 ]
 
-TOKEN_HEADER = "X-AUTH-TOKEN"
 
 _WELL_FORMED = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -74,6 +74,17 @@ def has_valid_token(req: falcon.Request, ctx: ApiContext,
     except redis.RedisError:
         return False
     return True
+
+
+def token_is_valid(store: CheckoutStore, token: str, now: float) -> bool:
+    """Whether ``token`` exists (its ``last`` becomes ``now``, epoch seconds). False, not an
+    error, for a malformed token (Redis not asked) or when Redis cannot say."""
+    if not well_formed(token):
+        return False
+    try:
+        return store.touch_token(token, now=timefmt.format_epoch(now)) is not None
+    except redis.RedisError:
+        return False
 
 
 def ownership_enforced(ctx: ApiContext) -> bool:

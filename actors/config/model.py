@@ -148,6 +148,10 @@ class GlobalSettings:
     clone_target: str | None = setting(None, "str?", env="CLONE_TARGET")
     backend_weight: Mapping[str, int] = setting(None, "weights")
     experimental_features: bool = setting(False, "bool", env="EXPERIMENTAL_FEATURES")
+    # Ours: with experimental_features and no :auth:, the API refuses pool changes (403) on a
+    # listener other hosts can reach; true lets anyone change them there (logged at start).
+    experimental_features_without_auth: bool = setting(
+        False, "bool", env="EXPERIMENTAL_FEATURES_WITHOUT_AUTH")
     usage_stats: bool = setting(False, "bool", env="USAGE_STATS")
     request_logger: bool = setting(False, "bool", env="REQUEST_LOGGER")
     rate_limiting_enabled: bool = setting(False, "bool")

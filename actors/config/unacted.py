@@ -4,8 +4,9 @@ An operator who writes a key believes it does something. :func:`unacted_warnings
 every accepted key that does nothing in this configuration: sections vmpooler has and we do
 not implement (``:tracing:``, ``:graphs:``), ``:config:`` keys only the vSphere provider
 reads when no pool uses one, a provider's purge keys when no pool uses that provider,
-tuning keys whose feature is switched off, and the token rules of ``/vm`` switched on
-without ``:auth:``. ``vmpooler check-config`` prints them; the manager logs them at start.
+tuning keys whose feature is switched off, the token rules of ``/vm`` switched on
+without ``:auth:``, and ``experimental_features_without_auth`` with ``:auth:``. ``vmpooler
+check-config`` prints them; the manager logs them at start.
 
 Locations are found by reading the main file, its ``extra_config`` files and the
 ``pools_from_dir`` files again (the loaded :class:`~vmpooler.actors.config.Config` keeps no
@@ -38,6 +39,7 @@ _SWITCHED: tuple[tuple[str, tuple[str, ...]], ...] = (
                        "max_completed_age", "max_orphaned_age")),
     ("health_check_enabled", ("health_check_interval", "health_thresholds")),
     ("dlq_enabled", ("dlq_ttl", "dlq_max_entries")),
+    ("experimental_features", ("experimental_features_without_auth",)),
 )
 _NEED_AUTH = ("enforce_vm_ownership", "require_token_for_vm_changes",
               "require_token_for_checkout")
@@ -75,6 +77,9 @@ def unacted_keys(config: Config) -> list[tuple[KeyPath, str]]:
         out.extend((("config", key), "has no effect without :auth: (no client can get a "
                                      "token)")
                    for key in _NEED_AUTH if getattr(config.settings, key))
+    if config.auth and config.settings.experimental_features_without_auth:
+        out.append((("config", "experimental_features_without_auth"),
+                    "has no effect with :auth: (pool changes need a valid token)"))
     for name, provider in config.providers.items():
         if name in used:
             continue

@@ -155,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _serve(config: Config, args: argparse.Namespace, *, with_manager: bool) -> int:
     from vmpooler.web.cli.serve import ApiServer, ServeOptions
+    from vmpooler.web.pool_changes import startup_warning
 
     options = ServeOptions(
         bind=serve_address(args.bind or os.environ.get("VMPOOLER_BIND"), config.api_port),
@@ -167,6 +168,8 @@ def _serve(config: Config, args: argparse.Namespace, *, with_manager: bool) -> i
         return 1
     log.info("[*] [api] vmpooler %s serving on %s with %s", _version(), options.bind,
              config.source)
+    if (warning := startup_warning(config, options.bind)) is not None:
+        log.warning("[!] [api] %s", warning)
     try:
         ApiServer(config, options, with_manager=with_manager).run()
     except EmbeddedRedisError as exc:

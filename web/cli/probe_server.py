@@ -1,31 +1,34 @@
-"""The manager's probe listener: a small ``ThreadingHTTPServer`` on a daemon thread.
+"""The manager's probe listener: one event-loop thread and a few worker threads.
 
-Few clients (the kubelet, Prometheus), so the standard library's server, held short: one
-request per connection, its head read within :data:`READ_TIMEOUT` s and
-:data:`MAX_REQUEST` bytes, at most :data:`MAX_CONNECTIONS` at once. What it answers is
-:class:`~vmpooler.web.cli.probes.ManagerProbes`'s.
+Few legitimate clients (the kubelet, Prometheus), but anyone who reaches the port may open
+connections and send nothing. So no thread waits for a client
+(:class:`~vmpooler.web.cli.probe_loop.HeadReader`): a connection reaches one of
+:data:`WORKERS` threads only once its request line and headers are whole, in
+:data:`MAX_REQUEST` bytes and :data:`READ_TIMEOUT` s; up to :data:`MAX_CONNECTIONS`
+connections may wait for their head at once, the one waiting longest closed to make room.
+One request per connection, answered by the standard library's ``BaseHTTPRequestHandler``
+with what :class:`~vmpooler.web.cli.probes.ManagerProbes` says.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import io
 import logging
 import os
 import socket
 import socketserver
 import threading
-import time
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from vmpooler.actors.config import Config
+from vmpooler.web.cli.probe_loop import Head, HeadReader
 from vmpooler.web.cli.probes import ManagerProbes, json_answer
 
-__all__ = ["BIND_ENV", "MAX_CONNECTIONS", "MAX_REQUEST", "READ_TIMEOUT", "ProbeServer",
-           "add_bind_argument", "listen", "parse_bind", "show_address"]
+__all__ = ["BIND_ENV", "MAX_BUSY", "MAX_CONNECTIONS", "MAX_REQUEST", "READ_TIMEOUT", "WORKERS",
+           "ProbeServer", "add_bind_argument", "listen", "parse_bind", "show_address"]
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +36,13 @@ READ_TIMEOUT = 5.0
 """Seconds a client has to send its request line and headers (and to take the answer)."""
 MAX_REQUEST = 8192
 """Bytes a request's line and headers may take."""
-MAX_CONNECTIONS = 16
-"""Connections served at once; more are closed unanswered."""
+MAX_CONNECTIONS = 1000
+"""Connections that may wait for their request head at once; beyond, the one waiting
+longest is closed."""
+WORKERS = 4
+"""Threads answering whole requests."""
+MAX_BUSY = 64
+"""Whole requests that may wait for a worker; beyond, a new one is closed unanswered."""
 
 BIND_ENV = "VMPOOLER_MANAGER_BIND"
 """The environment variable naming the listen address when ``--bind`` is not given."""
@@ -78,36 +86,55 @@ def listen(config: Config, address: tuple[str, int]) -> ProbeServer:
 
 
 class ProbeServer:
-    """The listener: a ``ThreadingHTTPServer`` on a daemon thread, answering from a
-    :class:`ManagerProbes`.
+    """The listener, answering from a :class:`ManagerProbes`.
 
     Callers may rely on: :meth:`start` has bound the address when it returns, or raised
     ``OSError`` (port in use, an address not of this host, a name that does not resolve);
     one request per connection, whose line and headers must arrive within
     ``read_timeout`` s in :data:`MAX_REQUEST` bytes (else the connection is closed, or
-    answered 431); :data:`MAX_CONNECTIONS` at a time; requests are logged at debug only;
-    :meth:`stop` is idempotent and waits for no client.
+    answered 431); a connection holds no thread until its head is whole, and
+    ``max_connections`` may wait at once (the oldest closed beyond); requests are logged
+    at debug only; :meth:`stop` is idempotent and waits for no client.
     """
 
     def __init__(self, probes: ManagerProbes, address: tuple[str, int], *,
-                 read_timeout: float = READ_TIMEOUT) -> None:
+                 read_timeout: float = READ_TIMEOUT,
+                 max_connections: int = MAX_CONNECTIONS) -> None:
         self.probes = probes
         self.requested = address
         self.read_timeout = read_timeout
-        self._server: _Server | None = None
+        self.max_connections = max_connections
+        self._listener: socket.socket | None = None
+        self._reader: HeadReader | None = None
 
     @property
     def address(self) -> tuple[str, int]:
         """The bound address (the port chosen when 0 was asked for)."""
-        assert self._server is not None, "not started"
-        host, port = self._server.server_address[:2]
+        assert self._listener is not None, "not started"
+        host, port = self._listener.getsockname()[:2]
         return str(host), int(port)
+
+    @property
+    def waiting(self) -> int:
+        """Connections open whose request head is not whole yet."""
+        return self._reader.waiting if self._reader is not None else 0
 
     def start(self) -> ProbeServer:
         """Bind and serve in the background; returns self."""
         family = socket.AF_INET6 if ":" in self.requested[0] else socket.AF_INET
-        self._server = _Server(self.requested, family, self.probes, self.read_timeout)
-        threading.Thread(target=self._server.serve_forever, name="vmpooler-probes",
+        listener = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind(self.requested)
+            listener.listen(128)
+        except BaseException:
+            listener.close()
+            raise
+        self._listener = listener
+        self._reader = HeadReader(listener, self._answer, read_timeout=self.read_timeout,
+                                  max_head=MAX_REQUEST, max_open=self.max_connections,
+                                  max_busy=MAX_BUSY, workers=WORKERS)
+        threading.Thread(target=self._reader.serve, name="vmpooler-probes",
                          daemon=True).start()
         return self
 
@@ -119,70 +146,40 @@ class ProbeServer:
 
     def stop(self) -> None:
         """Stop listening and release the probes' Redis connections."""
-        server, self._server = self._server, None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
+        reader, self._reader = self._reader, None
+        listener, self._listener = self._listener, None
+        if reader is not None:
+            reader.stop()
+        if listener is not None:
+            listener.close()
         self.probes.close()
 
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False  # server_close() waits for no client
-    request_queue_size = 64  # the listen backlog (socketserver's 5 delays a burst by seconds)
-
-    def __init__(self, address: tuple[str, int], family: int, probes: ManagerProbes,
-                 read_timeout: float) -> None:
-        self.address_family = family
-        self.probes = probes
-        self.read_timeout = read_timeout
-        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-        super().__init__(address, _Handler)
-
-    def server_bind(self) -> None:  # HTTPServer's would look the host's name up in DNS
-        socketserver.TCPServer.server_bind(self)
-        self.server_name, self.server_port = str(self.server_address[0]), self.server_address[1]
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.slots.acquire(blocking=False):
-            self.shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self.slots.release()
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self.slots.release()
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        log.debug("[manager] probe connection from %s failed", client_address, exc_info=True)
+    def _answer(self, head: Head) -> None:
+        _Handler(head, self)
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: _Server
+    """One request whose head :class:`HeadReader` read; answers on the connection, which
+    the caller closes."""
+
+    def __init__(self, head: Head, server: ProbeServer) -> None:
+        self.head = head
+        peer = head.peer if isinstance(head.peer, tuple) else ("", 0)
+        super().__init__(head.sock, peer, server)  # type: ignore[arg-type]
+
+    def setup(self) -> None:
+        self.connection = self.request
+        self.rfile = io.BytesIO(self.head.data or b"")
+        self.wfile = socketserver._SocketWriter(self.connection)  # type: ignore[attr-defined]
 
     def version_string(self) -> str:
         return "vmpooler"
 
     def handle(self) -> None:
-        try:
-            head = _read_head(self.connection, MAX_REQUEST, self.server.read_timeout)
-        except OSError as exc:  # TimeoutError included: a stalled or trickling client
-            log.debug("[manager] probe request from %s not read: %s", self.client_address, exc)
-            return
-        self.connection.settimeout(self.server.read_timeout)
-        if head is None:
+        if self.head.data is None:
             self.command, self.request_version, self.requestline = "", "HTTP/1.0", ""
             self._send(*json_answer(431, {"ok": False, "error": "request too large"}))
-            _drain(self.connection, self.server.read_timeout)
             return
-        self.rfile.close()
-        self.rfile = io.BytesIO(head)
         self.handle_one_request()
 
     def parse_request(self) -> bool:
@@ -194,11 +191,12 @@ class _Handler(BaseHTTPRequestHandler):
         return True
 
     def do_GET(self) -> None:
+        probes: ManagerProbes = self.server.probes  # type: ignore[attr-defined]
         try:
-            answer = self.server.probes.answer(self.path)
+            answer = probes.answer(self.path, str(self.client_address[0]), self.headers.get)
         except Exception as exc:  # a probe answers, whatever went wrong
             log.warning("[!] [manager] probe %s failed: %s", self.path, exc)
-            answer = json_answer(500, {"ok": False, "error": f"{type(exc).__name__}: {exc}"})
+            answer = json_answer(500, {"ok": False, "error": type(exc).__name__})
         self._send(*answer)
 
     do_HEAD = do_GET  # noqa: N815 - http.server's naming; _send writes no body for HEAD
@@ -221,36 +219,3 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("[manager] probe from %s: %s", self.address_string(), format % args)
-
-
-def _read_head(sock: socket.socket, limit: int, seconds: float) -> bytes | None:
-    """The request line and headers (and whatever came with them), None when more than
-    ``limit`` bytes come first; ``TimeoutError`` unless they end within ``seconds``."""
-    deadline = time.monotonic() + seconds
-    data = b""
-    while b"\r\n\r\n" not in data and b"\n\n" not in data:
-        if len(data) > limit:
-            return None
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError(f"request head not received within {seconds:g} s")
-        sock.settimeout(remaining)
-        chunk = sock.recv(limit + 1 - len(data))
-        if not chunk:  # the client is done: what came is all there is
-            break
-        data += chunk
-    return data
-
-
-def _drain(sock: socket.socket, seconds: float, limit: int = 65536) -> None:
-    """Read and drop what the client still sends (``limit`` bytes, ``seconds`` at most):
-    closing with unread data would reset the connection, and the client lose the answer."""
-    deadline = time.monotonic() + seconds
-    with contextlib.suppress(OSError):
-        sock.shutdown(socket.SHUT_WR)
-        while limit > 0 and (remaining := deadline - time.monotonic()) > 0:
-            sock.settimeout(remaining)
-            chunk = sock.recv(min(limit, 4096))
-            if not chunk:
-                break
-            limit -= len(chunk)

@@ -11,7 +11,12 @@ exporter on port 4567 (reference §0, §1.5); ours listens only when asked (``--
   it holds) while this manager's own heartbeat is younger than the stale age
   (:func:`~vmpooler.actors.storage.heartbeat_store.stale_age`) and Redis answers ``PING``;
   else 503 saying which (``no heartbeat written yet``, ``heartbeat is 47 s old (max 15 s)``,
-  ``redis: <error>``);
+  ``redis: <error>``). The manager's id (``host:pid:started``) and the text of a Redis error
+  (its address) only go to a client the API's ``/readiness`` would show them to
+  (:func:`~vmpooler.web.viewer.sees_details`: a loopback peer without forwarding headers,
+  or, with ``:auth:`` configured, a valid ``X-AUTH-TOKEN``, which cannot be checked while
+  Redis is down); anyone else gets the same status without ``manager`` and ``redis
+  unreachable`` for the error;
 * ``:prometheus: prometheus_endpoint`` (``/prometheus``): the text exposition, the API's own
   (every process sharing the multiprocess directory); 404 when Prometheus is not configured;
 * anything else 404 ``{"ok": false, "error": "not found"}``; other methods 405.
@@ -29,15 +34,25 @@ import redis
 from vmpooler.actors.config import Config
 from vmpooler.actors.metrics.prometheus import PrometheusMetrics
 from vmpooler.actors.runtime.clock import Clock
+from vmpooler.actors.storage.checkout_store import CheckoutStore
 from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, stale_age
 from vmpooler.actors.storage.lease_store import POOL, LeaseStore
 from vmpooler.actors.system import PoolerSystem
 from vmpooler.web.resources.readiness import PROBE_TIMEOUT, probe_client
+from vmpooler.web.tokens import token_is_valid
+from vmpooler.web.viewer import HeaderReader, sees_details
 
-__all__ = ["Answer", "ManagerProbes", "json_answer"]
+__all__ = ["Answer", "ManagerProbes", "json_answer", "public_view"]
 
 Answer = tuple[int, str, bytes]
 """Status, content type, body."""
+
+_REDIS_ERROR = "redis: "
+_REDIS_DOWN = "redis unreachable"
+
+
+def _no_headers(_name: str) -> str | None:
+    return None
 
 
 def json_answer(status: int, body: dict[str, Any]) -> Answer:
@@ -70,6 +85,7 @@ class ManagerProbes:
         self.metrics_path = prometheus.endpoint if prometheus is not None else None
         self.clock = clock
         self.timeout = timeout
+        self.auth_configured = bool(config.auth)
         self._system: PoolerSystem | None = None
         self._probe: redis.Redis | None = None
 
@@ -104,7 +120,7 @@ class ManagerProbes:
             beats, _, _ = HeartbeatStore(probe).readiness()  # PING first
             held = LeaseStore(probe).holders(POOL, self.pools)
         except redis.RedisError as exc:
-            return _fail(f"redis: {exc}")
+            return _fail(f"{_REDIS_ERROR}{exc}")
         at = next((beat.at for beat in beats if beat.manager == me), None)
         if at is None:
             return _fail("no heartbeat written yet")
@@ -114,13 +130,29 @@ class ManagerProbes:
         pools = sum(1 for lease in held.values() if lease is not None and lease.holder == me)
         return 200, {"ok": True, "manager": me, "heartbeat_age": age, "pools": pools}
 
-    def answer(self, path: str) -> Answer:
-        """The answer to a GET of ``path`` (a query string ignored, a trailing slash too)."""
+    def sees_details(self, peer: str | None, header: HeaderReader) -> bool:
+        """Whether a client at ``peer`` sending the headers ``header`` reads may see the
+        manager's id and Redis's error texts (module docstring)."""
+        return sees_details(peer, header, self._token_valid if self.auth_configured else None)
+
+    def _token_valid(self, token: str) -> bool:
+        probe, clock = self._probe, self.clock
+        if probe is None or clock is None:
+            return False
+        return token_is_valid(CheckoutStore(probe), token, clock.now())
+
+    def answer(self, path: str, peer: str | None = None,
+               header: HeaderReader = _no_headers) -> Answer:
+        """The answer to a GET of ``path`` (a query string ignored, a trailing slash too)
+        from a client at ``peer`` (None: unknown, not local) whose headers ``header`` reads."""
         path = path.split("?", 1)[0].rstrip("/") or "/"
         if path == "/healthcheck":
             return json_answer(*self.health())
         if path == "/ready":
-            return json_answer(*self.ready())
+            status, body = self.ready()
+            if not self.sees_details(peer, header):
+                body = public_view(body)
+            return json_answer(status, body)
         if path == (self.metrics_path or "/prometheus").rstrip("/"):
             return self._metrics()
         return json_answer(404, {"ok": False, "error": "not found"})
@@ -133,3 +165,12 @@ class ManagerProbes:
             body, content_type = system.metrics.exposition()
             return 200, content_type, body
         return json_answer(404, {"ok": False, "error": "prometheus is not configured"})
+
+
+def public_view(body: dict[str, Any]) -> dict[str, Any]:
+    """A ``/ready`` body without what names hosts: the manager's id, a Redis error's text."""
+    out = {k: v for k, v in body.items() if k != "manager"}
+    error = out.get("error")
+    if isinstance(error, str) and error.startswith(_REDIS_ERROR):
+        out["error"] = _REDIS_DOWN
+    return out

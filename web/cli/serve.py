@@ -47,6 +47,7 @@ from vmpooler.web.cli.startup import ManagerStarter
 from vmpooler.web.commands import DirectCommands, StreamCommands
 from vmpooler.web.connections import ConnectionLimits, error_response
 from vmpooler.web.logsafe import SafeGunicornLogger
+from vmpooler.web.pool_changes import listens_beyond_loopback
 
 __all__ = ["ApiServer", "ServeOptions", "redis_address"]
 
@@ -199,7 +200,8 @@ class ApiServer(BaseApplication):  # type: ignore[misc]
         self.state.metrics = create_metrics(m.backend, m.host, m.port, m.prefix, m.tags)
         ctx = ApiContext(config=self.config, redis=client,
                          commands=StreamCommands(client, background=True),
-                         metrics=self.state.metrics)
+                         metrics=self.state.metrics,
+                         public_listener=listens_beyond_loopback(self.options.bind))
         ctx.started_at = ctx.clock.now()
         self.state.contexts.append(ctx)
         return create_app(ctx)

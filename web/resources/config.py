@@ -4,7 +4,9 @@
   overrides applied) and ``template_ready``; ``GET /full_config`` — the whole configuration.
 * ``POST``/``DELETE /config/poolsize``, ``/config/pooltemplate``, ``POST /config/clonetarget``
   and ``POST /poolreset`` — only with ``:config: experimental_features`` (else 405
-  ``{"ok": false}``), and with a valid ``X-AUTH-TOKEN`` when auth is configured (else 401).
+  ``{"ok": false}``), and with a valid ``X-AUTH-TOKEN`` when auth is configured (else 401);
+  without auth, on a listener other hosts can reach, only with ``:config:
+  experimental_features_without_auth`` (else 403, :mod:`vmpooler.web.pool_changes`).
   They write vmpooler's override hashes, undo sets and reset set
   (:class:`~vmpooler.actors.storage.config_store.ConfigStore`), then tell the manager
   (``ctx.commands.pool_changed``) so it acts at once instead of at its next cycle.
@@ -45,6 +47,7 @@ from vmpooler.actors.storage.config_store import ConfigStore, OverrideKind, Over
 from vmpooler.web.api_context import ApiContext
 from vmpooler.web.api_errors import ApiError, json_body
 from vmpooler.web.body import MAX_BODY, InvalidJsonError, parse_json, read_raw
+from vmpooler.web.pool_changes import check_pool_change
 from vmpooler.web.tokens import need_token
 
 __all__ = ["register"]
@@ -80,11 +83,14 @@ class _Resource:
         self.store = store
 
     def guard(self, req: falcon.Request) -> None:
-        """405 unless experimental features are on; then vmpooler's need_token."""
+        """405 unless experimental features are on; then vmpooler's need_token, or without
+        auth the lock of a reachable listener (403)."""
         if not self.ctx.config.settings.experimental_features:
             raise ApiError(405)
         if self.ctx.auth_configured:
             need_token(req, self.ctx)
+        else:
+            check_pool_change(self.ctx)
 
     def pool(self, name: str) -> PoolConfig | None:
         """The configured pool called ``name`` (aliases are not pools), or None."""

@@ -22,10 +22,10 @@ trips to Redis.
 
 Who sees what: the status code, ``ok``, ``errors``, the counts and ages are for everyone (a
 load balancer needs no more). The managers' ids (``host:pid:started``) and the text of a
-Redis error (its address) only go to a client on this host
-(:func:`vmpooler.web.viewer.from_loopback`) or, with ``:auth:`` configured, one presenting a
-valid ``X-AUTH-TOKEN`` (one round trip more); anyone else gets each member without ``id``
-and ``redis unreachable`` without the reason.
+Redis error (its address) only go to a client on this host or, with ``:auth:`` configured,
+one presenting a valid ``X-AUTH-TOKEN`` (one round trip more): the rule of
+:func:`vmpooler.web.viewer.sees_details`, which the manager's ``/ready`` applies too; anyone
+else gets each member without ``id`` and ``redis unreachable`` without the reason.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, stale_age
 from vmpooler.actors.storage.lease_store import POOL, LeaseStore
 from vmpooler.web.api_context import ApiContext
 from vmpooler.web.api_errors import json_body
-from vmpooler.web.tokens import has_valid_token
-from vmpooler.web.viewer import from_loopback
+from vmpooler.web.tokens import token_is_valid
+from vmpooler.web.viewer import sees_details
 
 __all__ = ["PROBE_TIMEOUT", "Readiness", "probe_client", "public_view", "register"]
 
@@ -85,9 +85,11 @@ class Readiness:
 
     def sees_details(self, req: falcon.Request) -> bool:
         """Whether ``req`` may see manager ids and Redis error texts (module docstring)."""
-        if from_loopback(req):
-            return True
-        return self.ctx.auth_configured and has_valid_token(req, self.ctx, self.tokens)
+        return sees_details(req.remote_addr, req.get_header,
+                            self._token_valid if self.ctx.auth_configured else None)
+
+    def _token_valid(self, token: str) -> bool:
+        return token_is_valid(self.tokens, token, self.ctx.clock.now())
 
     def check(self) -> dict[str, Any]:
         """The answer's body; ``body["ok"]`` says ready."""

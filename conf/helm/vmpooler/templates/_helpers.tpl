@@ -278,6 +278,7 @@ spec:
     {{- toYaml . | nindent 4 }}
   {{- end }}
   serviceAccountName: {{ include "vmpooler.serviceAccountName" $ }}
+  automountServiceAccountToken: false
   {{- with $v.podSecurityContext }}
   securityContext:
     {{- toYaml . | nindent 4 }}
