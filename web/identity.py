@@ -18,7 +18,7 @@ from vmpooler.actors.storage.token_store import TokenStore
 from vmpooler.web.api_context import ApiContext
 from vmpooler.web.clientaddr import TrustedProxies
 
-__all__ = ["requester", "token_groups"]
+__all__ = ["client_address", "requester", "token_groups"]
 
 
 def token_groups(details: dict[str, str]) -> frozenset[str]:
@@ -40,3 +40,10 @@ def requester(req: falcon.Request, ctx: ApiContext, token: str | None) -> Reques
         return Requester(ANONYMOUS, policy.groups_of(ANONYMOUS))
     address = TrustedProxies(ctx.config.settings.trusted_proxies).client_address(req)
     return Requester(address, policy.groups_of(address))
+
+
+def client_address(req: falcon.Request, ctx: ApiContext) -> str:
+    """The client's address as the rate limiter sees it (through the trusted proxies), with
+    no Redis read: who a checkout without a token's user is, for the bound on the misses one
+    requester may log (:func:`vmpooler.actors.storage.schema.demand_guard`)."""
+    return TrustedProxies(ctx.config.settings.trusted_proxies).client_address(req)
