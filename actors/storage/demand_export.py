@@ -11,8 +11,8 @@ VM's hash (``vmpooler__vm__<vm>``): ``destroy`` minus ``checkout`` when both are
 
 What callers may rely on: :meth:`DemandLog.rows` returns the entries of the chosen pools
 from ``since`` on, sorted by time (pool order for equal times), in two round trips per
-call (one pipeline of ``ZRANGEBYSCORE``, two per pool, one of ``HMGET``); it never writes (the checkout
-script does, :mod:`vmpooler.actors.storage.schema.checkout_scripts`).
+call (one pipeline of ``ZRANGEBYSCORE``, two per pool, one of ``HMGET``); it never writes
+(the checkout script does, :mod:`vmpooler.actors.storage.schema.checkout_scripts`).
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 The checkout script writes the log (:func:`~vmpooler.actors.storage.schema.demand` for
 served checkouts, :func:`~vmpooler.actors.storage.schema.demand_misses` for those that found
-no VM); this store reads both, as one, for the pool's owner, and writes and reads the target the owner publishes
-(:func:`~vmpooler.actors.storage.schema.sizing`) for ``/status``.
+no VM); this store reads both, as one, for the pool's owner, and writes and reads the
+target the owner publishes (:func:`~vmpooler.actors.storage.schema.sizing`) for
+``/status``.
 
 What callers may rely on: :meth:`DemandStore.since` is one round trip and returns entries in
 score order; :meth:`DemandStore.publish` is one round trip and the hash expires after
