@@ -11,6 +11,8 @@ falls back to the address); it reads at most one Redis hash. Thread-safe.
 
 from __future__ import annotations
 
+import functools
+
 import falcon
 
 from vmpooler.actors.fairness.policy import ANONYMOUS, Requester
@@ -42,8 +44,15 @@ def requester(req: falcon.Request, ctx: ApiContext, token: str | None) -> Reques
     return Requester(address, policy.groups_of(address))
 
 
+@functools.lru_cache(maxsize=4)
+def _proxies(entries: tuple[str, ...]) -> TrustedProxies:
+    """The :class:`TrustedProxies` of a configuration's entries, parsed once (a reload with
+    other entries parses them again)."""
+    return TrustedProxies(entries)
+
+
 def client_address(req: falcon.Request, ctx: ApiContext) -> str:
     """The client's address as the rate limiter sees it (through the trusted proxies), with
     no Redis read: who a checkout without a token's user is, for the bound on the misses one
     requester may log (:func:`vmpooler.actors.storage.schema.demand_guard`)."""
-    return TrustedProxies(ctx.config.settings.trusted_proxies).client_address(req)
+    return _proxies(ctx.config.settings.trusted_proxies).client_address(req)
