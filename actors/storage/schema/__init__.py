@@ -441,7 +441,8 @@ def history_checkouts() -> str:
 
 def history_misses() -> str:
     """Hash pool -> checkouts that found no ready VM (ours; ``HINCRBY`` in the checkout script
-    when it logs the checkout, attributed to the first pool each asked for)."""
+    for each miss it logs in :func:`demand_misses`: one per pool a refused request asked for
+    first, bounded per requester)."""
     return f"{_P}history__misses"
 
 
