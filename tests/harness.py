@@ -183,5 +183,7 @@ def log_checkout(client: redis.Redis, pool: str, at: float, *, vm: str | None = 
                  miss: int = 1) -> None:
     """Add one entry to ``pool``'s checkout log in the checkout script's form: served by
     ``vm``, or (``vm`` None) a miss, ``miss`` telling misses of one second apart."""
-    member = f"{at:.0f}:{vm}" if vm is not None else f"{at:.0f}:-{miss}"
-    client.zadd(schema.demand(pool), {member: at})
+    if vm is None:
+        client.zadd(schema.demand_misses(pool), {f"{at:.0f}:-{miss}": at})
+    else:
+        client.zadd(schema.demand(pool), {f"{at:.0f}:{vm}": at})

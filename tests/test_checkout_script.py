@@ -232,23 +232,52 @@ def demand(client: redis.Redis, pool: str) -> list[tuple[str, float]]:
     return client.zrange(schema.demand(pool), 0, -1, withscores=True)
 
 
+def misses(client: redis.Redis, pool: str) -> list[tuple[str, float]]:
+    return client.zrange(schema.demand_misses(pool), 0, -1, withscores=True)
+
+
 def test_checkouts_served_and_missed_are_logged_per_pool(redis_client: redis.Redis) -> None:
-    """Served: ``<epoch>:<vm>`` in the pool that served it; a call that finds no VM: a miss
-    for each of its units, in the unit's first pool, counted in history_misses."""
+    """Served: ``<epoch>:<vm>`` in the pool that served it; a call that finds no VM: one miss
+    per pool that is some unit's first, in that pool's miss log, counted in history_misses."""
     seed(redis_client, "p1", "a1")
     seed(redis_client, "p2", "b1")
     store = CheckoutStore(redis_client)
     assert store.checkout([["p1", "p2"]], now=NOW, epoch=1000.5).ok
     assert demand(redis_client, "p1") == [("1000.500:a1", 1000.5)]
-    # unit 2 finds nothing: b1 goes back; units 1, 2 and 3 each count a miss
+    # unit 2 finds nothing: b1 goes back; units 1 and 3 (p2 first) count one miss, unit 2 one
     outcome = store.checkout([["p2"], ["p1"], ["p2", "p1"]], now=NOW, epoch=1001.0)
     assert not outcome.ok and outcome.failed_unit == 1
-    assert demand(redis_client, "p2") == [("1001.000:-1", 1001.0), ("1001.000:-2", 1001.0)]
-    assert demand(redis_client, "p1") == [("1000.500:a1", 1000.5), ("1001.000:-1", 1001.0)]
-    assert redis_client.hgetall(schema.history_misses()) == {"p1": "1", "p2": "2"}
+    assert misses(redis_client, "p2") == [("1001.000:-1", 1001.0)]
+    assert misses(redis_client, "p1") == [("1001.000:-1", 1001.0)]
+    assert demand(redis_client, "p1") == [("1000.500:a1", 1000.5)], "misses apart"
+    assert demand(redis_client, "p2") == []
+    assert redis_client.hgetall(schema.history_misses()) == {"p1": "1", "p2": "1"}
     assert redis_client.smembers(schema.ready("p2")) == {"b1"}
     assert store.checkout([["p1"]], now=NOW).ok is False  # no epoch: nothing logged
-    assert len(demand(redis_client, "p1")) == 2
+    assert len(misses(redis_client, "p1")) == 1
+
+
+def test_a_requester_logs_a_bounded_number_of_misses_per_pool_and_window(
+    redis_client: redis.Redis,
+) -> None:
+    """With the client's address, one requester (its token's user, else its address) logs
+    at most DEMAND_MISS_BUDGET misses per pool per window; others still log theirs."""
+    store = CheckoutStore(redis_client)
+    budget = schema.DEMAND_MISS_BUDGET
+    for n in range(budget + 5):
+        store.checkout([["p1"]] * 3, now=NOW, epoch=100.0 + n, client="10.0.0.1")
+    assert len(misses(redis_client, "p1")) == budget
+    store.checkout([["p1"]], now=NOW, epoch=200.0, client="10.0.0.2")
+    assert len(misses(redis_client, "p1")) == budget + 1
+    redis_client.hset(schema.token("t"), mapping={"user": "bob"})
+    for _ in range(budget + 2):  # bob, from an address that used its budget up
+        store.checkout([["p1"]], now=NOW, epoch=300.0, token="t", client="10.0.0.1")
+    assert len(misses(redis_client, "p1")) == 2 * budget + 1
+    ttl = redis_client.ttl(schema.demand_guard("p1"))
+    assert 0 < ttl <= schema.DEMAND_MISS_WINDOW
+    redis_client.delete(schema.demand_guard("p1"))  # the window is over
+    store.checkout([["p1"]], now=NOW, epoch=400.0, client="10.0.0.1")
+    assert len(misses(redis_client, "p1")) == 2 * budget + 2
 
 
 def test_the_checkout_log_is_bounded_in_time(redis_client: redis.Redis) -> None:
@@ -259,9 +288,9 @@ def test_the_checkout_log_is_bounded_in_time(redis_client: redis.Redis) -> None:
     later = 20.0 + schema.DEMAND_RETENTION
     for n in range(61):
         store.checkout([["p1"]], now=NOW, epoch=later + n)
-    assert len(demand(redis_client, "p1")) == 63  # not trimmed yet
+    assert len(misses(redis_client, "p1")) == 63  # not trimmed yet
     store.checkout([["p1"]], now=NOW, epoch=later + 61)  # the 64th
-    assert [s for _m, s in demand(redis_client, "p1")] == [later + n for n in range(62)]
+    assert [s for _m, s in misses(redis_client, "p1")] == [later + n for n in range(62)]
 
 
 def test_a_stray_key_in_place_of_the_log_never_fails_a_checkout(

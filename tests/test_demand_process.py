@@ -13,6 +13,7 @@ clock, hence timers, sleeps and clone times, stays real). Nothing in the process
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import platform
@@ -103,13 +104,16 @@ def _get(port: int, path: str) -> Any:
         return json.load(answer)
 
 
-def _checkout(port: int) -> int:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/api/v3/vm/a", method="POST")
+def _checkout(port: int, client: int = 1) -> int:
+    """POST /vm/a from the loopback address ``127.0.0.<client>`` (one client per address:
+    the misses one client logs are bounded); the status code."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10,
+                                            source_address=(f"127.0.0.{client}", 0))
     try:
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            return answer.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
+        connection.request("POST", "/api/v3/vm/a")
+        return connection.getresponse().status
+    finally:
+        connection.close()
 
 
 def _sizing(port: int) -> dict[str, Any] | None:
@@ -157,8 +161,9 @@ def test_a_demand_pool_grows_before_a_recurring_burst_and_shrinks_after_it(
     assert entry["sizing"]["reason"] == "forecast" and entry["max"] == BURST
     wait_until(lambda: ready() == BURST, 30, "the pool ready for the burst", explain=log)
     assert [_checkout(port) for _ in range(BURST)] == [200] * BURST, "served warm"
-    # a bigger burst than ever: misses, the pool grows to its ceiling and no further
-    codes = [_checkout(port) for _ in range(2 * CEILING)]
+    # a bigger burst than ever, from as many clients: misses, the pool grows to its ceiling
+    # and no further
+    codes = [_checkout(port, client) for client in range(2, 2 + 2 * CEILING)]
     assert 503 in codes
     wait_until(lambda: (e := sizing()) and e["sizing"]["reason"] == "ceiling", 30,
                "the target at the ceiling", explain=log)

@@ -135,9 +135,9 @@ def test_status_shows_the_target_and_why(redis_client: redis.Redis) -> None:
         before = web.client.simulate_get("/api/v3/status").json["pools"]["a"]
         assert (before["sizing"]["target"], before["sizing"]["reason"]) == (1, "minimum")
         assert before["max"] == 1
-        for _ in range(4):
+        for n in range(4):  # four clients (one client's misses are bounded)
             web.clock.advance(h.clock.now() - web.clock.now())
-            web.client.simulate_post("/api/v3/vm/a")
+            web.client.simulate_post("/api/v3/vm/a", remote_addr=f"10.0.0.{n}")
         h.advance(30)
         entry = web.client.simulate_get("/api/v3/status").json["pools"]["a"]
         assert entry["max"] == 4

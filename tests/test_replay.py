@@ -51,7 +51,8 @@ def test_every_checkout_of_a_size_0_pool_misses_and_waits_one_clone_time(
     assert stats.idle_vm_seconds == 0.0
     assert result.unserved == 0
     # each checkout is in the pool's checkout log once, as a miss (its later VM is not)
-    logged = redis_client.zrange(schema.demand("empty"), 0, -1)
+    assert redis_client.zcard(schema.demand("empty")) == 0
+    logged = redis_client.zrange(schema.demand_misses("empty"), 0, -1)
     assert len(logged) == 3 and all(m.split(":")[1].startswith("-") for m in logged)
 
 
@@ -65,7 +66,8 @@ def test_a_missed_checkout_takes_the_first_vm_to_become_ready_in_its_pool(
     result = replay(setup, trace, policy="static", clone_time=45, client=redis_client)
     stats = result.pools["one"]
     assert (stats.checkouts, stats.hits, stats.waits) == (2, 1, [45.0])
-    logged = redis_client.zrange(schema.demand("one"), 0, -1)
+    logged = (redis_client.zrange(schema.demand("one"), 0, -1)
+              + redis_client.zrange(schema.demand_misses("one"), 0, -1))
     assert len(logged) == 2  # one served, one miss: its later VM is not logged again
     assert sum(m.split(":")[1].startswith("-") for m in logged) == 1
 

@@ -14,6 +14,8 @@ falls back to the address); it reads at most one Redis hash. Thread-safe.
 
 from __future__ import annotations
 
+import functools
+
 import falcon
 
 from vmpooler.actors.fairness.names import normal_user_name
@@ -22,7 +24,7 @@ from vmpooler.actors.storage.token_store import TokenStore
 from vmpooler.web.api_context import ApiContext
 from vmpooler.web.clientaddr import TrustedProxies
 
-__all__ = ["requester", "token_groups"]
+__all__ = ["client_address", "requester", "token_groups"]
 
 
 def token_groups(details: dict[str, str]) -> frozenset[str]:
@@ -44,3 +46,17 @@ def requester(req: falcon.Request, ctx: ApiContext, token: str | None) -> Reques
         return Requester(ANONYMOUS, policy.groups_of(ANONYMOUS))
     address = TrustedProxies.of(ctx.config.settings).client_key(req)
     return Requester(address, policy.groups_of(address))
+
+
+@functools.lru_cache(maxsize=4)
+def _proxies(entries: tuple[str, ...]) -> TrustedProxies:
+    """The :class:`TrustedProxies` of a configuration's entries, parsed once (a reload with
+    other entries parses them again)."""
+    return TrustedProxies(entries)
+
+
+def client_address(req: falcon.Request, ctx: ApiContext) -> str:
+    """The client's address as the rate limiter sees it (through the trusted proxies), with
+    no Redis read: who a checkout without a token's user is, for the bound on the misses one
+    requester may log (:func:`vmpooler.actors.storage.schema.demand_guard`)."""
+    return _proxies(ctx.config.settings.trusted_proxies).client_address(req)

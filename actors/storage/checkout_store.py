@@ -124,6 +124,7 @@ class CheckoutStore:
         lifetime: int | None = None,
         epoch: float | None = None,
         quota: QuotaTicket | None = None,
+        client: str | None = None,
     ) -> CheckoutOutcome:
         """Take one ready VM per unit, all or nothing, in one round trip.
 
@@ -131,8 +132,14 @@ class CheckoutStore:
         serves it. With ``token``, the token must exist (else ``bad_token``, nothing
         written); its ``last`` becomes ``now`` and every VM gets ``token:token`` and
         ``token:user``. ``lifetime`` (hours) is written to every VM when given.
-        With ``epoch`` (``now`` as epoch seconds), the checkout is logged in each pool's
-        :func:`~vmpooler.actors.storage.schema.demand` (served or not) in the same step.
+        With ``epoch`` (``now`` as epoch seconds), the checkout is logged in the same step:
+        each VM handed out in its pool's :func:`~vmpooler.actors.storage.schema.demand`; a
+        checkout that found none as one miss per distinct pool its units name first, in
+        :func:`~vmpooler.actors.storage.schema.demand_misses`. With ``client`` (the client's
+        address), the requester (the token's user, else ``client``) logs at most
+        :data:`~vmpooler.actors.storage.schema.DEMAND_MISS_BUDGET` misses per pool per
+        :data:`~vmpooler.actors.storage.schema.DEMAND_MISS_WINDOW` seconds; without it the
+        misses are not bounded per requester.
         With ``quota`` (``:quotas:`` configured), the VMs join the user's held set in the
         same step, and a checkout that would take the user over ``quota.limits.vms_held``
         is ``refused`` before any VM is taken (after the token check).
@@ -148,7 +155,8 @@ class CheckoutStore:
         token_key = schema.token(token) if token else schema.token("")
         args = [now, schema.vm(""), token or "", "" if lifetime is None else int(lifetime),
                 "" if epoch is None else f"{epoch:.3f}", schema.DEMAND_RETENTION,
-                schema.DEMAND_MAX, len(units), *plan]
+                schema.DEMAND_MAX, schema.DEMAND_MISSES_MAX, client or "",
+                schema.DEMAND_MISS_BUDGET, schema.DEMAND_MISS_WINDOW, len(units), *plan]
         if quota is None:
             reply = self._run("CHECKOUT", [token_key, *enc.keys], args)
         else:

@@ -1,16 +1,18 @@
 """A site's recorded checkouts, read back as a trace (for ``vmpooler history export``).
 
-The checkout log is one sorted set per pool, ``vmpooler__demand__<pool>``: score, the epoch
-seconds of the checkout; member ``"<epoch>:<vm>"`` for a checkout that was served,
-``"<epoch>:-<n>"`` for one that found no VM. A served checkout's duration comes from its
+The checkout log is two sorted sets per pool, ``vmpooler__demand__<pool>`` (served) and
+``vmpooler__demand_misses__<pool>`` (found no VM), read as one: score, the epoch seconds of
+the checkout; member ``"<epoch>:<vm>"`` for a checkout that was served, ``"<epoch>:-<n>"``
+for one that found no VM (one per pool a refused request named first, bounded per requester:
+:func:`~vmpooler.actors.storage.schema.demand_misses`). A served checkout's duration comes from its
 VM's hash (``vmpooler__vm__<vm>``): ``destroy`` minus ``checkout`` when both are there
 (the hash expires ``data_ttl`` hours after the VM is gone; a VM still out has no
 ``destroy``), else it is unknown.
 
 What callers may rely on: :meth:`DemandLog.rows` returns the entries of the chosen pools
 from ``since`` on, sorted by time (pool order for equal times), in two round trips per
-call (one pipeline of ``ZRANGEBYSCORE``, one of ``HMGET``); it never writes (the checkout
-script does, :mod:`vmpooler.actors.storage.schema.checkout_scripts`).
+call (one pipeline of ``ZRANGEBYSCORE``, two per pool, one of ``HMGET``); it never writes
+(the checkout script does, :mod:`vmpooler.actors.storage.schema.checkout_scripts`).
 """
 
 from __future__ import annotations
@@ -53,10 +55,11 @@ class DemandLog:
         low = "-inf" if since is None else since
         with self.client.pipeline(transaction=False) as pipe:
             for pool in pools:
-                pipe.zrangebyscore(schema.demand(pool), low, "+inf", withscores=True)
+                for key in (schema.demand(pool), schema.demand_misses(pool)):
+                    pipe.zrangebyscore(key, low, "+inf", withscores=True)
             logs = pipe.execute()
         found: list[tuple[float, str, str | None]] = []
-        for pool, entries in zip(pools, logs, strict=True):
+        for pool, entries in zip([p for p in pools for _ in (0, 1)], logs, strict=True):
             for member, score in scored(entries):
                 found.append((float(score), pool, Logged(float(score), member).vm))
         served = sorted({vm for _, _, vm in found if vm is not None})

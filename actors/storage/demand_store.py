@@ -1,8 +1,10 @@
 """The checkout log and the published sizing of demand-sized pools, in Redis.
 
-The checkout script writes the log (:func:`~vmpooler.actors.storage.schema.demand`); this
-store reads it for the pool's owner, and writes and reads the target the owner publishes
-(:func:`~vmpooler.actors.storage.schema.sizing`) for ``/status``.
+The checkout script writes the log (:func:`~vmpooler.actors.storage.schema.demand` for
+served checkouts, :func:`~vmpooler.actors.storage.schema.demand_misses` for those that found
+no VM); this store reads both, as one, for the pool's owner, and writes and reads the
+target the owner publishes (:func:`~vmpooler.actors.storage.schema.sizing`) for
+``/status``.
 
 What callers may rely on: :meth:`DemandStore.since` is one round trip and returns entries in
 score order; :meth:`DemandStore.publish` is one round trip and the hash expires after
@@ -54,9 +56,15 @@ class DemandStore:
         self.client = client
 
     def since(self, pool: str, t: float) -> list[Logged]:
-        """The entries of ``pool``'s log scored ``t`` or later, oldest first."""
-        rows = scored(self.client.zrangebyscore(schema.demand(pool), t, "+inf", withscores=True))
-        return [Logged(float(score), member) for member, score in rows]
+        """The entries of ``pool``'s log, served and missed, scored ``t`` or later, oldest
+        first (served before missed at equal times)."""
+        with self.client.pipeline(transaction=False) as pipe:
+            for key in (schema.demand(pool), schema.demand_misses(pool)):
+                pipe.zrangebyscore(key, t, "+inf", withscores=True)
+            logs = pipe.execute()
+        entries = [Logged(float(score), member) for log in logs for member, score in scored(log)]
+        entries.sort(key=lambda e: e.t)
+        return entries
 
     def publish(self, pool: str, fields: Mapping[str, str | int | float]) -> None:
         """Write ``pool``'s target and why (replacing what was there)."""

@@ -29,6 +29,9 @@ from vmpooler.actors.storage.schema.user_quota_scripts import UserQuotaScripts
 
 __all__ = [
     "DEMAND_MAX",
+    "DEMAND_MISSES_MAX",
+    "DEMAND_MISS_BUDGET",
+    "DEMAND_MISS_WINDOW",
     "DEMAND_RETENTION",
     "NAMESPACES",
     "BrakeScripts",
@@ -53,6 +56,8 @@ __all__ = [
     "config_poolsize",
     "config_template",
     "demand",
+    "demand_guard",
+    "demand_misses",
     "discovered",
     "dlq",
     "dlq_pattern",
@@ -436,18 +441,38 @@ def history_checkouts() -> str:
 
 def history_misses() -> str:
     """Hash pool -> checkouts that found no ready VM (ours; ``HINCRBY`` in the checkout script
-    when it logs the checkout, attributed to the first pool each asked for)."""
+    for each miss it logs in :func:`demand_misses`: one per pool a refused request asked for
+    first, bounded per requester)."""
     return f"{_P}history__misses"
 
 
 def demand(pool: str) -> str:
-    """Sorted set of one pool's checkouts (ours): every checkout the API served from the pool,
-    member ``"<epoch>:<vm>"``, and every one that found no ready VM (attributed to the first
-    pool it asked for), member ``"<epoch>:-<n>"``, scored by its epoch. Written by the checkout
-    script, which keeps at most :data:`DEMAND_MAX` members and drops those older than
-    :data:`DEMAND_RETENTION` seconds every 64 entries. What demand sizing learns from and
-    ``vmpooler history export`` writes."""
+    """Sorted set of one pool's served checkouts (ours): every checkout the API served from
+    the pool (and every ready VM an on-demand request took), member ``"<epoch>:<vm>"``, scored
+    by its epoch. Written by the checkout script, which keeps at most :data:`DEMAND_MAX`
+    members and drops those older than :data:`DEMAND_RETENTION` seconds every 64 entries.
+    Checkouts that found no VM go to :func:`demand_misses`, so they never push served ones
+    out (a log written before that split may still hold misses, ``"<epoch>:-<n>"``, read as
+    such). With :func:`demand_misses`, what demand sizing learns from and ``vmpooler history
+    export`` writes."""
     return f"{_P}demand__{pool}"
+
+
+def demand_misses(pool: str) -> str:
+    """Sorted set of one pool's checkouts that found no ready VM (ours): member
+    ``"<epoch>:-<n>"`` (n: the pool's misses so far, :func:`history_misses`), scored by its
+    epoch. The checkout script logs at most one per pool a request names first, and at most
+    :data:`DEMAND_MISS_BUDGET` per requester and pool in each :data:`DEMAND_MISS_WINDOW`
+    (:func:`demand_guard`); it keeps at most :data:`DEMAND_MISSES_MAX` members and the same
+    :data:`DEMAND_RETENTION` as :func:`demand`."""
+    return f"{_P}demand_misses__{pool}"
+
+
+def demand_guard(pool: str) -> str:
+    """Hash requester -> misses it asked to log in the pool's current window (ours): the
+    requester is ``u:<token user>`` or ``a:<client address>``. Expires
+    :data:`DEMAND_MISS_WINDOW` seconds after it was created (a fixed window)."""
+    return f"{_P}demand_guard__{pool}"
 
 
 DEMAND_RETENTION = 28 * 24 * 3600
@@ -455,6 +480,15 @@ DEMAND_RETENTION = 28 * 24 * 3600
 
 DEMAND_MAX = 50_000
 """Members :func:`demand` keeps at most per pool (about 3 MB), the oldest dropped first."""
+
+DEMAND_MISSES_MAX = 10_000
+"""Members :func:`demand_misses` keeps at most per pool, the oldest dropped first."""
+
+DEMAND_MISS_BUDGET = 2
+"""Misses one requester may add to a pool's :func:`demand_misses` per window."""
+
+DEMAND_MISS_WINDOW = 60
+"""Seconds of one window of :data:`DEMAND_MISS_BUDGET` (:func:`demand_guard`'s expiry)."""
 
 
 def sizing(pool: str) -> str:

@@ -6,7 +6,7 @@ Part of :mod:`vmpooler.actors.storage.schema`: import ``CheckoutScripts`` from t
 
 from __future__ import annotations
 
-__all__ = ["CHECKOUT_PREPARE", "CHECKOUT_TAKE", "DEMAND_LOG", "CheckoutScripts"]
+__all__ = ["CHECKOUT_PREPARE", "CHECKOUT_TAKE", "DEMAND_LOG", "LOG_MISS", "CheckoutScripts"]
 
 
 DEMAND_LOG = """
@@ -31,6 +31,7 @@ CHECKOUT_PREPARE = """
 if redis.replicate_commands then redis.replicate_commands() end
 local now, prefix, token, lifetime = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local epoch, keep_s, keep_n = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
+local units = tonumber(ARGV[12])
 """ + DEMAND_LOG + """
 local function log_demand(pool, what)
   demand_log('vmpooler__demand__' .. pool, epoch, what, keep_s, keep_n)
@@ -45,13 +46,32 @@ end
 """The first part of ``CheckoutScripts.CHECKOUT``: helpers and the token check (which may
 return ``{-1}``); shared with the quota's checkout (``user_quota_scripts``)."""
 
-CHECKOUT_TAKE = """
+LOG_MISS = """
+local function log_miss(pool, who)
+  if who ~= '' then
+    local guard = 'vmpooler__demand_guard__' .. pool
+    local kind = redis.call('TYPE', guard).ok
+    if kind ~= 'hash' and kind ~= 'none' then return end  -- a stray key: nothing logged
+    local asked = redis.call('HINCRBY', guard, who, 1)
+    if asked == 1 and redis.call('TTL', guard) < 0 then redis.call('EXPIRE', guard, ARGV[11]) end
+    if asked > tonumber(ARGV[10]) then return end
+  end
+  local missed = redis.call('HINCRBY', 'vmpooler__history__misses', pool, 1)
+  demand_log('vmpooler__demand_misses__' .. pool, epoch, '-' .. missed, keep_s, tonumber(ARGV[8]))
+end
+"""
+"""Lua helper of the failed checkout: ``log_miss(pool, who)`` logs one miss ``<epoch>:-<n>``
+in the pool's ``schema.demand_misses`` (its own cap, ARGV[8]), unless requester ``who``
+('' = not bounded) already asked for ARGV[10] in the pool's window (``schema.demand_guard``,
+which expires ARGV[11] seconds after it was created)."""
+
+CHECKOUT_TAKE = LOG_MISS + """
 local function key(p, k) return KEYS[1 + 5 * (p - 1) + k] end
 local function pool_of(p) return string.sub(key(p, 1), 18) end
 local taken = {}
 local firsts = {}
-local pos = 9
-for u = 1, tonumber(ARGV[8]) do
+local pos = 13
+for u = 1, units do
   local n = tonumber(ARGV[pos])
   firsts[u] = n > 0 and tonumber(ARGV[pos + 1])
   local got = false
@@ -72,15 +92,18 @@ for u = 1, tonumber(ARGV[8]) do
     for _, t in ipairs(taken) do redis.call('SADD', key(t[1], 1), t[2]) end
     if epoch ~= '' then
       pos = pos + n + 1
-      for v = u + 1, tonumber(ARGV[8]) do
+      for v = u + 1, units do
         firsts[v] = tonumber(ARGV[pos]) > 0 and tonumber(ARGV[pos + 1])
         pos = pos + tonumber(ARGV[pos]) + 1
       end
-      for v = 1, tonumber(ARGV[8]) do
-        if firsts[v] then
-          local pool = pool_of(firsts[v])
-          local missed = redis.call('HINCRBY', 'vmpooler__history__misses', pool, 1)
-          log_demand(pool, '-' .. missed)
+      local who = ARGV[9]
+      if who ~= '' then who = (user and user ~= '' and ('u:' .. user)) or ('a:' .. who) end
+      local logged = {}
+      for v = 1, units do
+        local first = firsts[v]
+        if first and not logged[first] then
+          logged[first] = true
+          log_miss(pool_of(first), who)
         end
       end
     end
@@ -118,20 +141,26 @@ class CheckoutScripts:
     # KEYS[1] token hash (any key when ARGV[3] is ''), then five keys per pool i (1-based) at
     # KEYS[2 + 5*(i-1)] ..: ready, running, completed, migrating, active
     # ARGV[1] now, ARGV[2] VM hash key prefix, ARGV[3] owner token ('' = none), ARGV[4] lifetime
-    # ('' = none), ARGV[5] epoch of now ('' = no checkout log), ARGV[6] seconds the log keeps,
-    # ARGV[7] members it keeps, ARGV[8] number of units, then per unit: n, then n pool indexes
-    # in preference order. Each unit takes one ready VM of the first of its pools that has one;
-    # a ready VM whose hash is gone is moved to completed and never handed out. All or
-    # nothing: if a unit finds no VM, every VM taken in this call goes back to ready and
-    # nothing else is written (apart from vanished VMs moved to completed, the token's
-    # ``last`` and the checkout log).
+    # ('' = none), ARGV[5] epoch of now ('' = no checkout log), ARGV[6] seconds the logs keep,
+    # ARGV[7] members the served log keeps, ARGV[8] members the miss log keeps, ARGV[9] the
+    # client's address ('' = misses not bounded per requester), ARGV[10] misses one requester
+    # may log per pool and window, ARGV[11] seconds of that window, ARGV[12] number of units,
+    # then per unit: n, then n pool indexes in preference order. Each unit takes one ready VM
+    # of the first of its pools that has one; a ready VM whose hash is gone is moved to
+    # completed and never handed out. All or nothing: if a unit finds no VM, every VM taken in
+    # this call goes back to ready and nothing else is written (apart from vanished VMs moved
+    # to completed, the token's ``last`` and the miss log).
     # Each VM handed out counts in its pool's field of ``vmpooler__history__checkouts``
     # (schema.history_checkouts; the pool name is its ready key's after ``vmpooler__ready__``).
-    # With an epoch, each checkout is logged in its pool's ``vmpooler__demand__<pool>``
-    # (schema.demand): a VM handed out as ``<epoch>:<vm>``, and when the call finds none, each
-    # unit as a miss ``<epoch>:-<n>`` in its first pool's (n: that pool's misses so far, from
-    # ``vmpooler__history__misses``); the log keeps at most ARGV[7] members, and entries older
-    # than ARGV[6] seconds go at every 64th (a trim at each checkout cost ~8 % of its time).
+    # With an epoch, each VM handed out is logged as ``<epoch>:<vm>`` in its pool's
+    # ``vmpooler__demand__<pool>`` (schema.demand; at most ARGV[7] members, entries older than
+    # ARGV[6] seconds go at every 64th: a trim at each checkout cost ~8 % of its time). When
+    # the call finds none, ONE miss ``<epoch>:-<n>`` is logged per distinct pool that is the
+    # first pool of some unit, however many units name it, in ``vmpooler__demand_misses__<pool>``
+    # (schema.demand_misses, at most ARGV[8] members: misses never push served checkouts out;
+    # n: that pool's misses so far, ``vmpooler__history__misses``), and with ARGV[9] only
+    # while the requester (``u:<token user>`` when the token has a user, else
+    # ``a:<ARGV[9]>``) logged fewer than ARGV[10] in the pool's window (schema.demand_guard).
     # Returns {-1} token unknown (nothing written), {0, u} unit u (1-based) found no VM,
     #         {1, p1, vm1, p2, vm2, ...} the pool index and VM of every unit, in unit order.
     CHECKOUT = CHECKOUT_PREPARE + CHECKOUT_TAKE + "return out\n"

@@ -113,7 +113,7 @@ local q_set, q_index, q_labels = KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS]
 local q_user, q_limit = ARGV[#ARGV - 3], ARGV[#ARGV - 2]
 local q_limits, q_prefix = ARGV[#ARGV - 1], ARGV[#ARGV]
 local q_held = usage_of(q_set, q_prefix)
-if q_limit ~= '' and q_held + tonumber(ARGV[8]) > tonumber(q_limit) then
+if q_limit ~= '' and q_held + units > tonumber(q_limit) then
   return {-2, tonumber(q_limit), q_held}
 end
 """ + CHECKOUT_TAKE + """
