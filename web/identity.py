@@ -24,7 +24,7 @@ from vmpooler.actors.storage.token_store import TokenStore
 from vmpooler.web.api_context import ApiContext
 from vmpooler.web.clientaddr import TrustedProxies
 
-__all__ = ["client_address", "requester", "token_groups"]
+__all__ = ["client_key", "requester", "token_groups"]
 
 
 def token_groups(details: dict[str, str]) -> frozenset[str]:
@@ -44,19 +44,21 @@ def requester(req: falcon.Request, ctx: ApiContext, token: str | None) -> Reques
                              authenticated=True)
     if policy.anonymous:
         return Requester(ANONYMOUS, policy.groups_of(ANONYMOUS))
-    address = TrustedProxies.of(ctx.config.settings).client_key(req)
+    address = client_key(req, ctx)
     return Requester(address, policy.groups_of(address))
 
 
 @functools.lru_cache(maxsize=4)
-def _proxies(entries: tuple[str, ...]) -> TrustedProxies:
-    """The :class:`TrustedProxies` of a configuration's entries, parsed once (a reload with
-    other entries parses them again)."""
-    return TrustedProxies(entries)
+def _proxies(entries: tuple[str, ...], ipv6_prefix_length: int) -> TrustedProxies:
+    """The :class:`TrustedProxies` of a configuration's entries and prefix length, parsed
+    once (a reload with other values parses them again)."""
+    return TrustedProxies(entries, ipv6_prefix_length=ipv6_prefix_length)
 
 
-def client_address(req: falcon.Request, ctx: ApiContext) -> str:
-    """The client's address as the rate limiter sees it (through the trusted proxies), with
-    no Redis read: who a checkout without a token's user is, for the bound on the misses one
-    requester may log (:func:`vmpooler.actors.storage.schema.demand_guard`)."""
-    return _proxies(ctx.config.settings.trusted_proxies).client_address(req)
+def client_key(req: falcon.Request, ctx: ApiContext) -> str:
+    """The client's key as the limiters count it (its address through the trusted proxies, an
+    IPv6 address grouped by ``ipv6_prefix_length``), with no Redis read: who a request without
+    a token's user is, for quotas and for the bound on the misses one requester may log
+    (:func:`vmpooler.actors.storage.schema.demand_guard`)."""
+    settings = ctx.config.settings
+    return _proxies(tuple(settings.trusted_proxies), settings.ipv6_prefix_length).client_key(req)

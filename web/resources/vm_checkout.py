@@ -59,7 +59,7 @@ from vmpooler.web import quota_guard
 from vmpooler.web.alias_failover import failover_names
 from vmpooler.web.api_context import ApiContext
 from vmpooler.web.api_errors import ApiError
-from vmpooler.web.identity import client_address, requester
+from vmpooler.web.identity import client_key, requester
 from vmpooler.web.input_rules import InputError, check_pool_name, check_vm_count
 from vmpooler.web.tokens import presented_token, unauthorized
 
@@ -259,7 +259,7 @@ def allocate(req: falcon.Request, ctx: ApiContext, store: CheckoutStore,
     outcome = store.checkout(
         units, now=_now_text(now), epoch=now, token=token,
         lifetime=usual if capped is None else capped, quota=ticket,
-        client=client_address(req, ctx))
+        client=client_key(req, ctx))
     if outcome.bad_token:
         raise unauthorized()
     if outcome.refused is not None and asker is not None:
