@@ -8,8 +8,10 @@ import logging
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
+import pykka
 import pytest
 import redis
 
@@ -22,6 +24,7 @@ from vmpooler.actors.config import (
     ProviderConfig,
     RedisSettings,
 )
+from vmpooler.actors.messages import PoolChanged
 from vmpooler.actors.metrics.backends import RecordingMetrics
 from vmpooler.actors.pool.hostnames import HostnameGenerator
 from vmpooler.actors.runtime.clock import FakeClock
@@ -193,3 +196,49 @@ def test_the_decision_comes_from_redis_when_another_manager_holds_the_sibling(
         _settle(h, lambda: _ready(redis_client, "b") == 4, "b keeps only what a lacks")
         redis_client.delete(schema.failover("a"))  # its manager is gone: nothing is known
         _settle(h, lambda: _ready(redis_client, "b") == 3, "b back to its size")
+
+
+def test_siblings_are_woken_only_once_the_down_state_is_in_redis(
+        redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A spy on pykka's tell (observation only; the message is still delivered): what Redis
+    # says of pool a at the moment its siblings are told it changed. A sibling woken before
+    # the write reads the old state and waits for its own next cycle to take over.
+    seen: list[str | None] = []
+    original = pykka.ActorRef.tell
+
+    def spy(ref: pykka.ActorRef[Any], message: Any) -> None:
+        if isinstance(message, PoolChanged) and message.reason.startswith("failover: a "):
+            seen.append(_state(redis_client, "a"))
+        original(ref, message)
+
+    monkeypatch.setattr(pykka.ActorRef, "tell", spy)
+    config = _config(circuit_breaker_failure_threshold=1, failover_failures=50)
+    with _started(redis_client, config) as (h, dc1):
+        h.wait_full("a", 3)
+        h.wait_full("b", 3)
+        _settle(h, lambda: _state(redis_client, "a") == "ok", "a publishes its state")
+        dc1.down = True
+        _settle(h, lambda: _state(redis_client, "a") == "down", "a is down")
+        h.quiesce()
+    assert seen and seen[0] == "down", f"b was told while Redis said a was {seen[0:1]}"
+
+
+def test_a_sibling_on_a_long_loop_takes_over_at_once(redis_client: redis.Redis) -> None:
+    # b cycles every 600 s: only the wake-up a sends when it goes down can make b grow
+    # within seconds; reading a stale state on that wake-up would cost b a whole cycle.
+    config = _config(circuit_breaker_failure_threshold=1, failover_failures=50)
+    slow = replace(config.pools[1], check_loop_delay_min=600, check_loop_delay_max=600)
+    config = replace(config, pools=(config.pools[0], slow))
+    with _started(redis_client, config) as (h, dc1):
+        h.wait_full("a", 3)
+        h.wait_full("b", 3)
+        _settle(h, lambda: _state(redis_client, "a") == "ok", "a publishes its state")
+        _settle(h, lambda: _state(redis_client, "b") == "ok", "b publishes its state",
+                limit=1200)
+        dc1.down = True
+        _settle(h, lambda: _state(redis_client, "a") == "down", "a is down", limit=60)
+        spent = 0
+        while h.metrics.last_gauge("failover.size", pool="b") != 6:
+            assert spent < 20, "b did not grow within 20 s of a going down"
+            h.advance(1, step=1)
+            spent += 1

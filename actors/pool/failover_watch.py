@@ -102,7 +102,8 @@ class Failover:
             inventory_ok=inventory_ok, inventory_failures=inventory_failures,
             breaker_open=breaker_open, clone_failures=self.clones.failures, ready=ready,
             size=self.upkeep.base)
-        if health.state is not before:
+        changed = health.state is not before
+        if changed:
             self._changed(before, health)
         published = self.store.read(m.name for m in group.siblings)
         me = Member(name=group.me.name, size=self.upkeep.base, aliases=group.me.aliases,
@@ -119,6 +120,8 @@ class Failover:
             size=self.upkeep.base, ready=health.deliverable, effective=self.upkeep.size,
             covering=self.covering, updated=self.io.clock.now()), ttl=self.ttl)
         self.io.metrics.gauge("failover.size", self.upkeep.size, tags={"pool": self.policy.name})
+        if changed:  # after the write: a sibling woken now reads the new state, not the old
+            self._wake_siblings(health.state)
 
     @staticmethod
     def _member(configured: Member, state: FailoverState | None) -> Member:
@@ -139,12 +142,16 @@ class Failover:
         else:
             log.info("[*] [%s] back to its size: its siblings hold no share of it",
                      self.policy.name)
+
+    def _wake_siblings(self, state: State) -> None:
+        """Tell each sibling's actor (relayed to its lease holder) to cycle at once rather than
+        at its next cycle. Called only once the new state is in Redis: a sibling that read the
+        old one would wait a whole cycle (up to ``check_loop_delay_max``) to take over."""
         assert self.group is not None
-        for sibling in self.group.siblings:  # their owners act on it at once, not next cycle
+        for sibling in self.group.siblings:
             ref = self.io.directory.get(f"pool:{sibling.name}")
             if ref is not None:
-                ref.tell(PoolChanged(sibling.name,
-                                     f"failover: {self.policy.name} {health.state.value}"))
+                ref.tell(PoolChanged(sibling.name, f"failover: {self.policy.name} {state.value}"))
 
     def _announce(self, covering: dict[str, int], published: Mapping[str, FailoverState],
                   old: int, new: int) -> None:
