@@ -349,13 +349,19 @@ class PoolerSystem:
                          origin: RequestOrigin | None = None) -> str | None:
         """Ask for VMs on demand (``{pool: count}``, configured pool names only) and return
         the request's id, or None if ``request_id`` is taken. Provisioning starts at once;
-        follow it with :meth:`ondemand_request`. ``KeyError`` for an unknown pool.
+        follow it with :meth:`ondemand_request`. ``KeyError`` for an unknown pool;
+        ``ValueError`` for a negative count or a request for no VM (every count 0).
         ``origin``: who asks, its priority and share (docs/fairness.md; None: the request
         counts as its token's user, or as a user of its own)."""
         for name in pools:
             self.config.pool(name)
+        counts = {name: int(count) for name, count in pools.items()}
+        if any(count < 0 for count in counts.values()):
+            raise ValueError(f"negative count in on-demand request {counts}")
+        if not any(counts.values()):
+            raise ValueError("an on-demand request must ask for at least one VM")
         request_id = request_id or str(uuid.uuid4())
-        entries = [Entry(name, name, int(count)) for name, count in pools.items()]
+        entries = [Entry(name, name, count) for name, count in counts.items() if count]
         if not self.requests.create(request_id, entries, created=int(self.clock.now()),
                                     token=token, user=user, origin=origin):
             return None

@@ -254,7 +254,6 @@ def test_bad_count_is_400_naming_the_key(redis_client: redis.Redis, count: Any) 
 @pytest.mark.parametrize(("count", "requested"), [
     (3, "pool3:pool3:3"), ("3", "pool3:pool3:3"), (" 2abc", "pool3:pool3:2"),
     ("+4", "pool3:pool3:4"), (2.0, "pool3:pool3:2"), ("1_0", "pool3:pool3:10"),
-    (0, ""), ("0", ""),
 ])
 def test_counts_read_like_vmpooler(redis_client: redis.Redis, count: Any,
                                    requested: str) -> None:
@@ -295,14 +294,23 @@ def test_order_of_checks(redis_client: redis.Redis) -> None:
     assert post(a, {"pool1": 1, "request_id": "taken"}).status_code == 409
 
 
-def test_empty_order_is_a_request_for_nothing(redis_client: redis.Redis) -> None:
-    """As in vmpooler: ``{}`` (or only zeros) creates a request that asks for no VM."""
+@pytest.mark.parametrize("body", [{}, {"pool3": 0}, {"pool3": "0"}, {"pool1": 0, "pool3": 0},
+                                  {"request_id": "nothing"}, {"priority": "low"}])
+def test_a_request_for_no_vm_is_400(redis_client: redis.Redis, body: dict[str, Any]) -> None:
+    """Ours: vmpooler made it, ready at once with no hostname, kept 30 days."""
     a = spec_api(redis_client)
-    request_id = created_id(post(a, {"request_id": "nothing"}))
-    assert request_hash(a, request_id) == {"requested": ""}
-    r = a.client.simulate_get(f"{OD}/nothing")
-    assert (r.status_code, r.json) == (202, {"ok": True, "request_id": "nothing",
-                                             "ready": False})
+    r = post(a, body)
+    assert r.status_code == 400, r.text
+    assert r.json == {"ok": False, "message": (
+        "the request asks for no VM: name at least one pool or alias with a count of at "
+        'least 1, as {"<pool or alias>": <count>}')}
+    nothing_created(a)
+
+
+def test_a_zero_count_beside_a_real_one_is_left_out(redis_client: redis.Redis) -> None:
+    a = spec_api(redis_client)
+    request_id = created_id(post(a, {"pool1": 0, "pool3": 2}))
+    assert request_hash(a, request_id) == {"requested": "pool3:pool3:2"}
 
 
 def test_vmfloaty_form_content_type(redis_client: redis.Redis) -> None:

@@ -8,6 +8,7 @@ import random
 import threading
 from typing import Any
 
+import pytest
 import redis
 
 from tests.harness import (
@@ -44,6 +45,24 @@ def test_request_is_provisioned_and_ready(redis_client: redis.Redis) -> None:
         assert redis_client.scard(schema.ready("a")) == 0
         assert_no_vm_in_two_queues(redis_client, "a")
 
+
+
+@pytest.mark.parametrize("order", [{}, {"a": 0}, {"a": 0, "b": 0}, {"a": -1, "b": 2}])
+def test_the_facade_refuses_a_request_for_no_vm(redis_client: redis.Redis,
+                                                 order: dict[str, int]) -> None:
+    config = make_config([pool("a", 0), pool("b", 0)])
+    with started(redis_client, config) as h:
+        with pytest.raises(ValueError):
+            h.system.request_ondemand(order)
+        assert not redis_client.keys(schema.odrequest("*"))
+
+
+def test_the_facade_leaves_zero_counts_out(redis_client: redis.Redis) -> None:
+    config = make_config([pool("a", 0), pool("b", 0)])
+    with started(redis_client, config) as h:
+        rid = h.system.request_ondemand({"a": 0, "b": 1})
+        assert rid is not None
+        assert redis_client.hget(schema.odrequest(rid), "requested") == "b:b:1"
 
 class GatedProvider(DummyProvider):
     """The dummy provider, with readiness released per VM and clone failures on demand."""

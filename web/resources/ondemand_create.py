@@ -14,6 +14,8 @@ Divergences from vmpooler 3.9.1 (on purpose; listed in docs/compatibility.md):
 * a count must be a whole number ≥ 0 — an integer, an integral float or a string starting
   with digits (Ruby's integer prefix, as vmpooler reads it: ``"2abc"`` is 2); a negative or
   non-numeric count is a 400 naming the key (vmpooler asked for zero instances);
+* a request for no VM (no name, or every count 0) is a 400 (vmpooler made it, marked it
+  ready with no hostnames at once and kept it 30 days);
 * a supplied ``request_id`` must follow
   :func:`~vmpooler.actors.storage.request_ids.request_id_problem`'s rule (1..64 of
   ``[A-Za-z0-9._-]``, no ``__``, no leading or trailing ``_``, not a word of the key schema:
@@ -114,7 +116,8 @@ def check_order(ctx: ApiContext, payload: Mapping[str, Any], *,
     """``({name: count}, request id)`` for a valid order, in vmpooler's order of checks.
 
     Unknown names → 404 ``{"ok": false, "bad_templates": [...]}``; a bad count → 400; any
-    count over ``max_ondemand_instances_per_request`` → 403; a bad ``request_id`` → 400.
+    count over ``max_ondemand_instances_per_request`` → 403; no count of at least 1 (``{}``,
+    ``{"<pool>": 0}``, only ``priority``) → 400; a bad ``request_id`` → 400.
     Without a ``request_id`` a random UUID v4 is used. Sends the ``ondemandrequest_fail``
     metrics.
     """
@@ -132,6 +135,9 @@ def check_order(ctx: ApiContext, payload: Mapping[str, Any], *,
             ctx.metrics.increment("ondemandrequest_fail.toomanyrequests", tags={"pool": name})
             raise ApiError(403, {"ok": False, "message": "requested amount of instances "
                                                          f"exceeds the maximum {limit}"})
+    if not any(counts.values()):
+        raise _bad_request("the request asks for no VM: name at least one pool or alias with "
+                           "a count of at least 1, as {\"<pool or alias>\": <count>}")
     chosen = str(uuid.uuid4()) if request_id is None else _request_id(request_id)
     return counts, chosen
 
