@@ -32,7 +32,7 @@ KNOWN_DIFFERENCES: tuple[Known, ...] = (
           "The checkout and clone-succeeded scripts each run one `HINCRBY` more"),
     # Demand sizing learns from every checkout, served or not (docs/sizing.md).
     Known("*", "redis", "vmpooler__demand__* *",
-          "The checkout script logs each checkout in the pool's `vmpooler__demand__<pool>`"),
+          "The checkout script logs each checkout it served in the pool's"),
     Known("*", "redis", "vmpooler__history__misses *",
           "The checkout script counts the checkouts that found no VM per pool"),
     # Who asked for an on-demand request (docs/fairness.md).

@@ -6,10 +6,10 @@ from __future__ import annotations
 __all__ = ["NAMESPACES"]
 
 NAMESPACES: frozenset[str] = frozenset({
-    "active", "boot", "brake", "clone", "commands", "completed", "config", "configerror",
-    "demand", "discovered", "dlq", "empty", "failover", "health", "held", "history", "lastboot",
-    "lease", "login_failures", "manager", "migrating", "migration", "odcreate",
-    "odinflight", "odrequest", "pending", "pool", "poolreset", "pools", "provider",
+    "active", "boot", "brake", "clone", "commands", "completed", "config", "configerror", "demand",
+    "demand_guard", "demand_misses", "discovered", "dlq", "empty", "failover", "health", "held",
+    "history", "lastboot", "lease", "login_failures", "manager", "migrating", "migration",
+    "odcreate", "odinflight", "odrequest", "pending", "pool", "poolreset", "pools", "provider",
     "provisioning", "quota", "ratelimit", "ready", "running", "sizing", "tag", "tasks", "template",
     "token", "vm", "waits",
 })
