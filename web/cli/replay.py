@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from vmpooler.actors.config import ConfigError, load_config
+from vmpooler.actors.config import ConfigError, ConfigRefusedError, load_config
 from vmpooler.actors.sizing.trace import Checkout, TraceError, parse_moment, read_trace
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, EmbeddedRedisError
 from vmpooler.web.cli.replay_config import POLICIES, ReplayInputError, replay_config
@@ -83,6 +83,8 @@ def _results(args: argparse.Namespace) -> list[RunResult]:
         raise ReplayInputError(f"{args.trace}: no checkout in the chosen window")
     try:
         config = load_config(args.config)
+    except ConfigRefusedError as exc:
+        raise ReplayInputError(str(exc)) from None
     except ConfigError as exc:
         raise ReplayInputError(f"the configuration is invalid:\n{exc}") from None
     policies = list(POLICIES) if args.policy == "both" else [args.policy]
