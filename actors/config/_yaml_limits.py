@@ -118,7 +118,8 @@ class _LimitedConstructor(SafeConstructor):
 
     def construct_yaml_int(self, node: Node) -> int:
         if not isinstance(node, ScalarNode):
-            raise ConstructorError(None, None, f"expected an integer, but found a {type(node).__name__}",
+            kind = type(node).__name__
+            raise ConstructorError(None, None, f"expected an integer, but found a {kind}",
                                    node.start_mark)
         if len(node.value) > MAX_INT_CHARS:
             raise LimitError(f"an integer of {len(node.value):,} characters; at most "
