@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 
 from vmpooler.actors.sizing.policy import DemandSizer, SizingPolicy
-from vmpooler.actors.sizing.trace import Checkout, TraceError, read_trace, write_trace
+from vmpooler.actors.sizing.trace import (
+    Checkout,
+    TraceError,
+    parse_moment,
+    read_trace,
+    write_trace,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 from sizing_sim import run_demand, run_fixed, smallest_fixed
@@ -54,6 +60,15 @@ def test_write_then_read_is_the_same(tmp_path: Path) -> None:
     ("queued_at,pool,duration_s\n2025-09-04T17:25:47Z,a\n",
      ":2: column duration_s: missing (the row has 2 cells)"),
     ("when,pool,duration_s\n", ":1: column queued_at or start_time: missing column"),
+    # hostile cells: out of the calendar once shifted to UTC, or far beyond it
+    ("queued_at,pool,duration_s\n0001-01-01T00:00:00+14:00,a,1\n",
+     ":2: column queued_at: bad time: out of range: '0001-01-01T00:00:00+14:00'"),
+    ("queued_at,pool,duration_s\n9999-12-31T23:59:59-14:00,a,1\n",
+     ":2: column queued_at: bad time: out of range: '9999-12-31T23:59:59-14:00'"),
+    ("queued_at,pool,duration_s\n1e300,a,1\n", ":2: column queued_at: bad time: out of range"),
+    ("queued_at,pool,duration_s\n-1,a,1\n", ":2: column queued_at: bad time: out of range"),
+    ("queued_at,pool,duration_s\n2025-09-04T17:25:47Z,a,1e300\n",
+     ":2: column duration_s: too large: '1e300' (at most 34560000 s, 400 days)"),
 ])
 def test_bad_rows_name_file_line_and_column(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "bad.csv"
@@ -62,6 +77,16 @@ def test_bad_rows_name_file_line_and_column(tmp_path: Path, text: str, message: 
         read_trace(path)
     assert str(caught.value).startswith(str(path))
     assert message in str(caught.value)
+
+
+def test_the_ends_of_the_range_of_times(tmp_path: Path) -> None:
+    path = tmp_path / "ends.csv"
+    path.write_text("queued_at,pool,duration_s\n1970-01-01T00:00:00Z,a,34560000\n"
+                    "2999-12-31T23:59:59Z,a,\n")
+    assert [row.t for row in read_trace(path)] == [0.0, 32_503_679_999.0]
+    assert parse_moment("2999-12-31T23:59:59.5Z") < 32_503_680_000
+    with pytest.raises(ValueError, match="out of range"):
+        parse_moment("3000-01-01T00:00:00Z")
 
 
 def test_simulator_on_two_days_of_a_real_trace() -> None:

@@ -16,13 +16,14 @@ from vmpooler.actors.config.model import (
     ProviderConfig,
     RedisSettings,
 )
-from vmpooler.actors.config.problems import ConfigError, ConfigProblem
+from vmpooler.actors.config.problems import ConfigError, ConfigProblem, ConfigRefusedError
 from vmpooler.actors.config.render import render_config
 
 __all__ = [
     "Config",
     "ConfigError",
     "ConfigProblem",
+    "ConfigRefusedError",
     "DnsConfig",
     "GlobalSettings",
     "MetricsSettings",

@@ -11,7 +11,14 @@ from typing import Any
 
 import yaml
 
-from vmpooler.actors.config.problems import ConfigError, ConfigProblem, KeyPath, format_key
+from vmpooler.actors.config import _yaml_limits
+from vmpooler.actors.config.problems import (
+    ConfigError,
+    ConfigProblem,
+    ConfigRefusedError,
+    KeyPath,
+    format_key,
+)
 
 __all__ = ["Locator", "SourceText", "deep_merge", "normalise_keys", "parse_yaml", "read_source"]
 
@@ -32,9 +39,17 @@ class SourceText:
 
 def read_source(file: Path) -> SourceText:
     """The text of ``file`` (UTF-8). Raises :class:`ConfigError` naming the file and the
-    reason (no traceback) when it cannot be read."""
+    reason (no traceback) when it cannot be read, :class:`ConfigRefusedError` when it is larger
+    than ``_yaml_limits.MAX_BYTES`` (no more than that is read)."""
+    limit = _yaml_limits.MAX_BYTES
     try:
-        return SourceText(str(file), file.read_text(encoding="utf-8"))
+        with file.open("rb") as handle:
+            data = handle.read(limit + 1)
+        if len(data) > limit:
+            raise ConfigRefusedError([ConfigProblem(
+                str(file), None, "<document>",
+                f"larger than {limit:,} bytes; refused unread")])
+        return SourceText(str(file), data.decode("utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ConfigError(
@@ -43,9 +58,16 @@ def read_source(file: Path) -> SourceText:
 
 
 def parse_yaml(source: SourceText) -> tuple[Any, ConfigProblem | None]:
-    """``yaml.safe_load`` the text; on a syntax error return a problem with its line."""
+    """Load the text as ``yaml.safe_load`` does, within ``_yaml_limits``' limits; on a
+    syntax error (or a value that cannot be read) return a problem with its line. Raises
+    :class:`ConfigRefusedError` (one problem: source, line, what) for a document over a limit."""
     try:
-        return yaml.safe_load(source.text), None
+        return _yaml_limits.load(source.text), None
+    except _yaml_limits.LimitError as exc:
+        mark = exc.problem_mark
+        line = mark.line + 1 if mark is not None else None
+        raise ConfigRefusedError([ConfigProblem(source.name, line, "<document>",
+                                           f"{exc.problem}; refused")]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
@@ -124,7 +146,7 @@ class Locator:
         self._roots: list[tuple[int, str, yaml.Node, tuple[str, ...]]] = []
         for order, source in enumerate(sources):
             try:
-                node = yaml.compose(source.text)
+                node = _yaml_limits.compose(source.text)
             except yaml.YAMLError:
                 node = None
             if node is not None:

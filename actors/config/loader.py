@@ -20,7 +20,13 @@ from vmpooler.actors.config._yaml import (
 )
 from vmpooler.actors.config.env import apply_environment
 from vmpooler.actors.config.model import Config
-from vmpooler.actors.config.problems import ConfigError, ConfigProblem, Issue, format_key
+from vmpooler.actors.config.problems import (
+    ConfigError,
+    ConfigProblem,
+    ConfigRefusedError,
+    Issue,
+    format_key,
+)
 from vmpooler.actors.config.redis_pools import PoolReader, PoolsFromRedis, RedisPoolsError
 from vmpooler.actors.config.validate import NO_POOLS_NOTE, validate_document
 
@@ -79,7 +85,9 @@ def load_config(
     :func:`vmpooler.actors.storage.published_pools.redis_pool_reader`); their problems name
     the Redis key they came from.
 
-    Raises :class:`ConfigError` listing every problem found. Has no side effects besides
+    Raises :class:`ConfigError` listing every problem found, or :class:`ConfigRefusedError` (one
+    problem) at the first file over a limit of reading (``_yaml_limits``: size, nesting,
+    aliases, integer length), whichever file it is. Has no side effects besides
     reading files (and Redis, through ``pool_reader``); safe to call from any thread.
     """
     environ = os.environ if environ is None else environ
@@ -221,6 +229,8 @@ def _merge_extra_configs(
             continue
         try:
             source = read_source(cwd / name)
+        except ConfigRefusedError:
+            raise
         except ConfigError as exc:
             reason = exc.problems[0].message
             where = (env_source, None) if env_source else _extra_config_location(sources[0])
@@ -230,6 +240,8 @@ def _merge_extra_configs(
             continue
         try:
             extra = _read_document(source, notes)
+        except ConfigRefusedError:
+            raise
         except ConfigError as exc:
             problems.extend(exc.problems)
             continue

@@ -29,7 +29,7 @@ from vmpooler.actors.config._yaml import (
     parse_yaml,
     read_source,
 )
-from vmpooler.actors.config.problems import ConfigError, ConfigProblem
+from vmpooler.actors.config.problems import ConfigError, ConfigProblem, ConfigRefusedError
 
 __all__ = ["ENV_VAR", "SETTING", "PoolFiles", "directory_problem", "pool_file_paths",
            "pools_dir_setting", "read_pool_files"]
@@ -89,11 +89,14 @@ def pool_file_paths(directory: Path) -> list[Path]:
 
 
 def read_pool_files(paths: list[Path]) -> PoolFiles:
-    """Read and check each file of ``paths`` in order; never raises."""
+    """Read and check each file of ``paths`` in order. Raises only :class:`ConfigRefusedError`,
+    for a file over a limit of reading (the others' problems are collected)."""
     found = PoolFiles()
     for path in paths:
         try:
             source = read_source(path)
+        except ConfigRefusedError:
+            raise
         except ConfigError as exc:
             found.problems.extend(exc.problems)
             continue

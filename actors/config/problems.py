@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["ConfigError", "ConfigProblem", "format_key"]
+__all__ = ["ConfigError", "ConfigProblem", "ConfigRefusedError", "format_key"]
 
 KeyPath = Sequence[str | int]
 
@@ -86,3 +86,9 @@ class Issue:
     message: str
     source: str | None = None
     related: tuple[str | int, ...] | None = None
+
+
+class ConfigRefusedError(ConfigError):
+    """A file (or document) refused before it is read as configuration: over a limit of
+    :mod:`._yaml_limits` (size, nesting, aliases, integer length). It carries exactly one
+    problem, so ``str(error)`` is one line; the command line says it and exits 2."""

@@ -23,7 +23,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TextIO
 
-__all__ = ["Checkout", "TraceError", "parse_moment", "read_trace", "write_trace"]
+__all__ = ["EARLIEST", "LATEST", "MAX_DURATION_S", "Checkout", "TraceError", "parse_moment",
+           "read_trace", "write_trace"]
+
+EARLIEST = 0.0
+"""The earliest moment read, epoch seconds: 1970-01-01T00:00:00Z."""
+LATEST = 32_503_680_000.0
+"""The first moment no longer read, epoch seconds: 3000-01-01T00:00:00Z (far enough from
+the calendar's end, year 9999, for anything to be added to a moment)."""
+MAX_DURATION_S = 400 * 86400.0
+"""The longest ``duration_s`` read: 400 days."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,9 +62,10 @@ class _NegativeError(ValueError):
 
 
 def parse_moment(text: str) -> float:
-    """Epoch seconds of an ISO 8601 time (UTC when it names no zone) or of a number.
+    """Epoch seconds of an ISO 8601 time (UTC when it names no zone) or of a number, from
+    :data:`EARLIEST` (included) to :data:`LATEST` (excluded).
 
-    Raises ValueError for anything else."""
+    Raises ValueError for anything else, a moment out of that range included."""
     text = text.strip()
     if not text:
         raise ValueError("empty")
@@ -66,14 +76,24 @@ def parse_moment(text: str) -> float:
     else:
         if not math.isfinite(value):
             raise ValueError(f"not a time: {text!r}")
-        return value
+        return _in_range(value, text)
     try:
         moment = datetime.fromisoformat(text.replace("z", "Z"))
     except ValueError:
         raise ValueError(f"not an ISO 8601 time: {text!r}") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
+    try:
+        return _in_range(moment.timestamp(), text)
+    except OverflowError:
+        return _in_range(math.inf, text)
+
+
+def _in_range(value: float, text: str) -> float:
+    if not EARLIEST <= value < LATEST:
+        raise ValueError(f"out of range: {text!r} (times from 1970-01-01 to 2999-12-31 "
+                         "UTC are read)")
+    return value
 
 
 def _columns(path: str, header: list[str] | None) -> tuple[str, str, str]:
@@ -93,8 +113,9 @@ def read_trace(path: str | os.PathLike[str], *,
                skip_negative: Callable[[int], None] | None = None) -> list[Checkout]:
     """Every checkout of the CSV trace at ``path``, sorted by time; see the module docstring.
 
-    Raises :class:`TraceError` on a missing column, a bad time, an empty pool, a duration
-    that is not a number or is negative, or a file that cannot be read. With
+    Raises :class:`TraceError` on a missing column, a bad time (or one out of
+    :func:`parse_moment`'s range), an empty pool, a duration that is not a number, is
+    negative or is over :data:`MAX_DURATION_S`, or a file that cannot be read. With
     ``skip_negative``, a row with a negative duration (GitHub's ``-1`` for a job aborted
     before it ran) is left out instead and its line number passed to ``skip_negative``."""
     name = os.fspath(path)
@@ -151,6 +172,9 @@ def _row(path: str, line: int, row: list[str], index: dict[str, int], time_col: 
             raise TraceError(path, line, dur_col, f"not finite: {text!r}")
         if duration < 0:
             raise _NegativeError(repr(text))
+        if duration > MAX_DURATION_S:
+            raise TraceError(path, line, dur_col, f"too large: {text!r} (at most "
+                             f"{MAX_DURATION_S:.0f} s, 400 days)")
     return Checkout(t, pool, duration)
 
 

@@ -22,7 +22,13 @@ from typing import Any
 import pykka.debug
 import redis
 
-from vmpooler.actors.config import Config, ConfigError, load_config, render_config
+from vmpooler.actors.config import (
+    Config,
+    ConfigError,
+    ConfigRefusedError,
+    load_config,
+    render_config,
+)
 from vmpooler.actors.config.unacted import unacted_warnings
 from vmpooler.actors.metrics.prometheus import prepare_multiprocess
 from vmpooler.actors.service.ruby_guard import ForeignManagerError, refuse_beside_foreign_manager
@@ -37,6 +43,10 @@ from vmpooler.web.cli.startup import Backoff, retry_while_unavailable
 __all__ = ["main"]
 
 log = logging.getLogger("vmpooler")
+
+REFUSED = 2
+"""Exit status when a configuration file is refused unread (over a limit of reading); an
+invalid configuration exits 1."""
 
 
 def _version() -> str:
@@ -120,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
         return replay.run(args)
     try:
         config = load_config(args.config, pool_reader=redis_pool_reader)
+    except ConfigRefusedError as exc:  # a file over a limit of reading: one line
+        print(f"vmpooler: {exc}", file=sys.stderr)
+        return REFUSED
     except ConfigError as exc:
         print(f"vmpooler: the configuration is invalid:\n{exc}", file=sys.stderr)
         return 1

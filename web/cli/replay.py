@@ -15,10 +15,11 @@ import argparse
 import sys
 import tempfile
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from vmpooler.actors.config import ConfigError, load_config
+from vmpooler.actors.config import ConfigError, ConfigRefusedError, load_config
 from vmpooler.actors.sizing.trace import Checkout, TraceError, parse_moment, read_trace
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, EmbeddedRedisError
 from vmpooler.web.cli.replay_config import POLICIES, ReplayInputError, replay_config
@@ -29,6 +30,13 @@ __all__ = ["add_parser", "run"]
 
 BAD_INPUT = 2
 """Exit status for a trace, configuration or option that cannot be replayed."""
+MAX_SPAN_DAYS = 400
+"""The longest window replayed, days of simulated time: the actors' periodic work (a pool's
+cycle, its VMs' checks and ``ready_ttl`` renewals) is played however idle the trace is, so
+the wall time grows with the simulated time (about 20 s an idle day with
+``conf/replay.example.yaml`` on a 2-core machine)."""
+MAX_CLONE_TIME_S = 86400.0
+"""The longest ``--clone-time``: a day."""
 
 
 def add_parser(sub: Any, parents: Sequence[argparse.ArgumentParser]) -> None:
@@ -65,24 +73,45 @@ def _window(trace: list[Checkout], start: str | None,
             begin = parse_moment(start)
         except ValueError as exc:
             raise ReplayInputError(f"--start: {exc}") from None
-    if hours is not None and not hours > 0:
-        raise ReplayInputError(f"--hours: must be positive, got {hours}")
+    if hours is not None and not 0 < hours <= MAX_SPAN_DAYS * 24:
+        raise ReplayInputError(f"--hours: must be positive and at most {MAX_SPAN_DAYS * 24} "
+                               f"({MAX_SPAN_DAYS} days), got {hours}")
     end = None if hours is None else begin + hours * 3600
     chosen = [c for c in trace if c.t >= begin and (end is None or c.t < end)]
     return chosen, end
 
 
+def _check_span(path: str, trace: list[Checkout], end: float | None) -> None:
+    """Refuse a window longer than :data:`MAX_SPAN_DAYS` (``trace`` is not empty)."""
+    first, last = trace[0].t, trace[-1].t if end is None else end
+    days = (last - first) / 86400
+    if days > MAX_SPAN_DAYS:
+        raise ReplayInputError(
+            f"{path}: the checkouts to replay span {days:,.1f} days ({_utc(first)} to "
+            f"{_utc(last)}), more than the {MAX_SPAN_DAYS} a replay covers; choose a part "
+            "with --start and --hours")
+
+
+def _utc(moment: float) -> str:
+    return datetime.fromtimestamp(moment, UTC).isoformat(timespec="seconds").replace(
+        "+00:00", "Z")
+
+
 def _results(args: argparse.Namespace) -> list[RunResult]:
-    if args.clone_time < 0:
-        raise ReplayInputError(f"--clone-time: must not be negative, got {args.clone_time}")
+    if not 0 <= args.clone_time <= MAX_CLONE_TIME_S:
+        raise ReplayInputError(f"--clone-time: must be from 0 to {MAX_CLONE_TIME_S:.0f} "
+                               f"seconds, got {args.clone_time}")
     skipped: list[int] = []
     trace, end = _window(
         read_trace(args.trace, skip_negative=skipped.append if args.skip_negative_durations
                    else None), args.start, args.hours)
     if not trace:
         raise ReplayInputError(f"{args.trace}: no checkout in the chosen window")
+    _check_span(args.trace, trace, end)
     try:
         config = load_config(args.config)
+    except ConfigRefusedError as exc:
+        raise ReplayInputError(str(exc)) from None
     except ConfigError as exc:
         raise ReplayInputError(f"the configuration is invalid:\n{exc}") from None
     policies = list(POLICIES) if args.policy == "both" else [args.policy]
