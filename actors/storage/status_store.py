@@ -9,8 +9,9 @@ with nothing to read sends nothing. Nothing is cached: every call reads Redis.
   every queue of every pool, the size overrides, ... gathered inside Redis and returned as a
   few compact arrays, the call encoded once per distinct request
   (:class:`~vmpooler.actors.storage.prepared_call.PreparedCall`). With a pipeline of the same
-  ~400 commands, redis-py packing and parsing each command and reply was most of a ``/status`` request's CPU (see BENCHMARKS.md); the
-  script also makes the reading one consistent snapshot.
+  ~400 commands, redis-py packing and parsing each command and reply was most of a
+  ``/status`` request's CPU (see BENCHMARKS.md); the script also makes the reading one
+  consistent snapshot.
 * ``daily`` sends one non-transactional pipeline (``pipeline(transaction=False)``) of
   HGETALLs, one per kind and day: few commands with large replies.
 
