@@ -22,7 +22,6 @@ LONG: dict[str, str] = {
     "actors/storage/status_store.py": "one round trip per status answer: its script and "
                                       "the decoding of its reply belong together",
     "actors/system.py": "the public facade: one method per documented operation",
-    "web/resources/status.py": "vmpooler's status endpoints, shape for shape",
     "web/worker.py": "the gunicorn worker's connection handling, one state machine",
     "providers/dummy.py": "the whole provider contract in one file, the template for new "
                           "providers",

@@ -104,8 +104,13 @@ def test_users_are_held_to_their_quotas_across_api_processes(
                "carol's request to be ready")
     [vm] = redis_client.smembers(schema.request_vms(request_id, "alpha", "alpha"))
     assert redis_client.hget(schema.vm(vm), "lifetime") == "5"  # a clone, capped
-    carol = http("GET", f"{base}/status", token=tokens["carol"])[1]["users"]["carol"]
-    assert (carol["vms_held"], carol["ondemand_in_flight"]) == (1, 0)
+
+    def carol_counts() -> tuple[int, int]:
+        carol = http("GET", f"{base}/status", token=tokens["carol"])[1]["users"]["carol"]
+        return carol["vms_held"], carol["ondemand_in_flight"]
+
+    # /status shows a snapshot at most 5 s old (status_users.MAX_AGE)
+    wait_until(lambda: carol_counts() == (1, 0), 15, "/status to count carol's ready request")
     status, body = http("POST", f"{base}/ondemandvm", {"beta": 1}, token=tokens["carol"])
     assert status == 201  # no longer in flight: room for one more
     request_id = body["request_id"]

@@ -4,6 +4,7 @@ user's limits (own entry, groups, default), and the path without quotas."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -19,9 +20,10 @@ from tests.quota_harness import (
     ondemand,
     quota_api,
 )
-from vmpooler.actors.storage import schema
+from vmpooler.actors.storage import schema, timefmt
 from vmpooler.actors.storage.request_store import Entry, RequestStore
 from vmpooler.web.quota_guard import ADDRESS_LABEL
+from vmpooler.web.resources import status_users
 
 
 def refusal(quota: str, limit: int, in_use: int) -> dict[str, Any]:
@@ -258,14 +260,23 @@ def test_status_shows_each_user_and_hides_names_without_a_token(
     assert hidden == {"user-1": named["alice"], "user-2": named["bob"]}
     bad = a.client.simulate_get(f"{P}/status", headers={"X-AUTH-TOKEN": "x" * 32})
     assert set(bad.json["users"]) == {"user-1", "user-2"}
+    assert r.json["users_summary"] == {"users": 2, "vms_held": 3, "ondemand_in_flight": 1,
+                                       "listed": 2, "as_of": timefmt.rfc3339(
+                                           datetime.fromtimestamp(a.clock.now(), UTC))}
+    assert list(r.json)[-3:] == ["users_summary", "users", "status"]
     # only when a view names it; a user holding nothing leaves, the others keep their label
     assert "users" not in a.client.simulate_get(f"{P}/status?view=pools").json
     assert "users" in a.client.simulate_get(f"{P}/status?view=pools,users").json
     for vm in a.redis.smembers(schema.running("pool1")):
         a.redis.smove(schema.running("pool1"), schema.completed("pool1"), vm)
+    # the counts are a snapshot at most MAX_AGE old
+    a.clock.advance(status_users.MAX_AGE - 0.1)
+    assert set(a.client.simulate_get(f"{P}/status").json["users"]) == {"user-1", "user-2"}
+    a.clock.advance(0.1)
     assert a.client.simulate_get(f"{P}/status").json["users"] == {"user-2": named["bob"]}
     assert not a.redis.exists(schema.quota_held("alice"))
     assert checkout(a, {"pool1": 1}).status_code == 200
+    a.clock.advance(status_users.MAX_AGE)
     assert set(a.client.simulate_get(f"{P}/status").json["users"]) == {"user-2", "user-3"}
 
 

@@ -18,7 +18,7 @@ from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.metrics.bounded import BoundedMetrics, LabelRule
 from vmpooler.web.api_context import ApiContext
 from vmpooler.web.resources.dashboard import ASSETS
-from vmpooler.web.resources.status import SUMMARY_KEYS, SUMMARY_ROUTES
+from vmpooler.web.resources.summary import SUMMARY_KEYS, SUMMARY_ROUTES
 
 __all__ = ["bound", "label_rule", "unbounded"]
 

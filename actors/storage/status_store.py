@@ -7,9 +7,11 @@ with nothing to read sends nothing. Nothing is cached: every call reads Redis.
 * ``status`` (and so ``ready_counts``) and ``total_running`` send ONE ``EVALSHA`` of the
   read-only :attr:`~vmpooler.actors.storage.schema.StatusScripts.READ_STATUS` script: the SCARD of
   every queue of every pool, the size overrides, ... gathered inside Redis and returned as a
-  few compact arrays. With a pipeline of the same ~400 commands, redis-py packing and parsing
-  each command and reply was most of a ``/status`` request's CPU (see BENCHMARKS.md); the
-  script also makes the reading one consistent snapshot.
+  few compact arrays, the call encoded once per distinct request
+  (:class:`~vmpooler.actors.storage.prepared_call.PreparedCall`). With a pipeline of the same
+  ~400 commands, redis-py packing and parsing each command and reply was most of a
+  ``/status`` request's CPU (see BENCHMARKS.md); the script also makes the reading one
+  consistent snapshot.
 * ``daily`` sends one non-transactional pipeline (``pipeline(transaction=False)``) of
   HGETALLs, one per kind and day: few commands with large replies.
 
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
@@ -41,6 +43,7 @@ import redis
 
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.durations import DurationTotals, duration_totals
+from vmpooler.actors.storage.prepared_call import PreparedCall
 from vmpooler.actors.storage.queues import Queue
 
 __all__ = ["DAILY_KINDS", "SharedReads", "StatusReading", "StatusStore"]
@@ -170,7 +173,8 @@ class SharedReads(Generic[T]):
 
 @dataclass(frozen=True, slots=True)
 class _Layout:
-    """What a ``status`` reading sends, worked out once per distinct request."""
+    """What a ``status`` reading sends, worked out once per distinct request; ``call`` sends
+    it, encoded once (set by the store)."""
 
     keys: list[str]
     args: list[Any]
@@ -178,6 +182,7 @@ class _Layout:
     totals: int
     wholes: int
     sums: int
+    call: PreparedCall | None = None
 
 
 class _Batch:
@@ -293,7 +298,10 @@ class StatusStore:
     def _run(self, layout: _Layout, sets: int) -> _Raw:
         if not layout.keys:
             return _Raw([], [], [], [], [])
-        answer = self._read_status(keys=layout.keys, args=layout.args)
+        if layout.call is not None:
+            answer = layout.call()
+        else:
+            answer = self._read_status(keys=layout.keys, args=layout.args)
         _expect("the answer", answer, 5)
         counts, found, tot, whole, summed = answer
         _expect("counts", counts, sets)
@@ -368,6 +376,8 @@ class StatusStore:
                         *(schema.failover(pool) for pool in failovers),
                         *(schema.sizing(pool) for pool in sizings)],
                 sums=[DAILY_KINDS[kind](date) for kind in durations])
+            layout = replace(layout, call=PreparedCall(self._client, self._read_status,
+                                                       layout.keys, layout.args))
             if len(self._layouts) >= self._LAYOUTS_KEPT:
                 self._layouts.clear()
             self._layouts[request] = layout

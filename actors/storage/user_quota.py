@@ -16,6 +16,7 @@ and may raise ``redis.RedisError``; a request created here is written exactly as
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from enum import Enum
@@ -32,8 +33,8 @@ from vmpooler.actors.storage.request_store import (
 )
 from vmpooler.actors.storage.schema import UserQuotaScripts
 
-__all__ = ["CreateVerdict", "QuotaCreate", "QuotaRefusal", "QuotaTicket", "UserQuotaStore",
-           "UserUsage", "limits_text", "parse_limits"]
+__all__ = ["CreateVerdict", "QuotaCreate", "QuotaRefusal", "QuotaTicket", "UsageSnapshot",
+           "UserQuotaStore", "UserUsage", "limits_text", "parse_limits"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +111,21 @@ class UserUsage:
     limits: Limits
 
 
+@dataclass(frozen=True, slots=True)
+class UsageSnapshot:
+    """The usage view as last counted (:meth:`UserQuotaStore.usage_snapshot`): when (``at``,
+    the counting caller's clock), how many users held something then and their totals, and
+    ``top``, the users holding the most VMs (at most the number asked for), most first.
+    ``counted`` is True when the call that returned it did the counting."""
+
+    at: float
+    users: int
+    vms_held: int
+    ondemand_in_flight: int
+    top: tuple[UserUsage, ...]
+    counted: bool = False
+
+
 class UserQuotaStore:
     """Creates on-demand requests within a user's quota and reads every user's usage."""
 
@@ -117,6 +133,7 @@ class UserQuotaStore:
         self.client = client
         self._create = client.register_script(UserQuotaScripts.CREATE_WITHIN_QUOTA)
         self._usage = client.register_script(UserQuotaScripts.USAGE)
+        self._snapshot = client.register_script(UserQuotaScripts.USAGE_SNAPSHOT)
 
     def create(self, request_id: str, entries: Sequence[Entry], *, created: int,
                ticket: QuotaTicket, origin: RequestOrigin, token: str | None = None,
@@ -154,6 +171,32 @@ class UserQuotaStore:
             users.append(UserUsage(str(reply[i]), int(label) if label.isdigit() else 0,
                                    int(reply[i + 2]), int(reply[i + 3]), parse_limits(limits)))
         return sorted(users, key=lambda usage: usage.label)
+
+    def usage_snapshot(self, now: float, *, max_age: float, top: int,
+                       ttl: int = 300) -> UsageSnapshot:
+        """The usage view shared by every caller: the stored one while it was counted less
+        than ``max_age`` seconds before ``now`` (one O(1) script call), else counted over
+        every user now (dropping those holding nothing, as :meth:`usage`), stored for
+        ``ttl`` seconds and returned. Concurrent callers finding it stale count it once: the
+        others find the first one's count fresh."""
+        reply = self._snapshot(keys=[schema.quota_users(), schema.quota_usage_snapshot()],
+                               args=[schema.quota_held(""), schema.odrequest(""), repr(now),
+                                     repr(max_age), top, ttl])
+        rows = json.loads(reply[4])
+        users = tuple(_usage_row(row) for row in (rows if isinstance(rows, list) else ()))
+        return UsageSnapshot(float(reply[0]), int(reply[1]), int(reply[2]), int(reply[3]),
+                             users, int(reply[5]) == 1)
+
+
+def _usage_row(row: Sequence[object]) -> UserUsage:
+    """One ``[user, index entry, held, in flight]`` row of a snapshot."""
+    label, _, limits = str(row[1]).partition("|")
+    return UserUsage(str(row[0]), int(label) if label.isdigit() else 0, _count(row[2]),
+                     _count(row[3]), parse_limits(limits))
+
+
+def _count(value: object) -> int:
+    return int(value) if isinstance(value, int | float | str) else 0
 
 
 def _arg(limit: int | None) -> str | int:

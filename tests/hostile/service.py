@@ -192,12 +192,13 @@ def _spawn(service: Service, name: str, *args: str) -> None:
 def start_service(directory: Path, kind: str = "run", overrides: Mapping[str, Any] = (),
                   *, redis_port: int | None = None, workers: int = 2, threads: int = 8,
                   extra_args: tuple[str, ...] = (),
-                  env: Mapping[str, str] | None = None) -> Service:
+                  env: Mapping[str, str] | None = None, manager: bool = True) -> Service:
     """Start ``vmpooler run`` (embedded Redis unless ``redis_port``) or ``vmpooler api``
     (``workers`` workers) with a ``vmpooler manager`` (on ``redis_port``; without one, the
     manager starts the embedded Redis and the API is started once its port file is there)
-    and wait until the API answers (40 s at most). ``VMPOOLER_DEBUG`` is set (dummy auth
-    needs it) unless ``env`` says otherwise."""
+    and wait until the API answers (40 s at most); with ``manager=False`` (and a
+    ``redis_port``) the API alone, so that the Redis work seen is the API's. ``VMPOOLER_DEBUG``
+    is set (dummy auth needs it) unless ``env`` says otherwise."""
     directory.mkdir(parents=True, exist_ok=True)
     document = base_document(directory)
     if redis_port is not None:
@@ -212,7 +213,8 @@ def start_service(directory: Path, kind: str = "run", overrides: Mapping[str, An
     if kind == "run":
         _spawn(service, "run", "run", "--config", str(config_path), *bind, *extra_args)
     elif kind == "api":
-        _spawn(service, "manager", "manager", "--config", str(config_path))
+        if manager or redis_port is None:
+            _spawn(service, "manager", "manager", "--config", str(config_path))
         if redis_port is None:  # the manager's embedded Redis, found by the API as by tools
             try:
                 wait_until(lambda: (service.data_dir / "redis.port").exists()

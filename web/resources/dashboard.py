@@ -71,7 +71,8 @@ from vmpooler.actors.storage.status_store import StatusStore
 from vmpooler.web.api_context import ApiContext
 from vmpooler.web.api_errors import ApiError, json_body
 from vmpooler.web.resources.dashboard_data import Activity, History, vmpooler_history
-from vmpooler.web.resources.status import _query, _size
+from vmpooler.web.resources.query_params import query_params
+from vmpooler.web.resources.status_sections import configured_size
 from vmpooler.web.tokens import has_valid_token
 
 __all__ = ["ASSETS", "DASHBOARD", "major", "register", "site_title"]
@@ -124,7 +125,7 @@ def major(pool: str) -> str:
 
 def _history(req: falcon.Request) -> bool:
     """Whether a ``history`` query parameter is present (with or without a value)."""
-    return "history" in _query(req)
+    return "history" in query_params(req)
 
 
 @dataclass(frozen=True)
@@ -235,7 +236,7 @@ class PoolStats(_Stats):
         points = self._last_hour() if history else {}
         body: dict[str, Any] = {}
         for pool in self._pools:
-            entry: dict[str, Any] = {"size": _size(self._config, pool, overrides),
+            entry: dict[str, Any] = {"size": configured_size(self._config, pool, overrides),
                                      "ready": ready[pool.name]}
             if history:
                 entry["history"] = vmpooler_history([p.ready for p in points[pool.name]],

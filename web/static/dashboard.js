@@ -257,7 +257,7 @@
 
     renderProviders(data.providers || {});
     renderBreakers(data.providers || {});
-    renderUsers(data.users);
+    renderUsers(data.users, data.users_summary);
 
     setText("f-ready", fmt(sumReady));
     setText("f-size", fmt(sumSize));
@@ -466,12 +466,14 @@
   // Quota usage (/status "users", sent when :quotas: sets a limit): "held / limit".
   function ofLimit(n, limit) { return fmt(n) + (limit === null || limit === undefined ? "" : " / " + fmt(limit)); }
 
-  function renderUsers(users) {
+  // "users" lists at most 100 (those holding the most); "users_summary" counts them all.
+  function renderUsers(users, summary) {
     var panel = $("users-panel");
     panel.hidden = !users;
     if (!users) { return; }
     var names = Object.keys(users).sort();
-    setText("users-count", "(" + names.length + ")");
+    var total = summary && summary.users > names.length ? summary.users : names.length;
+    setText("users-count", "(" + (total > names.length ? names.length + " of " + total : total) + ")");
     var tbody = $("user-rows");
     if (!names.length) { placeholderRow(tbody, 3, "None."); return; }
     tbody.replaceChildren.apply(tbody, names.map(function (name) {

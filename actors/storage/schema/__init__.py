@@ -91,6 +91,7 @@ __all__ = [
     "queue",
     "quota_held",
     "quota_labels",
+    "quota_usage_snapshot",
     "quota_users",
     "ratelimit",
     "ready",
@@ -313,6 +314,13 @@ def quota_users() -> str:
 def quota_labels() -> str:
     """Counter (ours) of the opaque labels given to users in the usage view."""
     return f"{_P}quota__labels"
+
+
+def quota_usage_snapshot() -> str:
+    """Hash (ours) of the usage view's last count, shared by the API processes: ``at`` (when
+    it was counted), the totals ``users``, ``vms_held``, ``ondemand_in_flight`` and ``top``,
+    the users holding the most (JSON, ``user_quota_scripts.USAGE_SNAPSHOT``); it expires."""
+    return f"{_P}quota__usage_snapshot"
 
 
 def odcreate_task() -> str:

@@ -175,3 +175,56 @@ for i = 1, #index, 2 do
 end
 return out
 """
+
+    # KEYS[1] the users index, KEYS[2] the usage snapshot (hash)
+    # ARGV[1] held set key prefix, ARGV[2] request hash key prefix, ARGV[3] now (seconds,
+    # the caller's clock), ARGV[4] the snapshot's largest age (seconds), ARGV[5] how many
+    # users the snapshot lists, ARGV[6] the snapshot's TTL (seconds)
+    # While the snapshot was computed less than ARGV[4] seconds before ARGV[3], it is returned
+    # as stored (O(1)); else the users are counted as USAGE counts them (dropping what holds
+    # nothing), the ARGV[5] holding the most VMs kept (then most requests in flight, then
+    # smallest label), and the result is stored with ``at`` = ARGV[3] and returned. Scripts
+    # run one at a time, so of concurrent callers only the first counts; the others find
+    # its snapshot fresh.
+    # Returns {at, users, vms_held, ondemand_in_flight, top, counted}: ``top`` JSON
+    # ``[[user, entry, held, in flight], ...]`` (``{}`` when empty; entry: the index's
+    # value), the totals over every user holding something, counted 1 when this call counted.
+    USAGE_SNAPSHOT = USAGE_OF + """
+local now, max_age = tonumber(ARGV[3]), tonumber(ARGV[4])
+local snap = redis.call('HMGET', KEYS[2], 'at', 'users', 'vms_held', 'ondemand_in_flight', 'top')
+local at = tonumber(snap[1])
+if at and snap[5] and now - at >= 0 and now - at < max_age then
+  return {snap[1], snap[2], snap[3], snap[4], snap[5], 0}
+end
+local rows, users, held_total, flight_total = {}, 0, 0, 0
+local index = redis.call('HGETALL', KEYS[1])
+for i = 1, #index, 2 do
+  local user, entry = index[i], index[i + 1]
+  local set = ARGV[1] .. user
+  local held, flight = usage_of(set, ARGV[2])
+  if held == 0 and flight == 0 then
+    redis.call('HDEL', KEYS[1], user)
+    redis.call('DEL', set)
+  else
+    users = users + 1
+    held_total, flight_total = held_total + held, flight_total + flight
+    rows[#rows + 1] = {user, entry, held, flight, tonumber(string.match(entry, '^(%d+)|')) or 0}
+  end
+end
+table.sort(rows, function(x, y)
+  if x[3] ~= y[3] then return x[3] > y[3] end
+  if x[4] ~= y[4] then return x[4] > y[4] end
+  if x[5] ~= y[5] then return x[5] < y[5] end
+  return x[1] < y[1]
+end)
+local top = {}
+for i = 1, math.min(#rows, tonumber(ARGV[5])) do
+  local row = rows[i]
+  top[i] = {row[1], row[2], row[3], row[4]}
+end
+local text = cjson.encode(top)
+redis.call('HSET', KEYS[2], 'at', ARGV[3], 'users', users, 'vms_held', held_total,
+           'ondemand_in_flight', flight_total, 'top', text)
+redis.call('EXPIRE', KEYS[2], tonumber(ARGV[6]))
+return {ARGV[3], tostring(users), tostring(held_total), tostring(flight_total), text, 1}
+"""
