@@ -141,7 +141,7 @@ def test_a_long_play_spaces_the_publications_out(redis_client: redis.Redis) -> N
     board = WaitBoard(slots=s, store=store, clock=clock)
     board.publish([], in_use=0)
     assert board.due_in() == 1.0  # a short play: once a second
-    running = [f"r{n}" for n in range(3000)]
+    running = [f"r{n}" for n in range(6000)]  # a play of well over 0.1 s on a fast machine
     for request_id in running:
         s.wants.extend(request_id, [_want("a"), _want("a")])
     started = time.perf_counter()

@@ -33,6 +33,10 @@ KNOWN_DIFFERENCES: tuple[Known, ...] = (
     # Demand sizing learns from every checkout, served or not (docs/sizing.md).
     Known("*", "redis", "vmpooler__demand__* *",
           "The checkout script logs each checkout it served in the pool's"),
+    Known("*", "redis", "vmpooler__demand_misses__* *",
+          "and a refused one in `vmpooler__demand_misses__<pool>`"),
+    Known("*", "redis", "vmpooler__demand_guard__* *",
+          "at most two per requester and pool a minute, counted in"),
     Known("*", "redis", "vmpooler__history__misses *",
           "The checkout script counts the checkouts that found no VM per pool"),
     # Who asked for an on-demand request (docs/fairness.md).
