@@ -29,8 +29,10 @@ learning began, ``now``, and the target warm-hit ratio.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-__all__ = ["DAY", "MONDAY_EPOCH", "PRIOR_DAYS", "WEEK", "build_plan", "week_slot"]
+__all__ = ["DAY", "MONDAY_EPOCH", "PRIOR_DAYS", "WEEK", "Seasons", "build_plan", "seasons",
+           "week_slot"]
 
 DAY = 86400.0
 WEEK = 7 * DAY
@@ -64,15 +66,26 @@ def _exposure(begin: float, now: float, slot_seconds: float) -> list[float]:
     return seen
 
 
-def build_plan(times: Sequence[float], ranks: Sequence[int], begin: float, now: float,
-               target_hit: float, slot_seconds: float) -> list[int]:
-    """Ready VMs per time-of-week slot (index as ``week_slot``) reaching ``target_hit`` of the
-    expected checkouts with the fewest VM-slots. All zeros without history."""
-    slots = int(WEEK // slot_seconds)
-    per_day = int(DAY // slot_seconds)
-    plan = [0] * slots
+@dataclass(frozen=True, slots=True)
+class Seasons:
+    """Steps 1-3 of the plan for a history: the day-of-week factors ``factor[w]``, the
+    smoothed checkouts per visit of each time-of-day slot ``rate[h]`` (weekday-normalised),
+    each kept checkout's time-of-week slot and its weight ``1 / factor[w]``. Expected
+    checkouts in a visit of slot ``(w, h)``: ``factor[w] * rate[h]``."""
+
+    factor: list[float]
+    rate: list[float]
+    slot_of: list[int]
+    weight: list[float]
+    visits: list[float]
+
+
+def seasons(times: Sequence[float], begin: float, now: float,
+            slot_seconds: float) -> Seasons | None:
+    """The seasonal part of the plan (steps 1-3); None without history or exposure."""
     if not times:
-        return plan
+        return None
+    per_day = int(DAY // slot_seconds)
     seen = _exposure(begin, now, slot_seconds)
     day_seen = [sum(seen[w * per_day:(w + 1) * per_day]) / per_day for w in range(7)]
     day_count = [0] * 7
@@ -81,19 +94,47 @@ def build_plan(times: Sequence[float], ranks: Sequence[int], begin: float, now: 
         day_count[s // per_day] += 1
     total_days = sum(day_seen)
     if total_days <= 0:
-        return plan
+        return None
     mean = len(times) / total_days
     factor = []
     for w in range(7):
         prior = max(0.0, PRIOR_DAYS - day_seen[w])
         factor.append((day_count[w] + prior * mean) / ((day_seen[w] + prior) * mean))
+    raw = [0.0] * per_day  # weekday-normalised checkouts per time-of-day slot
+    for s in slot_of:
+        w, h = divmod(s, per_day)
+        raw[h] += 1.0 / factor[w]
+    visits = [sum(seen[w * per_day + h] for w in range(7)) for h in range(per_day)]
+    rate = [0.0] * per_day
+    for h in range(per_day):
+        count = seen_h = 0.0
+        for offset, kernel in ((-1, 0.25), (0, 0.5), (1, 0.25)):
+            src = (h + offset) % per_day
+            seen_h += kernel * visits[src]
+            count += kernel * raw[src]
+        if seen_h > 0:
+            rate[h] = count / seen_h
+    weight = [1.0 / factor[s // per_day] for s in slot_of]
+    return Seasons(factor, rate, slot_of, weight, visits)
+
+
+def build_plan(times: Sequence[float], ranks: Sequence[int], begin: float, now: float,
+               target_hit: float, slot_seconds: float) -> list[int]:
+    """Ready VMs per time-of-week slot (index as ``week_slot``) reaching ``target_hit`` of the
+    expected checkouts with the fewest VM-slots. All zeros without history."""
+    slots = int(WEEK // slot_seconds)
+    per_day = int(DAY // slot_seconds)
+    plan = [0] * slots
+    found = seasons(times, begin, now, slot_seconds)
+    if found is None:
+        return plan
+    factor, visits = found.factor, found.visits
     # Daily profile: weekday-normalised counts per (time-of-day slot, rank).
     raw: list[dict[int, float]] = [{} for _ in range(per_day)]
-    for s, rank in zip(slot_of, ranks, strict=True):
+    for s, rank in zip(found.slot_of, ranks, strict=True):
         w, h = divmod(s, per_day)
         cell = raw[h]
         cell[rank] = cell.get(rank, 0.0) + 1.0 / factor[w]
-    visits = [sum(seen[w * per_day + h] for w in range(7)) for h in range(per_day)]
     profile: list[dict[int, float]] = [{} for _ in range(per_day)]
     for h in range(per_day):
         counts: dict[int, float] = {}
