@@ -10,6 +10,7 @@ Providers never touch Redis, actors or the web layer: they return values and rai
 
 from __future__ import annotations
 
+import enum
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any, Protocol
 from vmpooler.providers.errors import PermanentProviderError
 
 __all__ = [
+    "Capability",
     "ConnectionPoolHealth",
     "MetricsSink",
     "MigrationResult",
@@ -28,14 +30,28 @@ __all__ = [
 ]
 
 
+class Capability(enum.Enum):
+    """An optional operation a provider declares it can do (:attr:`Provider.capabilities`);
+    the core asks a provider only for what it declares.
+
+    ``SUSPEND``: :meth:`Provider.suspend_vm` with ``mode=SUSPEND`` (memory kept, resumed in
+    seconds), and :meth:`Provider.resume_vm` of a suspended VM. ``POWER_OFF``: the same with
+    a powered-off standby VM (``mode=POWER_OFF``; resuming boots it).
+    """
+
+    SUSPEND = "suspend"
+    POWER_OFF = "power_off"
+
+
 @dataclass(frozen=True, slots=True)
 class VmInfo:
     """A provider's normalised view of one VM; the core never parses provider objects.
 
     Only ``name`` is required. ``hostname`` is what the guest reports (a mismatch with
     ``name`` evicts a ready VM); ``boottime`` is a string; ``powerstate`` is the provider's
-    own word for it (vSphere: ``poweredOn``/``poweredOff``; the dummy, like vmpooler's:
-    ``PoweredOn``/``PoweredOff``); ``host`` is the hypervisor host running it.
+    own word for it (vSphere: ``poweredOn``/``poweredOff``/``suspended``; the dummy, like
+    vmpooler's: ``PoweredOn``/``PoweredOff``, and ``Suspended``); ``host`` is the
+    hypervisor host running it.
     """
 
     name: str
@@ -173,6 +189,16 @@ class Provider(ABC):
         return max(1, int(self.settings.get("connection_pool_size") or 4))
 
     @property
+    def capabilities(self) -> frozenset[Capability]:
+        """The optional operations this provider can do (see :class:`Capability`); the core
+        calls :meth:`suspend_vm` / :meth:`resume_vm` only for a mode listed here.
+
+        Default: empty. Must return at once (no network) and not change while the provider
+        lives (a configuration change rebuilds the provider).
+        """
+        return frozenset()
+
+    @property
     def probe_timeout(self) -> float:
         """The longest a readiness probe may take by design, in seconds (its own connect
         timeout, say). The core never times a check out sooner. Default 5.
@@ -271,6 +297,38 @@ class Provider(ABC):
         Default: None (nothing known, nothing moved). Worker thread.
         """
         return None
+
+    def suspend_vm(self, pool: str, vm: str, *, mode: Capability = Capability.SUSPEND) -> bool:
+        """Put a running VM on standby: suspend it (``mode=SUSPEND``) or power it off
+        (``mode=POWER_OFF``), and block until it is in that state. Worker thread.
+
+        What a caller may rely on: True means the VM is now in the standby state asked for
+        (:meth:`get_vm`'s ``powerstate`` then reads vSphere ``suspended``/``poweredOff``, the
+        dummy ``Suspended``/``PoweredOff``) and :meth:`vm_ready` answers False until it is
+        resumed. Idempotent: a VM already in that state is success, at once. A VM already
+        powered off when asked to suspend is success too and stays powered off (it cannot
+        be suspended without booting); asked to power off, a suspended VM is powered off.
+        False when the VM does not exist in ``pool`` (as :meth:`get_vm`'s None; nothing was
+        done). Failures raise a ProviderError, transient unless classified permanent; the VM
+        may then be in either state. Only for a mode in :attr:`capabilities`.
+
+        Default: raises PermanentProviderError ("does not support standby VMs").
+        """
+        raise PermanentProviderError(_NO_SUPPORT.format(name=self.name, what="standby VMs"))
+
+    def resume_vm(self, pool: str, vm: str) -> bool:
+        """Bring a standby VM (suspended or powered off) back to running, and block until it
+        is powered on (not until its guest answers: :meth:`vm_ready` tells). Worker thread.
+
+        What a caller may rely on: True means the VM is powered on (``powerstate``
+        ``poweredOn`` / ``PoweredOn``). Idempotent: a running VM is success, at once. False
+        when the VM does not exist in ``pool`` (nothing was done). Failures raise a
+        ProviderError, transient unless classified permanent. Only for a provider whose
+        :attr:`capabilities` are not empty.
+
+        Default: raises PermanentProviderError ("does not support standby VMs").
+        """
+        raise PermanentProviderError(_NO_SUPPORT.format(name=self.name, what="standby VMs"))
 
     def tag_vm_user(self, pool: str, vm: str, user: str | None) -> bool:
         """Record the checking-out user on the VM; True on success. Default: no-op, True.

@@ -13,12 +13,14 @@ Settings (all optional, under ``:providers: :<name>:``):
   on ``<filename>.lock`` and re-reads the file first when another process rewrote it, so
   each read-modify-write is whole (ours; vmpooler's dummy keeps one process's copy).
 * ``<op>_max_time`` for ``createvm``, ``createdisk``, ``createsnapshot``, ``revertsnapshot``,
-  ``migratevm``, ``destroyvm`` and ``destroyvm_max_shutdown_time`` — simulated duration: an
-  integer ``n >= 1`` sleeps ``1 + randint(0, n-1)`` s as vmpooler does; a non-integral
-  float ``x`` sleeps ``uniform(0, x)`` s; absent or ``<= 0`` means no delay.
+  ``migratevm``, ``destroyvm``, ``suspendvm``, ``resumevm`` and
+  ``destroyvm_max_shutdown_time`` — simulated duration: an integer ``n >= 1`` sleeps
+  ``1 + randint(0, n-1)`` s as vmpooler does; a non-integral float ``x`` sleeps
+  ``uniform(0, x)`` s; absent or ``<= 0`` means no delay.
 * ``<op>_fail_percent`` for the same operations and ``vmready`` — fail when
   ``randint(1, 100) <= percent``, raising ``TransientProviderError('Dummy Failure for
-  <knob>')``. A failed clone removes the VM from inventory.
+  <knob>')``. A failed clone removes the VM from inventory; a failed suspend or resume
+  leaves the VM as it was.
 * ``migratevm_couldmove_percent`` — chance that ``migrate_vm`` moves the VM to another of
   ten simulated hosts (absent: never moves; the migrate delay/failure apply only to moves).
 * ``getvm_poweroff_percent`` / ``getvm_rename_percent`` — chance that ``get_vm`` powers the
@@ -37,7 +39,8 @@ Settings (all optional, under ``:providers: :<name>:``):
 Divergences from vmpooler: ``name`` is the configured provider name (vmpooler: always
 ``"dummy"``); ``destroy_vm`` of a missing VM returns True; the destroy failure message
 names ``destroyvm_fail_percent`` (vmpooler's wrongly says migratevm); creating a VM whose
-name already exists raises instead of adding a duplicate.
+name already exists raises instead of adding a duplicate; ``suspend_vm`` / ``resume_vm``
+(standby VMs, powerstate ``Suspended`` / ``PoweredOff``) are ours.
 """
 
 from __future__ import annotations
@@ -61,7 +64,13 @@ from typing import Any
 
 import yaml
 
-from vmpooler.providers.base import MigrationResult, Provider, ProviderContext, VmInfo
+from vmpooler.providers.base import (
+    Capability,
+    MigrationResult,
+    Provider,
+    ProviderContext,
+    VmInfo,
+)
 from vmpooler.providers.errors import (
     DatastoreNotFoundError,
     FolderNotFoundError,
@@ -82,6 +91,7 @@ log = logging.getLogger(__name__)
 
 _Vm = dict[str, Any]
 _HOSTS = 10  # simulated cluster size for migrations
+_STANDBY_STATES = {Capability.SUSPEND: "Suspended", Capability.POWER_OFF: "PoweredOff"}
 
 
 def _process_gone(cloned_by: object) -> bool:
@@ -210,6 +220,11 @@ class DummyProvider(Provider):
                     vm.pop("cloned_by", None)
 
     # -- contract ------------------------------------------------------------------------
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        """Both standby modes: suspended and powered off."""
+        return frozenset(_STANDBY_STATES)
 
     def vms_in_pool(self, pool: str) -> list[str]:
         """Names of the pool's VMs, including ones still cloning."""
@@ -369,6 +384,55 @@ class DummyProvider(Provider):
                 self._persist()
         return MigrationResult(host=target, moved_from=current,
                                seconds=time.monotonic() - started)
+
+    def suspend_vm(self, pool: str, vm: str, *, mode: Capability = Capability.SUSPEND) -> bool:
+        """Wait ``suspendvm_max_time``, then set powerstate ``Suspended`` (or ``PoweredOff``)
+        and make :meth:`vm_ready` answer False until resumed. A VM already there (or powered
+        off, asked to suspend) is True at once, without delay or failure; a missing one False.
+        Raises TransientProviderError on a ``suspendvm_fail_percent`` failure (VM unchanged).
+        """
+        target = _STANDBY_STATES.get(mode)
+        if target is None:
+            raise PermanentProviderError(f"{mode!r} is not a standby mode")
+        with self._lock:
+            record = self._find(pool, vm)
+            if record is None:
+                return False
+            now = record.get("powerstate")
+            if now == target or now == "PoweredOff":
+                return True
+        self._simulate("suspendvm")
+        return self._set_power(pool, vm, target)
+
+    def resume_vm(self, pool: str, vm: str) -> bool:
+        """Wait ``resumevm_max_time``, then set powerstate ``PoweredOn``; the first readiness
+        probe afterwards is like a new VM's. A running VM is True at once, without delay or
+        failure; a missing one False. Raises TransientProviderError on a
+        ``resumevm_fail_percent`` failure (VM unchanged)."""
+        with self._lock:
+            record = self._find(pool, vm)
+            if record is None:
+                return False
+            if record.get("powerstate") == "PoweredOn" and record.get("dummy_state") != "STANDBY":
+                return True
+        self._simulate("resumevm")
+        return self._set_power(pool, vm, "PoweredOn")
+
+    def _set_power(self, pool: str, vm: str, powerstate: str) -> bool:
+        """Record ``powerstate`` (False when the VM vanished meanwhile); standby VMs are not
+        ready, and a resumed one is probed afresh."""
+        with self._lock:
+            record = self._find(pool, vm)
+            if record is None:
+                return False
+            record["powerstate"] = powerstate
+            if powerstate == "PoweredOn":
+                record["dummy_state"] = "RUNNING"
+            else:
+                record["dummy_state"] = "STANDBY"
+                record["ready"] = False
+            self._persist()
+        return True
 
     def purge_unconfigured_resources(self, allowlist: Collection[str]) -> None:
         """Remove every VM filed under a pool this provider does not serve, unless that

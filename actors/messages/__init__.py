@@ -48,8 +48,10 @@ from vmpooler.actors.messages.provider_calls import (
     ProviderResult,
     PurgeUnconfigured,
     ReadyCheckResult,
+    ResumeVm,
     RevertSnapshot,
     RunningCheckResult,
+    SuspendVm,
 )
 from vmpooler.actors.messages.request_flow import (
     ClaimRequest,
@@ -131,6 +133,7 @@ __all__ = [
     "RequestVmReady",
     "ResendWants",
     "RestartActor",
+    "ResumeVm",
     "RevertSnapshot",
     "RunHealthCheck",
     "RunPoolCycle",
@@ -139,6 +142,7 @@ __all__ = [
     "SendHeartbeat",
     "StartDrain",
     "StopSupervising",
+    "SuspendVm",
     "SweepRequests",
     "TasksQueued",
     "VerifyInFlight",

@@ -14,7 +14,7 @@ from typing import Any, ClassVar, TypeVar
 
 import pykka
 
-from vmpooler.providers.base import MigrationResult
+from vmpooler.providers.base import Capability, MigrationResult
 
 __all__ = [
     "CallProvider",
@@ -37,8 +37,10 @@ __all__ = [
     "ProviderResult",
     "PurgeUnconfigured",
     "ReadyCheckResult",
+    "ResumeVm",
     "RevertSnapshot",
     "RunningCheckResult",
+    "SuspendVm",
 ]
 
 
@@ -61,6 +63,8 @@ class ProviderOp(enum.Enum):
     LOG_FAILURE_EVENTS = "log_failure_events"  # LogFailureEvents
     PURGE_UNCONFIGURED = "purge_unconfigured"  # PurgeUnconfigured (``pool`` "", ``vm`` the
     # provider's name)
+    SUSPEND = "suspend"  # SuspendVm (suspend or power off: a standby VM)
+    RESUME = "resume"  # ResumeVm
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,9 +239,27 @@ class PurgeUnconfigured:
     allowlist: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class SuspendVm:
+    """Put the VM on standby: suspended, or powered off with ``mode`` POWER_OFF (ask only for
+    a mode in the provider's ``capabilities``). Result: ``bool`` (False: no such VM)."""
+
+    op: ClassVar[ProviderOp] = ProviderOp.SUSPEND
+    answers: ClassVar[tuple[type, ...]] = (bool,)
+    mode: Capability = Capability.SUSPEND
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeVm:
+    """Power a standby VM on again. Result: ``bool`` (False: no such VM)."""
+
+    op: ClassVar[ProviderOp] = ProviderOp.RESUME
+    answers: ClassVar[tuple[type, ...]] = (bool,)
+
+
 ProviderRequest = (ListVms | CloneVm | CheckPending | CheckReady | CheckRunning | DestroyVm
                    | MigrateVm | CreateDisk | CreateSnapshot | RevertSnapshot | PrepareTemplate
-                   | LogFailureEvents | PurgeUnconfigured)
+                   | LogFailureEvents | PurgeUnconfigured | SuspendVm | ResumeVm)
 """What a :class:`CallProvider` asks for: one frozen type per :class:`ProviderOp`, with its
 arguments by name. ``answers`` lists the types its result may have; empty: the result is
 dropped and the answer's is None."""

@@ -59,11 +59,12 @@ __all__ = ["ProviderActor", "ProviderRuntime", "StaleDnsError", "resolves"]
 log = logging.getLogger(__name__)
 
 
-# Calls guarded by the circuit breaker (vmpooler's vSphere provider wraps the same ones).
+# Calls guarded by the circuit breaker (vmpooler's vSphere provider wraps the same ones; the
+# standby calls, ours, are the platform's health as much as a destroy is).
 # Readiness probes are not: a VM that is still booting says nothing about the provider.
 _BREAKER_OPS = frozenset({
     ProviderOp.LIST_VMS, ProviderOp.CLONE, ProviderOp.DESTROY, ProviderOp.CHECK_READY,
-    ProviderOp.CHECK_RUNNING,
+    ProviderOp.CHECK_RUNNING, ProviderOp.SUSPEND, ProviderOp.RESUME,
 })
 
 

@@ -30,8 +30,10 @@ from vmpooler.actors.messages import (
     ProviderResult,
     PurgeUnconfigured,
     ReadyCheckResult,
+    ResumeVm,
     RevertSnapshot,
     RunningCheckResult,
+    SuspendVm,
 )
 from vmpooler.providers.base import Provider
 from vmpooler.providers.dns import DnsPlugin, DynamicDns
@@ -115,6 +117,10 @@ class ProviderWork:
                 return lambda: p.log_failure_events(pool, vm)
             case PurgeUnconfigured(allowlist=allowlist):
                 return lambda: p.purge_unconfigured_resources(allowlist)
+            case SuspendVm(mode=mode):
+                return lambda: bool(p.suspend_vm(pool, vm, mode=mode))
+            case ResumeVm():
+                return lambda: bool(p.resume_vm(pool, vm))
         raise ValueError(f"unknown provider request {call.request!r}")
 
     def _dns(self, pool: str) -> DnsPlugin | None:

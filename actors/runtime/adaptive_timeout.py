@@ -8,8 +8,8 @@ actor arms for the next call of that kind:
   clamped to ``[minimum, maximum]``, when that differs from the current one by more than
   5 s (vmpooler's rule);
 * a failed short call shrinks it by 20 % (not below ``minimum``), so an outage is detected
-  faster (vmpooler's rule). Long calls (clones, destroys, disks, snapshots, migrations) do
-  not shrink: a clone that vCenter merely queued must not be cut off.
+  faster (vmpooler's rule). Long calls (clones, destroys, disks, snapshots, migrations,
+  suspends and resumes) do not shrink: a clone that vCenter merely queued must not be cut off.
 
 Short calls (inventory, readiness and running checks) use ``connection_pool_timeout_min``
 / ``_max`` / ``_initial`` (5 / 60 / 30 s), the three checks never less than the provider's
@@ -36,6 +36,7 @@ __all__ = ["CHECK_OPS", "LONG_OPS", "AdaptiveTimeout", "CallTimeouts", "TimeoutR
 LONG_OPS = frozenset({
     ProviderOp.CLONE, ProviderOp.DESTROY, ProviderOp.MIGRATE, ProviderOp.CREATE_DISK,
     ProviderOp.CREATE_SNAPSHOT, ProviderOp.REVERT_SNAPSHOT, ProviderOp.PREPARE_TEMPLATE,
+    ProviderOp.SUSPEND, ProviderOp.RESUME,
 })
 CHECK_OPS = frozenset({ProviderOp.CHECK_PENDING, ProviderOp.CHECK_READY,
                        ProviderOp.CHECK_RUNNING})

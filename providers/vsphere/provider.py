@@ -8,8 +8,9 @@ SOAP calls, once a pool's objects are known: ``vms_in_pool`` 1; ``get_vm`` 1 (+1
 first time a host is seen); ``create_vm`` 2 (the clone, and its task added to the task
 watch's view); ``get_vm_ip_address`` 1 per look; ``vm_ready`` 0 (``ssh``) or 1;
 ``destroy_vm`` 4 (power off and destroy, each with its task added to the view); disks,
-snapshots and reverts 3; ``tag_vm_user`` 1. The task watch's waits are shared by every
-task in flight (see :mod:`~vmpooler.providers.vsphere.tasks`).
+snapshots and reverts 3; ``tag_vm_user`` 1; ``suspend_vm``/``resume_vm`` 1 when the VM is
+already there, else 3 (:mod:`~vmpooler.providers.vsphere.standby`). The task watch's waits
+are shared by every task in flight (see :mod:`~vmpooler.providers.vsphere.tasks`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 from pyVmomi import vim
 
 from vmpooler.providers.base import (
+    Capability,
     ConnectionPoolHealth,
     MigrationResult,
     Provider,
@@ -40,7 +42,7 @@ from vmpooler.providers.errors import (
     ProviderError,
     VmNotFoundError,
 )
-from vmpooler.providers.vsphere import clone, events
+from vmpooler.providers.vsphere import clone, events, standby
 from vmpooler.providers.vsphere.collector import find_by_path, retrieve
 from vmpooler.providers.vsphere.exchange import (
     USER_FIELD,
@@ -124,6 +126,11 @@ class VsphereProvider(Provider):
     def max_concurrent_calls(self) -> int:
         """As many as there are sessions (``connection_pool_size``)."""
         return self.config.session_pool_size
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        """Both standby modes: vCenter suspends and powers off."""
+        return frozenset({Capability.SUSPEND, Capability.POWER_OFF})
 
     # -- plumbing -------------------------------------------------------------------------------
     def _placement(self, pool: str) -> PoolPlacement:
@@ -393,6 +400,24 @@ class VsphereProvider(Provider):
             if isinstance(exc, VmNotFoundError) or fault_name(exc) not in _ALREADY_OFF:
                 raise
         self.vc.task(lambda s: find(s).Destroy_Task(), f"destroy of {what}")
+
+    # -- standby VMs -------------------------------------------------------------------------------
+    def suspend_vm(self, pool: str, vm: str, *, mode: Capability = Capability.SUSPEND) -> bool:
+        """``SuspendVM_Task`` (or ``PowerOffVM_Task``) unless already there; False when the VM
+        does not exist. See :mod:`~vmpooler.providers.vsphere.standby`."""
+        try:
+            standby.enter_standby(self.vc, lambda s: self._require_vm(s, pool, vm), vm, mode)
+        except (VmNotFoundError, StaleReferenceError):
+            return False
+        return True
+
+    def resume_vm(self, pool: str, vm: str) -> bool:
+        """``PowerOnVM_Task`` unless running already; False when the VM does not exist."""
+        try:
+            standby.resume(self.vc, lambda s: self._require_vm(s, pool, vm), vm)
+        except (VmNotFoundError, StaleReferenceError):
+            return False
+        return True
 
     # -- disks, snapshots, migration, tags --------------------------------------------------------
     def create_disk(self, pool: str, vm: str, size_gb: int) -> bool:
