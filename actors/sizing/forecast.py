@@ -24,6 +24,13 @@ The model (``docs/sizing.md`` says why each value):
 - **Recent demand**: the largest rank seen in the last ``RECENT_SECONDS`` (an hour). The target
   is never below it, so an unseen burst or a step up is followed within one clone window (the
   ranks of the new checkouts are the new demand), and it is forgotten an hour after it stopped.
+- **Margin from its own misses**: a plan fitted to the past misses on traffic it has not seen
+  (new ranks, a busier week). The model scores each checkout against the value it last gave
+  (a miss: its rank was above it) over the last ``MARGIN_SECONDS`` (a week), from
+  ``MARGIN_AFTER`` (a day) after its first checkout on, drawn toward the
+  asked-for miss ratio by ``MARGIN_PRIOR`` checkouts' worth of evidence. When it misses more
+  than asked, the plan is fitted to a smaller miss budget, in proportion (the budget times
+  asked over measured), at most ``MARGIN_FLOOR`` of the asked-for budget; never a larger one.
 
 What a caller may rely on: ``target`` is deterministic given the observations and calls; it is
 0 with no history; it never goes below the recent-demand term; state is bounded by
@@ -48,6 +55,10 @@ from vmpooler.actors.sizing._plan import build_plan, week_slot
 __all__ = [
     "CAPACITY",
     "HISTORY_SECONDS",
+    "MARGIN_AFTER",
+    "MARGIN_FLOOR",
+    "MARGIN_PRIOR",
+    "MARGIN_SECONDS",
     "RECENT_SECONDS",
     "SLOT_SECONDS",
     "DemandForecast",
@@ -58,6 +69,11 @@ SLOT_SECONDS = 1800.0
 HISTORY_SECONDS = 28 * 86400.0
 CAPACITY = 20_000
 RECENT_SECONDS = 3600.0
+MARGIN_SECONDS = 7 * 86400.0
+MARGIN_PRIOR = 200.0
+MARGIN_FLOOR = 1 / 16
+MARGIN_AFTER = 86400.0
+_MARGIN_STEP = 1.25  # the plan is refitted when the miss budget moves by this factor
 _GRID_STEPS = 4  # clone windows are rounded up to powers of 2^(1/4)
 
 
@@ -65,13 +81,16 @@ _GRID_STEPS = 4  # clone windows are rounded up to powers of 2^(1/4)
 class Forecast:
     """How many ready VMs to hold now (``value``) and why: ``basis`` is ``"seasonal"`` (the
     learned plan, looking one clone time ahead), ``"recent"`` (the largest rank of the last
-    hour) or ``"none"`` (no demand known); both terms are given, with the clone window used."""
+    hour) or ``"none"`` (no demand known); both terms are given, with the clone window used
+    and the warm-hit ratio the plan was fitted to (``plan_target``: the asked-for one, or
+    higher after misses)."""
 
     value: int
     basis: str
     seasonal: int
     recent: int
     window: float
+    plan_target: float = 0.0
 
 
 def clone_window(clone_time: float) -> float:
@@ -97,7 +116,13 @@ class DemandForecast:
         self._recent: deque[tuple[float, int]] = deque()
         self._plan: list[int] = []
         self._plan_slot = -1
+        self._plan_target = target_hit
         self._dirty = True
+        # (instant, missed) of the checkouts of the last MARGIN_SECONDS, scored against the
+        # value the model last gave (``_held``)
+        self._outcomes: deque[tuple[float, bool]] = deque()
+        self._misses = 0
+        self._held = 0
 
     @classmethod
     def from_history(cls, times: Iterable[float], *, now: float, target_hit: float,
@@ -125,6 +150,10 @@ class DemandForecast:
         rank = len(times) - low + 1
         times.append(t)
         self._ranks.append(rank)
+        if t >= self._begin + MARGIN_AFTER:  # misses while it knows nothing are not its plan's
+            missed = rank > self._held
+            self._outcomes.append((t, missed))
+            self._misses += missed
         recent = self._recent
         while recent and recent[-1][1] <= rank:
             recent.pop()
@@ -144,16 +173,34 @@ class DemandForecast:
             recent.popleft()
         latest = recent[0][1] if recent else 0
         slot = week_slot(now, SLOT_SECONDS)
-        if slot != self._plan_slot and (self._dirty or not self._plan):
+        wanted = self.plan_target(now)
+        fitted, budget = 1.0 - self._plan_target, 1.0 - wanted  # miss budgets
+        moved = max(fitted, budget) / min(fitted, budget) >= _MARGIN_STEP
+        if (slot != self._plan_slot and (self._dirty or not self._plan)) or moved:
             begin = max(self._begin or now, now - HISTORY_SECONDS)
+            self._plan_target = wanted
             self._plan = build_plan(self._times, self._ranks, begin, now,
-                                    self.target_hit, SLOT_SECONDS)
+                                    self._plan_target, SLOT_SECONDS)
             self._dirty = False
         self._plan_slot = slot
         seasonal = self._lookahead(now, clone_time)
         value = max(seasonal, latest)
+        self._held = value
         basis = "none" if value == 0 else "recent" if latest > seasonal else "seasonal"
-        return Forecast(value, basis, seasonal, latest, window)
+        return Forecast(value, basis, seasonal, latest, window, self._plan_target)
+
+    def plan_target(self, now: float) -> float:
+        """The warm-hit ratio to fit the plan to at ``now``: the asked-for one, or higher
+        when the checkouts of the last ``MARGIN_SECONDS`` missed more than asked (see the
+        module docstring)."""
+        outcomes = self._outcomes
+        while outcomes and outcomes[0][0] < now - MARGIN_SECONDS:
+            self._misses -= outcomes.popleft()[1]
+        asked = 1.0 - self.target_hit
+        measured = (self._misses + asked * MARGIN_PRIOR) / (len(outcomes) + MARGIN_PRIOR)
+        if measured <= asked:
+            return self.target_hit
+        return 1.0 - asked * max(MARGIN_FLOOR, asked / measured)
 
     def _lookahead(self, now: float, clone_time: float) -> int:
         plan = self._plan
