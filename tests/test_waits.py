@@ -199,12 +199,13 @@ def test_requests_queued_in_a_running_system_show_their_waits(
             return {r: store.wait(r) for r in (first, second, third)}
 
         def placed() -> bool:  # a clone in flight: the clock moves without quiescing
-            h.clock.advance(0.1)  # slowly: 10 s of polls stay under GRANT_LOST_AFTER
+            h.clock.advance(0.1)  # slowly: 14 s of polls (28 s) stay under GRANT_LOST_AFTER
             found = waits()
             return all(w is not None for w in found.values()) and [
                 w.position for w in found.values() if w] == [0, 0, 1]
 
-        wait_until(placed, every=0.05)
+        wait_until(placed, 14, "the three waits placed", every=0.05,
+                   explain=lambda: f"waits {waits()}, fake time {h.clock.now():.1f}")
         found = waits()
         ready = [w.ready_at for w in found.values() if w]
         assert ready[0] < ready[1] < ready[2], found
