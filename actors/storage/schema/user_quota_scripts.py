@@ -95,6 +95,26 @@ end
 in flight), dropping the members that hold nothing; ``register(index, labels, user,
 limits)`` records a user in the users index."""
 
+EACH_USER = USAGE_OF + """
+local function each_user(index_key, held_prefix, rq_prefix, visit)
+  local index = redis.call('HGETALL', index_key)
+  for i = 1, #index, 2 do
+    local user, entry = index[i], index[i + 1]
+    local set = held_prefix .. user
+    local held, flight = usage_of(set, rq_prefix)
+    if held == 0 and flight == 0 then
+      redis.call('HDEL', index_key, user)
+      redis.call('DEL', set)
+    else
+      visit(user, entry, held, flight)
+    end
+  end
+end
+"""
+"""Lua: ``each_user(index, held prefix, request prefix, visit)`` calls ``visit(user, entry,
+held, in flight)`` for every indexed user holding something, and drops from the index (and
+deletes the held set of) every user holding nothing."""
+
 
 class UserQuotaScripts:
     """Lua sources of the per-user quotas, registered once by their stores."""
@@ -158,21 +178,12 @@ return {1, held + asked, flight + 1}
     # Counts every indexed user's held set (dropping what it no longer holds); a user
     # holding nothing leaves the index and its set goes.
     # Returns {user1, entry1, held1, in flight1, user2, ...} (entry: the index's value).
-    USAGE = USAGE_OF + """
+    USAGE = EACH_USER + """
 local out = {}
-local index = redis.call('HGETALL', KEYS[1])
-for i = 1, #index, 2 do
-  local user, entry = index[i], index[i + 1]
-  local set = ARGV[1] .. user
-  local held, flight = usage_of(set, ARGV[2])
-  if held == 0 and flight == 0 then
-    redis.call('HDEL', KEYS[1], user)
-    redis.call('DEL', set)
-  else
-    out[#out + 1] = user; out[#out + 1] = entry
-    out[#out + 1] = held; out[#out + 1] = flight
-  end
-end
+each_user(KEYS[1], ARGV[1], ARGV[2], function(user, entry, held, flight)
+  out[#out + 1] = user; out[#out + 1] = entry
+  out[#out + 1] = held; out[#out + 1] = flight
+end)
 return out
 """
 
@@ -189,7 +200,7 @@ return out
     # Returns {at, users, vms_held, ondemand_in_flight, top, counted}: ``top`` JSON
     # ``[[user, entry, held, in flight], ...]`` (``{}`` when empty; entry: the index's
     # value), the totals over every user holding something, counted 1 when this call counted.
-    USAGE_SNAPSHOT = USAGE_OF + """
+    USAGE_SNAPSHOT = EACH_USER + """
 local now, max_age = tonumber(ARGV[3]), tonumber(ARGV[4])
 local snap = redis.call('HMGET', KEYS[2], 'at', 'users', 'vms_held', 'ondemand_in_flight', 'top')
 local at = tonumber(snap[1])
@@ -197,20 +208,11 @@ if at and snap[5] and now - at >= 0 and now - at < max_age then
   return {snap[1], snap[2], snap[3], snap[4], snap[5], 0}
 end
 local rows, users, held_total, flight_total = {}, 0, 0, 0
-local index = redis.call('HGETALL', KEYS[1])
-for i = 1, #index, 2 do
-  local user, entry = index[i], index[i + 1]
-  local set = ARGV[1] .. user
-  local held, flight = usage_of(set, ARGV[2])
-  if held == 0 and flight == 0 then
-    redis.call('HDEL', KEYS[1], user)
-    redis.call('DEL', set)
-  else
-    users = users + 1
-    held_total, flight_total = held_total + held, flight_total + flight
-    rows[#rows + 1] = {user, entry, held, flight, tonumber(string.match(entry, '^(%d+)|')) or 0}
-  end
-end
+each_user(KEYS[1], ARGV[1], ARGV[2], function(user, entry, held, flight)
+  users = users + 1
+  held_total, flight_total = held_total + held, flight_total + flight
+  rows[#rows + 1] = {user, entry, held, flight, tonumber(string.match(entry, '^(%d+)|')) or 0}
+end)
 table.sort(rows, function(x, y)
   if x[3] ~= y[3] then return x[3] > y[3] end
   if x[4] ~= y[4] then return x[4] > y[4] end
