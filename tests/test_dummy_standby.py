@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
-from vmpooler.providers.base import Capability, Provider, ProviderContext, VmInfo
+from vmpooler.providers.base import Capability, ProviderContext
 from vmpooler.providers.dummy import DummyProvider
-from vmpooler.providers.errors import PermanentProviderError, TransientProviderError, is_permanent
+from vmpooler.providers.errors import TransientProviderError
 
 POOLS = {"pool1": {"template": "templates/t1"}}
 
@@ -168,36 +168,3 @@ def test_the_standby_state_is_persisted(tmp_path: Path) -> None:
     assert again.resume_vm("pool1", "vm1") is True
     assert again.vm_ready("pool1", "vm1") is True
 
-
-class _Minimal(Provider):
-    """The six required methods only: what a third-party provider written before standby
-    VMs looks like."""
-
-    def vms_in_pool(self, pool: str) -> list[str]:
-        return []
-
-    def get_vm(self, pool: str, vm: str) -> VmInfo | None:
-        return None
-
-    def create_vm(self, pool: str, vm: str, *, template: str | None = None,
-                  clone_target: str | None = None) -> VmInfo:
-        return VmInfo(name=vm)
-
-    def get_vm_ip_address(self, pool: str, vm: str) -> str | None:
-        return None
-
-    def vm_ready(self, pool: str, vm: str) -> bool:
-        return False
-
-    def destroy_vm(self, pool: str, vm: str) -> bool:
-        return True
-
-
-def test_a_provider_without_standby_declares_nothing_and_refuses_permanently() -> None:
-    provider = _Minimal(ProviderContext("old", {}, POOLS, {}, {}))
-    assert provider.capabilities == frozenset()
-    for call in (lambda: provider.suspend_vm("pool1", "vm1"),
-                 lambda: provider.resume_vm("pool1", "vm1")):
-        with pytest.raises(PermanentProviderError, match="does not support standby VMs") as info:
-            call()
-        assert is_permanent(info.value)

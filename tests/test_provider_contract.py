@@ -258,6 +258,17 @@ class TestBaseDefaults:
                 call()
             assert is_permanent(caught.value)
 
+    def test_a_provider_without_standby_declares_nothing_and_refuses_permanently(
+            self) -> None:
+        provider = _minimal()
+        assert provider.capabilities == frozenset()
+        for call in (lambda: provider.suspend_vm("pool1", "vm1"),
+                     lambda: provider.resume_vm("pool1", "vm1")):
+            with pytest.raises(PermanentProviderError,
+                               match="does not support standby VMs") as info:
+                call()
+            assert is_permanent(info.value)
+
     def test_no_op_defaults(self) -> None:
         provider = _minimal()
         assert provider.migrate_vm("p", "v") is None
