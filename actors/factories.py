@@ -174,6 +174,7 @@ class ActorFactories:
         failover = failover_group(cfg, pool.name)
 
         def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:
+            provider = res.providers.get(pool.provider)
             return PoolActor.start(
                 pool=pool, settings=cfg.settings, data_ttl_hours=cfg.redis.data_ttl,
                 store=self.store, directory=self.directory, clock=self.clock,
@@ -181,6 +182,7 @@ class ActorFactories:
                 executor=res.executor, requests=self.requests, supervisor=supervisor,
                 ownership=ownership, remote=self.remote, max_size=cfg.max_pool_size(pool),
                 failover=failover,
+                standby_modes=provider.capabilities if provider is not None else frozenset(),
             )
 
         return factory

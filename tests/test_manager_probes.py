@@ -117,6 +117,7 @@ def test_another_managers_heartbeat_does_not_make_this_one_ready(
     with started(redis_client, two_pools()) as h:
         probes = ManagerProbes(h.system.config, clock=h.clock)
         probes.attach(h.system)
+        h.quiesce()  # the heartbeat actor's first beat is its own message: let it land first
         redis_client.zrem(schema.manager_heartbeat(), h.system.manager_id)
         redis_client.zadd(schema.manager_heartbeat(), {"other:1:0": h.clock.now()})
         assert probes.ready() == (503, {"ok": False, "error": "no heartbeat written yet"})
@@ -133,6 +134,7 @@ def test_a_redis_outage_fails_readiness_but_never_liveness(
         probes = ManagerProbes(h.system.config, clock=h.clock)
         probes.attach(h.system)
         assert probes.ready()[0] == 200
+        h.quiesce()  # no first beat still in the heartbeat actor's mailbox
         own_redis.stop()
         status, body = probes.ready()
         assert status == 503 and body["error"].startswith("redis: ")

@@ -10,6 +10,7 @@ from vmpooler.actors.config._check import MISSING, Checker
 from vmpooler.actors.config._data import freeze
 from vmpooler.actors.config._failover import check_failover
 from vmpooler.actors.config._sizing import demand_sizing
+from vmpooler.actors.config._standby import standby_tier
 from vmpooler.actors.config._values import coerce, show
 from vmpooler.actors.config.model import DnsConfig, GlobalSettings, PoolConfig, ProviderConfig
 from vmpooler.actors.config.overrides import HUGE
@@ -179,6 +180,8 @@ def build_pools(
         optional["demand"] = demand_sizing(
             entry, path, chk, settings, size=size,
             limit=_limit(settings, providers.get(provider)))
+        optional["standby"] = standby_tier(entry, path, chk, settings,
+                                           demand=optional["demand"] is not None)
         places.append(index)
         pools.append(
             PoolConfig(

@@ -130,6 +130,17 @@ def _attempts(value: Any) -> int:
         raise ValueError(expected) from None
 
 
+def _count_or_auto(value: Any) -> int | str:
+    """A number of VMs (0 or more) or the word ``auto`` (the sizer chooses)."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(coerce(value, "int", minimum=0))
+    except ValueError:
+        raise ValueError(f"expected a number of VMs (0 or more) or auto, got {show(value)}"
+                         ) from None
+
+
 def coerce(
     value: Any,
     kind: str,
@@ -167,6 +178,8 @@ def coerce(
         return number
     if kind == "share":
         return _share(value)
+    if kind == "count_or_auto":
+        return _count_or_auto(value)
     if kind == "attempts":
         return _attempts(value)
     if kind == "bool":

@@ -21,6 +21,7 @@ from vmpooler.actors.sizing.schedule import Window
 
 __all__ = [
     "DEFAULT_HEALTH_THRESHOLDS",
+    "STANDBY_STATES",
     "Config",
     "DnsConfig",
     "GlobalSettings",
@@ -29,6 +30,7 @@ __all__ = [
     "PrometheusSettings",
     "ProviderConfig",
     "RedisSettings",
+    "StandbyTier",
 ]
 
 _T = TypeVar("_T")
@@ -123,6 +125,16 @@ class GlobalSettings:
     # Ours: the largest pool size a pool, a size override or POST /config/poolsize may set;
     # a provider's own ``max_pool_size`` wins for its pools.
     max_pool_size: int = setting(10_000, "int", env="MAX_POOL_SIZE", minimum=1)
+    # Ours (docs/sizing.md, "Standby tier"): the defaults of every pool's standby tier: how
+    # many suspended (or powered-off) VMs it keeps besides its ready ones (a number, ``auto``
+    # for the demand sizer to choose, 0 for none), in which state, for how many minutes at
+    # most before they are recycled; how many resumes one pool runs at once; and the price
+    # of a standby VM-hour against a running one (the sizer's weight).
+    standby: int | str = setting(0, "count_or_auto")
+    standby_state: str = setting("suspended", "str")
+    standby_ttl: int = setting(1440, "int", minimum=1)
+    standby_resume_limit: int = setting(10, "int", minimum=1)
+    standby_cost: float = setting(0.1, "number", positive=True, maximum=1)
     # Ours (docs/sizing.md): how pools are sized unless a pool says otherwise: ``static``
     # (vmpooler's fixed ``size``) or ``demand`` (between ``size_min`` and ``size_max``, the
     # ready count the pool's checkout history calls for, to serve ``target_warm_hit`` of its
@@ -305,6 +317,30 @@ class DemandSizing:
     schedule: tuple[Window, ...] = ()
 
 
+STANDBY_STATES = ("suspended", "powered_off")
+"""The values of ``standby_state``: how a standby VM waits."""
+
+
+@dataclass(frozen=True, slots=True)
+class StandbyTier:
+    """A pool's standby tier (``standby`` not 0): ``count`` VMs (None: ``auto``, chosen by
+    the demand sizer) cloned, checked ready, then put in ``state`` (one of
+    :data:`STANDBY_STATES`), resumed when the ready VMs run short, at most
+    ``resume_limit`` at once, and recycled after ``ttl`` seconds in standby. ``cost`` is
+    the price of a standby VM-hour against a running one."""
+
+    count: int | None
+    state: str = "suspended"
+    ttl: float = 86400.0
+    resume_limit: int = 10
+    cost: float = 0.1
+
+    @property
+    def auto(self) -> bool:
+        """Whether the demand sizer chooses the count."""
+        return self.count is None
+
+
 @dataclass(frozen=True, slots=True)
 class PoolConfig:
     """One entry of ``:pools:``. ``None`` fields fall back to the global setting.
@@ -338,6 +374,8 @@ class PoolConfig:
     size_max: int | None = None
     # Demand sizing (ours, docs/sizing.md): None for a pool of fixed ``size``.
     demand: DemandSizing | None = None
+    # Standby tier (ours, docs/sizing.md): None for a pool without one.
+    standby: StandbyTier | None = None
     # On-demand requests take this pool's ready VMs first (ours, docs/fairness.md); None:
     # the global ``ondemand_from_ready``.
     ondemand_from_ready: bool | None = None

@@ -24,6 +24,7 @@ and the provider calls and VM caches where it uses them):
   :class:`~vmpooler.actors.pool.migrations.Migrations`,
   :class:`~vmpooler.actors.pool.request_vms.OnDemandVms` (requests' VMs),
   :class:`~vmpooler.actors.pool.stale_purge.StalePurge`,
+  :class:`~vmpooler.actors.pool.standby.Standby` (the standby tier),
   :class:`~vmpooler.actors.pool.dead_letters.DeadLetters`.
 
 A cycle starts with the provider's inventory and runs on a timer with vmpooler's back-off —
@@ -71,6 +72,7 @@ from vmpooler.actors.pool.migrations import Migrations
 from vmpooler.actors.pool.outcomes import Outcomes
 from vmpooler.actors.pool.request_vms import OnDemandVms
 from vmpooler.actors.pool.stale_purge import StalePurge
+from vmpooler.actors.pool.standby import Standby
 from vmpooler.actors.pool.upkeep import PoolUpkeep
 from vmpooler.actors.runtime.clock import Clock, Scheduler, Timer
 from vmpooler.actors.runtime.executor import ActorExecutor
@@ -79,10 +81,14 @@ from vmpooler.actors.storage.lease_store import POOL, Fenced
 from vmpooler.actors.storage.queues import Queue
 from vmpooler.actors.storage.request_store import RequestStore
 from vmpooler.actors.storage.store import Store
+from vmpooler.providers.base import Capability
 
 __all__ = ["LOST_REASONS", "PoolActor"]
 
 log = logging.getLogger(__name__)
+
+STANDBY_OPS = frozenset({ProviderOp.SUSPEND, ProviderOp.RESUME, ProviderOp.CHECK_PENDING})
+"""The answers about a standby VM that go to its tier."""
 
 
 class PoolActor(PooledSupervisedActor):
@@ -112,6 +118,7 @@ class PoolActor(PooledSupervisedActor):
         remote: Remote | None = None,
         max_size: int | None = None,
         failover: FailoverGroup | None = None,
+        standby_modes: frozenset[Capability] = frozenset(),
     ) -> None:
         super().__init__(name=f"pool:{pool.name}", supervisor=supervisor, executor=executor)
         self.remote: Remote = remote or LocalOnly()
@@ -133,14 +140,18 @@ class PoolActor(PooledSupervisedActor):
             busy=calls.busy, forget=vms.forget, lost=io.lost, remote=self.remote)
         dead_letters = DeadLetters(policy, io, self.ondemand)
         brake = Brake(policy, io, calls=calls, vms=vms)
-        self.upkeep = PoolUpkeep(policy, io, calls=calls, on_drain=brake.drain)
+        self.standby = standby = Standby(policy, io, calls=calls, vms=vms,
+                                         dead_letters=dead_letters, modes=standby_modes)
+        self.upkeep = PoolUpkeep(policy, io, calls=calls,
+                                 on_drain=lambda: brake.drain() + standby.drain())
         self.clones = Clones(policy, io, calls=calls, vms=vms, hostnames=hostnames,
                              upkeep=self.upkeep, ondemand=self.ondemand,
-                             dead_letters=dead_letters)
+                             dead_letters=dead_letters, standby=standby)
         self.migrations = Migrations(policy, io, calls=calls)
         upkeep = self.upkeep
         outcomes = Outcomes(policy, io, calls=calls, vms=vms, ondemand=self.ondemand,
-                            dead_letters=dead_letters, brake=brake, size=lambda: upkeep.size)
+                            dead_letters=dead_letters, brake=brake, size=lambda: upkeep.size,
+                            standby=standby)
         self.answers: dict[ProviderOp, Callable[[ProviderCallFinished], None]] = {
             **outcomes.handlers(), ProviderOp.CLONE: self.clones.cloned,
             ProviderOp.MIGRATE: self.migrations.migrated,
@@ -153,7 +164,7 @@ class PoolActor(PooledSupervisedActor):
         watch = Failover(policy, io, upkeep=self.upkeep, clones=self.clones, group=failover)
         self.cycle = PoolCycle(policy, io, calls=calls, vms=vms, checks=checks, upkeep=self.upkeep,
                                clones=self.clones, ondemand=self.ondemand,
-                               migrations=self.migrations, failover=watch)
+                               migrations=self.migrations, failover=watch, standby=standby)
 
     # -- mailbox ----------------------------------------------------------------------------
     def setup(self) -> None:
@@ -234,6 +245,9 @@ class PoolActor(PooledSupervisedActor):
         if msg.failure is not None and msg.failure.busy:
             if msg.op is ProviderOp.MIGRATE:
                 self.migrations.migrated(msg)
+            return
+        if msg.op in STANDBY_OPS and self.standby.owns(msg.vm or ""):
+            self.standby.answered(msg)
             return
         handler = self.answers.get(msg.op)
         if handler is not None:

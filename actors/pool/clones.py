@@ -27,6 +27,7 @@ from vmpooler.actors.pool.context import PoolIO, PoolPolicy
 from vmpooler.actors.pool.dead_letters import DeadLetters
 from vmpooler.actors.pool.hostnames import HostnameGenerator
 from vmpooler.actors.pool.request_vms import OnDemandVms
+from vmpooler.actors.pool.standby import Standby
 from vmpooler.actors.pool.upkeep import PoolUpkeep
 from vmpooler.actors.pool.vm_cache import VmCache
 from vmpooler.actors.storage import timefmt
@@ -43,12 +44,13 @@ class Clones:
 
     def __init__(self, policy: PoolPolicy, io: PoolIO, *, calls: ProviderCalls, vms: VmCache,
                  hostnames: HostnameGenerator, upkeep: PoolUpkeep, ondemand: OnDemandVms,
-                 dead_letters: DeadLetters) -> None:
+                 dead_letters: DeadLetters, standby: Standby) -> None:
         self.policy, self.io, self.calls, self.vms = policy, io, calls, vms
         self.hostnames = hostnames
         self.upkeep = upkeep
         self.ondemand = ondemand
         self.dead_letters = dead_letters
+        self.standby = standby
         self.waiting_for_slot = False
         self.slot_wait_since: float | None = None  # monotonic: first NO_SLOT of a shortage
         self.failures = 0  # consecutive failed clones
@@ -68,14 +70,15 @@ class Clones:
             del self.owed_slots[vm]
 
     def repopulate(self, ready: int, pending: int) -> bool:
-        """Start ``size − ready − pending`` clones (the cycle's refill). True if any started."""
+        """Start ``size − ready − pending`` clones, plus what the standby tier lacks (the
+        cycle's refill). True if any started."""
         if self.config_error.review(self.upkeep.template, self.upkeep.clone_target):
             self.failures, self.retry_at = 0, 0.0  # a new placement: no back-off from the old
         if self.upkeep.preparing:
             return False
         if self.io.clock.monotonic() < self.retry_at:
             return False  # clones failed just now; the periodic cycle tries again
-        want = self.upkeep.size - ready - pending
+        want = self.upkeep.size + self.standby.shortfall() - ready - pending
         started = 0
         for _ in range(max(0, want)):
             if not self.start(None):
@@ -100,7 +103,8 @@ class Clones:
                 # over-cloned)
                 pending = self.io.store.members(self.policy.name, Queue.PENDING)
                 pooled_pending = sum(1 for vm in pending if vm not in self.ondemand)
-            want = self.upkeep.size - counts[Queue.READY] - len(self.vms.held) - pooled_pending
+            want = (self.upkeep.size + self.standby.shortfall() - counts[Queue.READY]
+                    - len(self.vms.held) - pooled_pending)
             for _ in range(max(0, want)):
                 if not self.start(None):
                     break

@@ -40,7 +40,7 @@ __all__ = ["LOST_REASONS", "PoolIO", "PoolParts", "PoolPolicy", "build"]
 
 LOST_REASONS = frozenset({
     "ready_ttl", "check_failed", "pending_timeout", "clone_failed", "purged", "drained",
-    "excess", "vanished", "abandoned",
+    "excess", "vanished", "abandoned", "standby_ttl", "suspend_failed", "resume_failed",
 })
 """The ``reason`` tag values of ``vm.lost`` (docs/architecture.md, "Service-level metrics")."""
 

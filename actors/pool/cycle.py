@@ -28,6 +28,7 @@ from vmpooler.actors.pool.context import PoolIO, PoolPolicy
 from vmpooler.actors.pool.failover_watch import Failover
 from vmpooler.actors.pool.migrations import Migrations
 from vmpooler.actors.pool.request_vms import OnDemandVms
+from vmpooler.actors.pool.standby import Standby
 from vmpooler.actors.pool.upkeep import PoolUpkeep
 from vmpooler.actors.pool.vm_cache import VmCache
 from vmpooler.actors.runtime.clock import Timer
@@ -46,7 +47,7 @@ class PoolCycle:
 
     def __init__(self, policy: PoolPolicy, io: PoolIO, *, calls: ProviderCalls, vms: VmCache,
                  checks: PoolChecks, upkeep: PoolUpkeep, clones: Clones, ondemand: OnDemandVms,
-                 migrations: Migrations, failover: Failover) -> None:
+                 migrations: Migrations, failover: Failover, standby: Standby) -> None:
         self.policy, self.io, self.calls, self.vms = policy, io, calls, vms
         self.checks = checks
         self.upkeep = upkeep
@@ -54,6 +55,7 @@ class PoolCycle:
         self.ondemand = ondemand
         self.migrations = migrations
         self.failover = failover
+        self.standby = standby
         self.refused = False  # the last listing was refused by the provider's open breaker
         self.delay = self.policy.backoff.min
         self.generation = 0  # of the armed timer; an older RunPoolCycle is ignored
@@ -192,7 +194,7 @@ class PoolCycle:
         activity = False
         held = self.checks.check_held(self.upkeep.size)
         known = (snap.pending | snap.ready | snap.running | snap.completed | snap.discovered
-                 | held)
+                 | held | snap.standby)
         unknown = inventory - known
         if unknown:
             added = store.discover(name, unknown)
@@ -228,7 +230,10 @@ class PoolCycle:
         self.upkeep.follow_demand(len(ready))
         self.failover.cycle(inventory_ok=True, inventory_failures=0, breaker_open=False,
                             ready=len(ready))
+        activity |= self.standby.cycle(snap.standby, inventory, len(ready) + len(held),
+                                       self.upkeep.size)
         activity |= self.clones.repopulate(len(ready) + len(held), len(pending))
+        self.standby.absorb(ready, self.upkeep.size)
         self.upkeep.remove_excess(ready, pending, self.vms.ready_since)
         self.upkeep.flag_empty(len(ready))
         size = self.upkeep.size

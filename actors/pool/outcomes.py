@@ -26,8 +26,10 @@ from vmpooler.actors.pool.context import PoolIO, PoolPolicy
 from vmpooler.actors.pool.dead_letters import DeadLetters
 from vmpooler.actors.pool.policy import PendingVerdict, hostname_mismatch, pending_verdict
 from vmpooler.actors.pool.request_vms import OnDemandVms
+from vmpooler.actors.pool.standby import Standby
 from vmpooler.actors.pool.vm_cache import VmCache
 from vmpooler.actors.storage import timefmt
+from vmpooler.actors.storage.queues import Queue
 
 __all__ = ["Outcomes"]
 
@@ -39,12 +41,13 @@ class Outcomes:
 
     def __init__(self, policy: PoolPolicy, io: PoolIO, *, calls: ProviderCalls, vms: VmCache,
                  ondemand: OnDemandVms, dead_letters: DeadLetters, brake: Brake,
-                 size: Callable[[], int]) -> None:
+                 size: Callable[[], int], standby: Standby) -> None:
         self.policy, self.io, self.calls, self.vms = policy, io, calls, vms
         self.brake = brake
         self.ondemand = ondemand
         self.dead_letters = dead_letters
         self.size = size  # the pool's size in effect (overrides included)
+        self.standby = standby
 
     def handlers(self) -> dict[ProviderOp, Callable[[ProviderCallFinished], None]]:
         """The answers this object handles, by operation."""
@@ -70,6 +73,8 @@ class Outcomes:
             started = vms.clone_started_at(vm)
             boot = now - started if started is not None else 0.0
             self.ondemand.times.ready(vm, boot)
+            if self._to_standby() and self.standby.enter(vm, boot_seconds=boot) >= 0:
+                return  # moved (1) or no longer pending (0); a request's VM (-1) goes on
             moved = store.mark_ready(name, vm, now=timefmt.format_epoch(now),
                                      boot_seconds=boot, date=timefmt.date_bucket(now))
             if moved < 0:  # a request's VM this actor did not know of: its request takes it
@@ -114,6 +119,13 @@ class Outcomes:
                 self.calls.send(LogFailureEvents(), vm)  # why, when configured
             self.ondemand.failed(vm, f"not ready after {self.policy.timeout_min} minutes")
             vms.forget(vm)
+
+    def _to_standby(self) -> bool:
+        """Whether a pooled VM that passed its check goes to the standby tier."""
+        if not self.standby.enabled:
+            return False
+        ready = self.io.store.counts(self.policy.name, (Queue.READY,))[Queue.READY]
+        return self.standby.takes(ready + len(self.vms.held), self.size())
 
     # -- ready ----------------------------------------------------------------------------------
     def _ready_checked(self, msg: ProviderCallFinished) -> None:

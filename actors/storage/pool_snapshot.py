@@ -56,6 +56,7 @@ class PoolSnapshot:
     migrating: frozenset[str]
     overrides: PoolOverrides | None = None
     flags: PoolFlags | None = None
+    standby: frozenset[str] = frozenset()  # the standby tier (ours): no queue of vmpooler's
 
     # The overrides and flags one by one (None or False when they were not read).
     @property
@@ -108,7 +109,8 @@ class PoolSnapshot:
 
 def read_snapshot(client: redis.Redis, pool: str, *, overrides: bool = True,
                   flags: bool = True) -> PoolSnapshot:
-    """The pool's six queue sets (six ``SMEMBERS``) in one pipelined round trip, with:
+    """The pool's six queue sets and its standby set (seven ``SMEMBERS``) in one pipelined
+    round trip, with:
 
     * ``overrides``: three ``HGET`` of the override hashes and one ``SUNION`` of the reset
       and undo sets (almost always empty); only when the pool is in that union, a second
@@ -122,6 +124,7 @@ def read_snapshot(client: redis.Redis, pool: str, *, overrides: bool = True,
     for key in (
         schema.pending(pool), schema.ready(pool), schema.running(pool),
         schema.completed(pool), schema.discovered(pool), schema.migrating(pool),
+        schema.standby(pool),
     ):
         pipe.smembers(key)
     if overrides:
@@ -134,7 +137,7 @@ def read_snapshot(client: redis.Redis, pool: str, *, overrides: bool = True,
         pipe.exists(schema.empty(pool))
     r = pipe.execute()
     read_overrides = read_flags = None
-    rest = r[6:]
+    rest = r[7:]
     if overrides:
         size, template, target, marked = rest[:4]
         rest = rest[4:]
@@ -150,7 +153,7 @@ def read_snapshot(client: redis.Redis, pool: str, *, overrides: bool = True,
     return PoolSnapshot(
         pending=frozenset(r[0]), ready=frozenset(r[1]), running=frozenset(r[2]),
         completed=frozenset(r[3]), discovered=frozenset(r[4]), migrating=frozenset(r[5]),
-        overrides=read_overrides, flags=read_flags,
+        overrides=read_overrides, flags=read_flags, standby=frozenset(r[6]),
     )
 
 

@@ -271,6 +271,7 @@ class Store:
         keys = {
             "pending": schema.pending(pool), "ready": schema.ready(pool),
             "running": schema.running(pool), "discovered": schema.discovered(pool),
+            "standby": schema.standby(pool),
         }
         return bool(self._run(
             "RETIRE", [keys[source], schema.completed(pool), schema.vm(vm)], [vm, field, value]

@@ -70,6 +70,12 @@ def _pool_queue_keys(pool: str) -> list[str]:
     return [schema.queue(name, pool) for name in _QUEUE_NAMES]
 
 
+def _pool_vm_sets(pool: str) -> list[str]:
+    """Every set that may hold one of the pool's VMs: its six queues, then its ``held`` and
+    ``standby`` sets (ours; a VM hash in one of these is not an orphan)."""
+    return [*_pool_queue_keys(pool), schema.held(pool), schema.standby(pool)]
+
+
 class UpkeepStore:
     """See the module docstring. One instance may be shared by several actors."""
 
@@ -108,12 +114,13 @@ class UpkeepStore:
         """Let an orphaned VM hash expire within ``ttl`` s if it is still orphaned: 1 set,
         2 already expiring that soon, 0 back in a queue, -1 gone, -2 no longer a hash."""
         return int(self._scripts["EXPIRE_ORPHAN"](
-            keys=[schema.vm(orphan.vm), *_pool_queue_keys(orphan.pool)],
+            keys=[schema.vm(orphan.vm), *_pool_vm_sets(orphan.pool)],
             args=[orphan.vm, orphan.pool, ttl]))
 
     def orphans(self) -> list[VmHash]:
         """Every VM hash with a ``pool`` field that is in none of that pool's six queues
-        (vmpooler's definition; the pool need not be configured)."""
+        (vmpooler's definition; the pool need not be configured) nor its ``held`` and
+        ``standby`` sets."""
         found: list[VmHash] = []
         batch: list[str] = []
         for key in self.client.scan_iter(match=schema.vm_pattern(), count=_SCAN_COUNT):
@@ -137,11 +144,11 @@ class UpkeepStore:
         pipe = self.client.pipeline(transaction=False)
         queue_keys: list[str] = []
         for vm, pool, _ in candidates:
-            for key in _pool_queue_keys(pool):
+            for key in _pool_vm_sets(pool):
                 pipe.sismember(key, vm)
                 queue_keys.append(key)
         flags = tolerant_results(pipe, queue_keys, "set", self.wrong_type)
-        width = len(_QUEUE_NAMES)
+        width = len(_QUEUE_NAMES) + 2
         return [
             VmHash(vm, pool, timefmt.parse_epoch(clone))
             for n, (vm, pool, clone) in enumerate(candidates)
@@ -233,12 +240,14 @@ class UpkeepStore:
         """Replay one entry (see ``REPLAY_DEAD_LETTER``): ``(ReplayOutcome, queue)`` where
         ``queue`` names the queue the VM was already in."""
         code, index = self._scripts["REPLAY_DEAD_LETTER"](
-            keys=[schema.dlq(entry.queue), *_pool_queue_keys(entry.pool)],
+            keys=[schema.dlq(entry.queue), *_pool_vm_sets(entry.pool)],
             args=[entry.member(), entry.vm])
         if int(code) == 1:
             return ReplayOutcome.REQUEUED, None
-        if int(code) == 2:
-            return ReplayOutcome.ALREADY_QUEUED, _QUEUE_NAMES[int(index) - 2]
+        if int(code) == 2:  # held or standby (past the queues): no queue to name
+            position = int(index) - 2
+            return (ReplayOutcome.ALREADY_QUEUED,
+                    _QUEUE_NAMES[position] if position < len(_QUEUE_NAMES) else None)
         return ReplayOutcome.GONE, None
 
     def queue_of(self, pool: str, vm: str) -> Queue | None:

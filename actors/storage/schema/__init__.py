@@ -23,6 +23,7 @@ from vmpooler.actors.storage.schema.pool_scripts import Scripts
 from vmpooler.actors.storage.schema.quota_scripts import QuotaScripts
 from vmpooler.actors.storage.schema.ratelimit_scripts import RateLimitScripts
 from vmpooler.actors.storage.schema.request_scripts import RequestScripts
+from vmpooler.actors.storage.schema.standby_scripts import StandbyScripts
 from vmpooler.actors.storage.schema.status_scripts import StatusScripts
 from vmpooler.actors.storage.schema.upkeep_scripts import UpkeepScripts
 from vmpooler.actors.storage.schema.user_quota_scripts import UserQuotaScripts
@@ -42,6 +43,7 @@ __all__ = [
     "RateLimitScripts",
     "RequestScripts",
     "Scripts",
+    "StandbyScripts",
     "StatusScripts",
     "UpkeepScripts",
     "UserQuotaScripts",
@@ -98,6 +100,7 @@ __all__ = [
     "request_vms",
     "running",
     "sizing",
+    "standby",
     "tasks_clone",
     "tasks_clone_slots",
     "tasks_disk",
@@ -162,6 +165,14 @@ def held(pool: str) -> str:
     engaged (ours): out of ``ready``, so no checkout takes them, and not destroyed; checked
     again when the brake releases."""
     return f"{_P}held__{pool}"
+
+
+def standby(pool: str) -> str:
+    """Set of a pool's standby VMs (ours, docs/sizing.md "Standby tier"): cloned, checked
+    ready, then suspended or powered off; out of ``ready``, so no client or key reader of
+    vmpooler sees them. Each VM's hash says where it stands (``standby``: ``suspending``,
+    ``suspended``, ``resuming`` or ``checking``; ``standby_since``, ``resumed``)."""
+    return f"{_P}standby__{pool}"
 
 
 def brake(pool: str) -> str:

@@ -10,8 +10,8 @@ NAMESPACES: frozenset[str] = frozenset({
     "demand_guard", "demand_misses", "discovered", "dlq", "empty", "failover", "health", "held",
     "history", "lastboot", "lease", "login_failures", "manager", "migrating", "migration",
     "odcreate", "odinflight", "odrequest", "pending", "pool", "poolreset", "pools", "provider",
-    "provisioning", "quota", "ratelimit", "ready", "running", "sizing", "tag", "tasks", "template",
-    "token", "vm", "waits",
+    "provisioning", "quota", "ratelimit", "ready", "running", "sizing", "standby", "tag",
+    "tasks", "template", "token", "vm", "waits",
 })
 """The first word after ``vmpooler__`` of every key name of the schema but
 :func:`~vmpooler.actors.storage.schema.request_vms` (``vmpooler__<word>`` or

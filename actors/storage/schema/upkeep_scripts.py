@@ -25,8 +25,8 @@ if redis.call('TTL', KEYS[3]) == -1 then redis.call('EXPIRE', KEYS[3], tonumber(
 return 1
 """
 
-    # KEYS[1] vm hash, KEYS[2..7] the pool's pending, ready, running, completed, discovered,
-    # migrating sets
+    # KEYS[1] vm hash, KEYS[2..] the pool's pending, ready, running, completed, discovered,
+    # migrating sets, then its held and standby sets
     # ARGV[1] vm, ARGV[2] pool (the hash's ``pool`` field when read), ARGV[3] ttl seconds
     # An orphaned VM hash (in none of its pool's queues) expires within ``ttl``: the expiry
     # is set only when there is none or it is later, so running this again never postpones
@@ -40,7 +40,7 @@ return 1
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 if redis.call('TYPE', KEYS[1]).ok ~= 'hash' then return -2 end
 if redis.call('HGET', KEYS[1], 'pool') ~= ARGV[2] then return 0 end
-for i = 2, 7 do
+for i = 2, #KEYS do
   if redis.call('TYPE', KEYS[i]).ok == 'set' and redis.call('SISMEMBER', KEYS[i], ARGV[1]) == 1
   then return 0 end
 end
@@ -50,8 +50,8 @@ redis.call('EXPIRE', KEYS[1], tonumber(ARGV[3]))
 return 1
 """
 
-    # KEYS[1] the dead-letter queue, KEYS[2..7] the pool's pending, ready, running,
-    # completed, discovered, migrating sets
+    # KEYS[1] the dead-letter queue, KEYS[2..] the pool's pending, ready, running,
+    # completed, discovered, migrating sets, then its held and standby sets
     # ARGV[1] the entry (sorted-set member), ARGV[2] vm
     # Replays one entry: a VM in none of its pool's queues goes to completed, where the pool
     # actor destroys it if the provider still has it and forgets it otherwise; the entry
@@ -61,7 +61,7 @@ return 1
     # is gone (replayed by someone else; nothing written).
     REPLAY_DEAD_LETTER = """
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return {0, 0} end
-for i = 2, 7 do
+for i = 2, #KEYS do
   if redis.call('SISMEMBER', KEYS[i], ARGV[2]) == 1 then
     redis.call('ZREM', KEYS[1], ARGV[1])
     return {2, i}

@@ -1,0 +1,148 @@
+"""A pool's standby tier on the fake clock over real Redis, with the dummy provider.
+
+The tier fills after ``ready``; a burst of checkouts is refilled by resumes first (clones
+refill the tier); a resume or suspend that fails destroys the VM, which a clone replaces;
+``standby_ttl`` recycles; a drain empties the tier; a provider without the capability keeps
+the pool as it was; every VM in the provider is in exactly one of the pool's sets.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+from tests.harness import Harness, dummy_for, make_config, pool, started, wait_until
+from vmpooler.actors.config.model import StandbyTier
+from vmpooler.actors.storage import schema
+from vmpooler.providers.base import Capability
+
+
+def standby_pool(size: int = 2, count: int = 3, **tier: object) -> object:
+    return pool("alpha", size, standby=StandbyTier(count=count, **tier))  # type: ignore[arg-type]
+
+
+def tiers(h: Harness, name: str = "alpha") -> dict[str, set[str]]:
+    c = h.client
+    return {"ready": set(c.smembers(schema.ready(name))),
+            "standby": set(c.smembers(schema.standby(name))),
+            "pending": set(c.smembers(schema.pending(name))),
+            "running": set(c.smembers(schema.running(name))),
+            "completed": set(c.smembers(schema.completed(name)))}
+
+
+def states(h: Harness, name: str = "alpha") -> dict[str, str]:
+    return {vm: h.client.hget(schema.vm(vm), "standby") or ""
+            for vm in h.client.smembers(schema.standby(name))}
+
+
+def settle(h: Harness, until: object, what: str, step: float = 5.0) -> None:
+    """Drive the fake clock until ``until()`` holds (a deadline on the real clock)."""
+    def moved() -> bool:
+        h.advance(step)
+        return bool(until())  # type: ignore[operator]
+    wait_until(moved, 30, what)
+
+
+def full(h: Harness, size: int, count: int) -> bool:
+    t = tiers(h)
+    return (len(t["ready"]) == size and len(t["standby"]) == count
+            and set(states(h).values()) == {"suspended"})
+
+
+def in_one_set_each(h: Harness) -> None:
+    t = tiers(h)
+    seen: dict[str, str] = {}
+    for name, vms in t.items():
+        for vm in vms:
+            assert vm not in seen, f"{vm} in {seen[vm]} and {name}"
+            seen[vm] = name
+    inventory = set(h.provider.vms_in_pool("alpha"))
+    assert inventory <= set(seen), f"in the provider, in no set: {inventory - set(seen)}"
+
+
+def test_the_tier_fills_after_ready_and_every_standby_vm_is_suspended(
+        redis_client: redis.Redis) -> None:
+    config = make_config([standby_pool(2, 3)])
+    with started(redis_client, config) as h:
+        settle(h, lambda: full(h, 2, 3), "2 ready and 3 suspended")
+        for vm in tiers(h)["standby"]:
+            info = h.provider.get_vm("alpha", vm)
+            assert info is not None and info.powerstate == "Suspended"
+        for vm in tiers(h)["ready"]:
+            info = h.provider.get_vm("alpha", vm)
+            assert info is not None and info.powerstate == "PoweredOn"
+        in_one_set_each(h)
+
+
+def test_a_burst_is_refilled_by_resumes_and_clones_refill_the_tier(
+        redis_client: redis.Redis) -> None:
+    config = make_config([standby_pool(2, 3)])
+    with started(redis_client, config) as h:
+        settle(h, lambda: full(h, 2, 3), "2 ready and 3 suspended")
+        was_standby = tiers(h)["standby"]
+        for vm in list(tiers(h)["ready"]):
+            h.checkout("alpha", vm)
+        h.system.notify("alpha", "checkout")
+        settle(h, lambda: len(tiers(h)["ready"]) == 2, "ready refilled", step=1)
+        assert tiers(h)["ready"] <= was_standby  # resumed, not cloned
+        resumed = h.metrics.counts("standby.resume", pool="alpha", result="success")
+        assert resumed == 2
+        settle(h, lambda: full(h, 2, 3), "the tier refilled by clones")
+        in_one_set_each(h)
+
+
+def test_a_failed_resume_destroys_the_vm_and_a_clone_replaces_it(
+        redis_client: redis.Redis) -> None:
+    config = make_config([standby_pool(2, 2)])
+    with started(redis_client, config, resumevm_fail_percent=100) as h:
+        settle(h, lambda: full(h, 2, 2), "2 ready and 2 suspended")
+        first = tiers(h)["standby"]
+        for vm in list(tiers(h)["ready"]):
+            h.checkout("alpha", vm)
+        h.system.notify("alpha", "checkout")
+        settle(h, lambda: not (tiers(h)["standby"] & first) and full(h, 2, 2)
+               and not tiers(h)["completed"], "the failed VMs destroyed and replaced")
+        assert h.metrics.counts("vm.lost", pool="alpha", reason="resume_failed") >= 1
+        for vm in first:
+            assert h.provider.get_vm("alpha", vm) is None  # destroyed, not leaked
+        in_one_set_each(h)
+
+
+def test_a_failed_suspend_destroys_the_vm(redis_client: redis.Redis) -> None:
+    config = make_config([standby_pool(1, 1)])
+    with started(redis_client, config, suspendvm_fail_percent=100) as h:
+        settle(h, lambda: h.metrics.counts("vm.lost", pool="alpha", reason="suspend_failed") >= 2,
+               "suspends to fail")
+        assert len(tiers(h)["ready"]) == 1
+        in_one_set_each(h)
+
+
+def test_standby_ttl_recycles_suspended_vms(redis_client: redis.Redis) -> None:
+    config = make_config([standby_pool(1, 2, ttl=600.0)])
+    with started(redis_client, config) as h:
+        settle(h, lambda: full(h, 1, 2), "1 ready and 2 suspended")
+        first = tiers(h)["standby"]
+        h.advance(700, step=20)
+        settle(h, lambda: full(h, 1, 2) and not tiers(h)["standby"] & first,
+               "recycled and refilled")
+        assert h.metrics.counts("vm.lost", pool="alpha", reason="standby_ttl") == 2
+
+
+def test_a_provider_without_the_capability_keeps_no_standby(
+        redis_client: redis.Redis) -> None:
+    config = make_config([standby_pool(2, 3)])
+    provider = _without_standby(dummy_for(config))  # the dummy declares both modes
+    with started(redis_client, config, provider=provider) as h:
+        h.wait_full("alpha", 2)
+        h.advance(60)
+        assert tiers(h)["standby"] == set() and len(tiers(h)["ready"]) == 2
+
+
+def _without_standby(provider: Any) -> Any:
+    class NoStandby(type(provider)):  # type: ignore[misc]
+        @property
+        def capabilities(self) -> frozenset[Capability]:
+            return frozenset()
+    provider.__class__ = NoStandby
+    return provider
