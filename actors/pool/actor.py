@@ -143,7 +143,10 @@ class PoolActor(PooledSupervisedActor):
         self.standby = standby = Standby(policy, io, calls=calls, vms=vms,
                                          dead_letters=dead_letters, modes=standby_modes)
         self.upkeep = PoolUpkeep(policy, io, calls=calls,
-                                 on_drain=lambda: brake.drain() + standby.drain())
+                                 on_drain=lambda: brake.drain() + standby.drain(),
+                                 standby_cost=standby.auto_cost())
+        if self.upkeep.sizing is not None:
+            standby.on_resumed = self.upkeep.sizing.resumed
         self.clones = Clones(policy, io, calls=calls, vms=vms, hostnames=hostnames,
                              upkeep=self.upkeep, ondemand=self.ondemand,
                              dead_letters=dead_letters, standby=standby)

@@ -228,6 +228,8 @@ class PoolCycle:
         if self.upkeep.apply_overrides():
             return True
         self.upkeep.follow_demand(len(ready))
+        if self.upkeep.standby_target is not None:
+            self.standby.set_target(self.upkeep.standby_target)
         self.failover.cycle(inventory_ok=True, inventory_failures=0, breaker_open=False,
                             ready=len(ready))
         activity |= self.standby.cycle(snap.standby, inventory, len(ready) + len(held),

@@ -23,9 +23,11 @@ from vmpooler.actors.config.model import DemandSizing
 from vmpooler.actors.pool.context import PoolIO, PoolPolicy
 from vmpooler.actors.sizing.forecast import DemandForecast
 from vmpooler.actors.sizing.policy import DemandSizer, SizingPolicy, Target
+from vmpooler.actors.sizing.tier_forecast import TierForecast
 from vmpooler.actors.storage.demand_store import DemandStore, Logged
 
-__all__ = ["DEFAULT_CLONE_TIME", "LATE_WRITES", "LOGGED_STEP", "PoolSizing"]
+__all__ = ["DEFAULT_CLONE_TIME", "DEFAULT_RESUME_TIME", "LATE_WRITES", "LOGGED_STEP",
+           "PoolSizing"]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +43,10 @@ LOGGED_STEP = 1
 WARM_HIT_WINDOW = 24 * 3600.0
 """Seconds of checkouts the published warm-hit ratio covers."""
 
+DEFAULT_RESUME_TIME = 30.0
+"""Seconds a standby VM is assumed to take to resume and be ready until the pool has
+resumed one."""
+
 CLONE_TIMES_KEPT = 20
 
 REPUBLISH_AFTER = 30.0
@@ -50,13 +56,19 @@ REPUBLISH_AFTER = 30.0
 class PoolSizing:
     """The demand-sized size of one pool."""
 
-    def __init__(self, policy: PoolPolicy, io: PoolIO, demand: DemandSizing) -> None:
+    def __init__(self, policy: PoolPolicy, io: PoolIO, demand: DemandSizing, *,
+                 standby_cost: float | None = None) -> None:
+        """``standby_cost``: the pool's standby tier is sized too (``standby: auto`` on a
+        provider that can put VMs on standby), a standby VM-hour costing this much of a
+        running one; None: no standby tier to size."""
         self.policy, self.io = policy, io
         self.store = DemandStore(io.store.client)
+        self.standby_cost = standby_cost
         self.sizer = DemandSizer(SizingPolicy(
             size_min=demand.size_min, size_max=min(demand.size_max, policy.max_size),
             target_hit=demand.target_warm_hit, schedule=demand.schedule))
         self.clone_times: deque[float] = deque(maxlen=CLONE_TIMES_KEPT)
+        self.resume_times: deque[float] = deque(maxlen=CLONE_TIMES_KEPT)
         self.loaded = False
         self.last_t = 0.0  # the score of the newest entry observed
         self.seen: dict[str, float] = {}  # members observed in the last LATE_WRITES seconds
@@ -71,6 +83,17 @@ class PoolSizing:
         """A clone of the pool finished in ``seconds``."""
         if seconds > 0:
             self.clone_times.append(seconds)
+
+    def resumed(self, seconds: float) -> None:
+        """A standby VM of the pool was resumed and found ready in ``seconds``."""
+        if seconds > 0:
+            self.resume_times.append(seconds)
+
+    def resume_time(self) -> float:
+        """The median of the pool's recent resume times (:data:`DEFAULT_RESUME_TIME` before
+        any)."""
+        return (statistics.median(self.resume_times) if self.resume_times
+                else DEFAULT_RESUME_TIME)
 
     def set_floor(self, size: int | None) -> None:
         """The operator's floor (``POST /config/poolsize``); None: none."""
@@ -95,7 +118,9 @@ class PoolSizing:
                 if entry.member not in self.seen:
                     self._observe(entry)
         self._prune(now)
-        target = self.sizer.target(now, self.clone_time())
+        tiers = self.standby_cost is not None
+        target = self.sizer.target(now, self.clone_time(),
+                                   self.resume_time() if tiers else None)
         self._report(target, ready, now)
         return target
 
@@ -108,9 +133,15 @@ class PoolSizing:
             stored_clone = 0.0
         if stored_clone > 0 and not self.clone_times:
             self.clone_times.append(stored_clone)  # the previous owner's, until ours come
-        self.sizer.forecast = DemandForecast.from_history(
-            [e.t for e in entries], now=now, target_hit=self.sizer.policy.target_hit,
-            clone_time=self.clone_time())
+        times = [e.t for e in entries]
+        hit = self.sizer.policy.target_hit
+        if self.standby_cost is not None:
+            self.sizer.forecast = TierForecast.from_times(
+                times, now=now, target_hit=hit, clone_time=self.clone_time(),
+                resume_time=self.resume_time(), standby_cost=self.standby_cost)
+        else:
+            self.sizer.forecast = DemandForecast.from_history(
+                times, now=now, target_hit=hit, clone_time=self.clone_time())
         for entry in entries:
             self._remember(entry)
         self.loaded = True
@@ -145,8 +176,12 @@ class PoolSizing:
         if before is None or abs(target.size - before.size) > LOGGED_STEP or (
                 target.reason != before.reason):
             log.info("[*] [%s] demand sizing: %d ready VMs (%s; forecast %d, floor %d, "
-                     "ceiling %d)", name, target.size, target.reason, target.forecast,
-                     target.floor, target.ceiling)
+                     "ceiling %d)%s", name, target.size, target.reason, target.forecast,
+                     target.floor, target.ceiling,
+                     f", {target.standby} standby" if self.standby_cost is not None else "")
+        elif self.standby_cost is not None and before.standby != target.standby:
+            log.info("[*] [%s] demand sizing: %d standby VMs (was %d)", name, target.standby,
+                     before.standby)
         warm = self.warm_hit()
         self.io.metrics.gauge("sizing.target", target.size, tags=tags)
         self.io.metrics.gauge("sizing.idle", ready, tags=tags)
@@ -159,6 +194,10 @@ class PoolSizing:
             "warm_hit": "" if warm is None else round(warm, 4),
             "manager": str(getattr(self.io.ownership, "manager", "")),
         }
+        if self.standby_cost is not None:
+            fields["standby"] = target.standby
+            fields["resume_time"] = round(self.resume_time(), 1)
+            self.io.metrics.gauge("sizing.standby_target", target.standby, tags=tags)
         same = tuple(v for k, v in fields.items() if k != "updated")
         if same == self.published and now - self.published_at < REPUBLISH_AFTER:
             return  # one write per change, or per REPUBLISH_AFTER seconds

@@ -67,6 +67,8 @@ class Standby:
         self.target = tier.count or 0 if self.enabled and tier is not None else 0
         self.members: dict[str, StandbyVm] = {}
         self.resume_sent: dict[str, float] = {}  # vm -> monotonic time its resume was sent
+        # told how long each resume took until ready (the demand sizer learns resume times)
+        self.on_resumed: Callable[[float], None] = lambda _seconds: None
         self.published: tuple[int, int] | None = None  # (count, target) last logged
 
     # -- what the rest of the pool asks --------------------------------------------------------
@@ -92,6 +94,12 @@ class Standby:
     def room(self) -> int:
         """How many more VMs the tier may rest (suspended or being suspended)."""
         return self.target - len(self.resting()) if self.enabled else 0
+
+    def auto_cost(self) -> float | None:
+        """The tier's ``standby_cost`` when the demand sizer chooses its target (``standby:
+        auto`` on a provider that can), else None."""
+        tier = self.tier
+        return tier.cost if self.enabled and tier is not None and tier.auto else None
 
     def set_target(self, target: int) -> None:
         """The tier's target (the demand sizer's, for ``standby: auto``)."""
@@ -285,8 +293,9 @@ class Standby:
             sent = self.resume_sent.pop(vm, None)
             tags = {"pool": self.policy.name}
             if sent is not None:
-                self.io.metrics.timing("standby.resume_duration",
-                                       self.io.clock.monotonic() - sent, tags=tags)
+                took = self.io.clock.monotonic() - sent
+                self.io.metrics.timing("standby.resume_duration", took, tags=tags)
+                self.on_resumed(took)
             self.io.metrics.increment("standby.resume", tags={**tags, "result": "success"})
             log.info("[>] [%s] '%s' moved from 'standby' to 'ready' queue", self.policy.name, vm)
             return

@@ -54,13 +54,18 @@ class PoolUpkeep:
     """
 
     def __init__(self, policy: PoolPolicy, io: PoolIO, *, calls: ProviderCalls,
-                 on_drain: Callable[[], int] | None = None) -> None:
+                 on_drain: Callable[[], int] | None = None,
+                 standby_cost: float | None = None) -> None:
+        """``standby_cost``: demand sizing sizes the pool's standby tier too (see
+        :class:`~vmpooler.actors.pool.sizing.PoolSizing`)."""
         self.policy, self.io, self.calls = policy, io, calls
         self.on_drain = on_drain  # also drains what the pool holds aside (the brake's VMs)
         self.base = min(self.policy.pool.size, self.policy.max_size)  # configured, or its override
         self.extra = 0  # taken over from alias siblings (alias failover; never below 0)
         demand = self.policy.pool.demand
-        self.sizing = None if demand is None else PoolSizing(policy, io, demand)
+        self.sizing = None if demand is None else PoolSizing(policy, io, demand,
+                                                             standby_cost=standby_cost)
+        self.standby_target: int | None = None  # the sizer's, for ``standby: auto``
         if demand is not None:
             self.base = demand.size_min  # until the first cycle reads the demand
         self.template = self.policy.pool.template
@@ -160,7 +165,10 @@ class PoolUpkeep:
         """For a pool sized by demand, take its target now as ``base`` (``ready``: its ready
         VMs, for the metrics)."""
         if self.sizing is not None:
-            self.base = self.sizing.update(ready).size
+            target = self.sizing.update(ready)
+            self.base = target.size
+            if self.sizing.standby_cost is not None:
+                self.standby_target = target.standby
 
     def cloned(self, seconds: float) -> None:
         """A clone of the pool finished in ``seconds`` (demand sizing learns clone times)."""

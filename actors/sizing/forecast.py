@@ -151,7 +151,7 @@ class DemandForecast:
         times.append(t)
         self._ranks.append(rank)
         if t >= self._begin + MARGIN_AFTER:  # misses while it knows nothing are not its plan's
-            missed = rank > self._held
+            missed = self._missed(rank)
             self._outcomes.append((t, missed))
             self._misses += missed
         recent = self._recent
@@ -161,6 +161,10 @@ class DemandForecast:
         self._dirty = True
         if len(times) > CAPACITY + CAPACITY // 8:
             self._drop(len(times) - CAPACITY)
+
+    def _missed(self, rank: int) -> bool:
+        """Whether the checkout just observed, of ``rank``, missed the value last given."""
+        return rank > self._held
 
     def target(self, now: float, clone_time: float) -> Forecast:
         """Ready VMs to hold at ``now`` for the pool's current ``clone_time`` (seconds)."""

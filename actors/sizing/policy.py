@@ -23,8 +23,10 @@ from dataclasses import dataclass, field
 
 from vmpooler.actors.sizing.forecast import DemandForecast, Forecast, clone_window
 from vmpooler.actors.sizing.schedule import Window, max_floor, next_change
+from vmpooler.actors.sizing.tier_forecast import TierForecast
 
-__all__ = ["HOLD_CLONE_TIMES", "HOLD_MIN_SECONDS", "DemandSizer", "SizingPolicy", "Target"]
+__all__ = ["HOLD_CLONE_TIMES", "HOLD_MIN_SECONDS", "DemandSizer", "Shrink", "SizingPolicy",
+           "Target"]
 
 HOLD_CLONE_TIMES = 3.0
 HOLD_MIN_SECONDS = 300.0
@@ -63,6 +65,7 @@ class Target:
     floor: int
     ceiling: int
     held: bool = False
+    standby: int = 0  # standby VMs to hold besides ``size`` (a pool with ``standby: auto``)
 
 
 class DemandSizer:
@@ -73,10 +76,8 @@ class DemandSizer:
         self.policy = policy
         self.forecast = forecast or DemandForecast(policy.target_hit, clone_time=clone_time)
         self.operator_floor: int | None = None
-        self._size: int | None = None
-        self._below_since = 0.0
-        self._below_max = 0
-        self._shrinking = False
+        self._running = Shrink()
+        self._total = Shrink()
         self._floor_cache: tuple[float, float, float, int] | None = None  # from, until, h, max
 
     def observe(self, t: float) -> None:
@@ -89,10 +90,21 @@ class DemandSizer:
             raise ValueError(f"an operator floor is >= 0, got {size}")
         self.operator_floor = size
 
-    def target(self, now: float, clone_time: float) -> Target:
-        """The ready count to hold at ``now`` given the pool's current ``clone_time``."""
+    def target(self, now: float, clone_time: float, resume_time: float | None = None
+               ) -> Target:
+        """The ready count to hold at ``now`` given the pool's current ``clone_time``; with
+        a :class:`TierForecast` and the pool's ``resume_time``, the standby count too
+        (running and standby together never above ``size_max``)."""
         policy = self.policy
-        predicted: Forecast = self.forecast.target(now, clone_time)
+        total_wanted = 0
+        if isinstance(self.forecast, TierForecast) and resume_time is not None:
+            tiers = self.forecast.tiers(now, clone_time, resume_time)
+            predicted: Forecast = Forecast(tiers.running, "tiers", tiers.seasonal_running,
+                                           tiers.recent_running, clone_window(resume_time),
+                                           tiers.plan_target)
+            total_wanted = tiers.total
+        else:
+            predicted = self.forecast.target(now, clone_time)
         scheduled = self._schedule_floor(now, clone_window(clone_time))
         operator = self.operator_floor or 0
         floor = max(scheduled, operator, policy.size_min)
@@ -107,29 +119,16 @@ class DemandSizer:
             reason = "schedule"
         else:
             reason = "minimum"
-        size = min(self._hysteresis(now, clone_time, wanted), policy.size_max)
-        self._size = size
-        return Target(size, reason, predicted.value, min(floor, policy.size_max),
-                      policy.size_max, size > wanted)
-
-    def _hysteresis(self, now: float, clone_time: float, wanted: int) -> int:
-        current = self._size
-        if current is None or wanted >= current:
-            self._size = wanted
-            self._shrinking = False
-            return wanted
-        if not self._shrinking:
-            self._shrinking = True
-            self._below_since, self._below_max = now, wanted
-            return current
-        self._below_max = max(self._below_max, wanted)
         hold = max(HOLD_CLONE_TIMES * clone_time, HOLD_MIN_SECONDS)
-        if now - self._below_since < hold:
-            return current
-        size = max(self._below_max, current - max(1, current // 2))
-        self._size = size
-        self._below_since, self._below_max = now, wanted
-        return size
+        size = min(self._running.step(now, hold, wanted), policy.size_max)
+        self._running.size = size
+        standby = 0
+        if total_wanted:
+            total = min(self._total.step(now, hold, max(total_wanted, size)), policy.size_max)
+            self._total.size = total
+            standby = max(0, total - size)
+        return Target(size, reason, predicted.value, min(floor, policy.size_max),
+                      policy.size_max, size > wanted, standby)
 
     def _schedule_floor(self, now: float, horizon: float) -> int:
         windows = self.policy.schedule
@@ -145,3 +144,34 @@ class DemandSizer:
                     later - horizon if later is not None else float("inf"))
         self._floor_cache = (now, until, horizon, value)
         return value
+
+
+class Shrink:
+    """A size that grows at once and shrinks only after the wanted size stayed lower for a
+    hold time, then to the largest size wanted during it, by at most half per hold."""
+
+    def __init__(self) -> None:
+        self.size: int | None = None
+        self._below_since = 0.0
+        self._below_max = 0
+        self._shrinking = False
+
+    def step(self, now: float, hold: float, wanted: int) -> int:
+        """The size to hold at ``now`` when ``wanted`` is wanted (the caller may clamp it
+        and store the clamped value in ``size``)."""
+        current = self.size
+        if current is None or wanted >= current:
+            self.size = wanted
+            self._shrinking = False
+            return wanted
+        if not self._shrinking:
+            self._shrinking = True
+            self._below_since, self._below_max = now, wanted
+            return current
+        self._below_max = max(self._below_max, wanted)
+        if now - self._below_since < hold:
+            return current
+        size = max(self._below_max, current - max(1, current // 2))
+        self.size = size
+        self._below_since, self._below_max = now, wanted
+        return size
