@@ -13,8 +13,10 @@ from typing import Any
 import redis
 
 from tests.harness import Harness, dummy_for, make_config, pool, started, wait_until
-from vmpooler.actors.config.model import StandbyTier
-from vmpooler.actors.storage import schema
+from vmpooler.actors.config.model import DemandSizing, StandbyTier
+from vmpooler.actors.storage import schema, timefmt
+from vmpooler.actors.storage.checkout_store import CheckoutStore
+from vmpooler.actors.storage.demand_store import DemandStore
 from vmpooler.providers.base import Capability
 
 
@@ -146,3 +148,69 @@ def _without_standby(provider: Any) -> Any:
             return frozenset()
     provider.__class__ = NoStandby
     return provider
+
+
+def test_auto_lets_demand_sizing_choose_both_tiers(redis_client: redis.Redis) -> None:
+    demand = DemandSizing(size_min=1, size_max=8, target_warm_hit=0.99)
+    config = make_config([pool("alpha", 8, demand=demand, standby=StandbyTier(count=None),
+                               check_loop_delay_min=5, check_loop_delay_max=5)])
+    with started(redis_client, config) as h:
+        h.advance(30)
+        store = CheckoutStore(h.client)
+        for _ in range(6):  # 40 s apart: one within a resume time, three within a clone time
+            now = h.clock.now()
+            store.checkout([["alpha"]], now=timefmt.format_epoch(now), epoch=now)
+            h.system.notify("alpha", "checkout")
+            h.advance(40)
+        published = DemandStore(h.client).published(["alpha"])["alpha"]
+        standby_target = int(published["standby"])
+        ready_target = int(published["target"])
+        assert standby_target >= 1 and ready_target >= 1
+        assert standby_target + ready_target <= 8
+        settle(h, lambda: full(h, ready_target, standby_target), "both tiers filled")
+        in_one_set_each(h)
+
+
+def test_a_new_owner_carries_on_where_the_last_one_stopped(redis_client: redis.Redis) -> None:
+    """A manager stops with one standby VM being suspended and one being resumed (their
+    states in Redis, their calls lost): the next owner suspends the one, resumes and checks
+    the other, and loses none."""
+    config = make_config([standby_pool(2, 3)])
+    provider = dummy_for(config)
+    with started(redis_client, config, provider=provider) as h:
+        settle(h, lambda: full(h, 2, 3), "2 ready and 3 suspended")
+        before = set().union(*tiers(h).values())
+        suspending, resuming, _ = sorted(tiers(h)["standby"])
+    redis_client.hset(schema.vm(suspending), "standby", "suspending")
+    provider.resume_vm("alpha", suspending)  # it was still running when the manager went
+    redis_client.hset(schema.vm(resuming), "standby", "resuming")
+    with started(redis_client, config, provider=provider) as h:
+        settle(h, lambda: full(h, 2, 3), "both tiers whole again")
+        assert set().union(*tiers(h).values()) == before, "a VM was lost or added"
+        info = provider.get_vm("alpha", suspending)
+        assert info is not None and info.powerstate == "Suspended"
+        in_one_set_each(h)
+
+
+def test_a_drain_empties_the_tier(redis_client: redis.Redis) -> None:
+    config = make_config([standby_pool(1, 2)])
+    with started(redis_client, config) as h:
+        settle(h, lambda: full(h, 1, 2), "1 ready and 2 suspended")
+        first = tiers(h)["standby"]
+        h.client.sadd(schema.poolreset(), "alpha")
+        h.system.notify("alpha", "reset")
+        settle(h, lambda: full(h, 1, 2) and not tiers(h)["standby"] & first,
+               "the tier drained and refilled")
+        for vm in first:
+            assert h.provider.get_vm("alpha", vm) is None
+        assert h.metrics.counts("vm.lost", pool="alpha", reason="drained") >= 2
+
+
+def test_a_standby_vms_hash_is_no_orphan(redis_client: redis.Redis) -> None:
+    from vmpooler.actors.storage.upkeep_store import UpkeepStore
+
+    redis_client.hset(schema.vm("sleepy"), mapping={"pool": "alpha", "standby": "suspended"})
+    redis_client.sadd(schema.standby("alpha"), "sleepy")
+    assert [o.vm for o in UpkeepStore(redis_client).orphans()] == []
+    redis_client.srem(schema.standby("alpha"), "sleepy")
+    assert [o.vm for o in UpkeepStore(redis_client).orphans()] == ["sleepy"]

@@ -84,7 +84,7 @@ def _share(value: Any) -> float:
 
 def _range_text(noun: str, minimum: float | None, maximum: float | None, positive: bool) -> str:
     if positive:
-        return f"{noun} > 0"
+        return f"{noun} > 0" if maximum is None else f"{noun} > 0 and <= {_num(maximum)}"
     if minimum is not None and maximum is not None:
         return f"{noun} between {_num(minimum)} and {_num(maximum)}"
     if minimum is not None:
