@@ -214,3 +214,27 @@ def test_a_standby_vms_hash_is_no_orphan(redis_client: redis.Redis) -> None:
     assert [o.vm for o in UpkeepStore(redis_client).orphans()] == []
     redis_client.srem(schema.standby("alpha"), "sleepy")
     assert [o.vm for o in UpkeepStore(redis_client).orphans()] == ["sleepy"]
+
+
+def test_an_ondemand_request_takes_standby_vms_before_it_clones(
+        redis_client: redis.Redis) -> None:
+    config = make_config([standby_pool(1, 3)])
+    with started(redis_client, config) as h:
+        settle(h, lambda: full(h, 1, 3), "1 ready and 3 suspended")
+        suspended = tiers(h)["standby"]
+        rid = h.system.request_ondemand({"alpha": 2})
+        assert rid
+
+        def delivered() -> bool:
+            record = h.system.ondemand_request(rid)
+            return record is not None and record.status == "ready"
+        settle(h, delivered, "the request to be ready", step=1)
+        record = h.system.ondemand_request(rid)
+        vms = set(record.delivered[("alpha", "alpha")])
+        assert len(vms) == 2 and vms <= suspended, "taken from standby, not cloned"
+        for vm in vms:
+            info = h.provider.get_vm("alpha", vm)
+            assert info is not None and info.powerstate == "PoweredOn"
+            assert redis_client.hget(schema.vm(vm), "standby") is None
+        settle(h, lambda: full(h, 1, 3), "the tier refilled")
+        in_one_set_each(h)

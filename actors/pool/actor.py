@@ -252,6 +252,8 @@ class PoolActor(PooledSupervisedActor):
         if msg.op in STANDBY_OPS and self.standby.owns(msg.vm or ""):
             self.standby.answered(msg)
             return
+        if msg.op is ProviderOp.RESUME and self.standby.request_vm_resumed(msg):
+            return
         handler = self.answers.get(msg.op)
         if handler is not None:
             handler(msg)

@@ -124,16 +124,22 @@ class Clones:
                 broker.tell(WantCloneSlot(self.policy.name))
 
     def for_request(self, msg: CloneForRequest) -> None:
-        """Clone one VM for an on-demand request with an on-demand slot; the on-demand
-        manager that granted it is answered whatever happens (``RequestCloneAnswered``; it
+        """Give an on-demand request a suspended standby VM (resumed for it), else clone one
+        VM for it with an on-demand slot; the on-demand manager that granted it is answered
+        whatever happens (``RequestCloneAnswered``; it
         tells the request's actor of a started clone, in the same manager). While the
         provider's breaker refuses clones, none starts: the answer is None and the request
         keeps its place in the manager's queue."""
         vm: str | None = None
         try:
             left = self.breaker_until - self.io.clock.monotonic()
-            if left <= 0:
-                vm = self.start((msg.request_id, msg.alias), request_fence=msg.fence)
+            request = (msg.request_id, msg.alias)
+            vm = self.standby.for_request(request, msg.fence) if left <= 0 else None
+            if vm is not None:
+                self.ondemand.adopt(vm, request)
+                self.ondemand.slot_freed()  # no clone slot was taken: another may be granted
+            elif left <= 0:
+                vm = self.start(request, request_fence=msg.fence)
             else:  # the slot waits; the request learns until when (it may be past its TTL)
                 self.ondemand.blocked(msg, self.io.clock.now() + left, self.breaker_reason)
         finally:

@@ -18,7 +18,7 @@ from typing import Any
 import redis
 
 from vmpooler.actors.storage import schema, timefmt
-from vmpooler.actors.storage.lease_store import Fence, Fenced
+from vmpooler.actors.storage.lease_store import REQUEST, Fence, Fenced
 from vmpooler.actors.storage.pool_snapshot import read_vm_fields
 from vmpooler.actors.storage.replies import text_set
 from vmpooler.actors.storage.schema import StandbyScripts
@@ -52,7 +52,7 @@ class StandbyStore:
         self.client = client
         self.fence = fence
         sources = {name: getattr(StandbyScripts, name)
-                   for name in ("ENTER", "PARK", "SET_STATE", "WAKE")}
+                   for name in ("ENTER", "PARK", "SET_STATE", "WAKE", "TAKE_FOR_REQUEST")}
         if fence is not None:
             sources = {name: fenced(source) for name, source in sources.items()}
         self._scripts = {name: client.register_script(source)
@@ -110,6 +110,20 @@ class StandbyStore:
         """standby → ready. False if the VM was no longer in the tier."""
         return bool(self._run("WAKE", [schema.standby(pool), schema.ready(pool), schema.vm(vm)],
                               [vm, timefmt.format_epoch(now)]))
+
+
+    def take_for_request(self, pool: str, vm: str, *, now: float, request: tuple[str, str],
+                         request_fence: str = "") -> int:
+        """A suspended standby VM → pending for ``request`` (``(request_id, alias)``): 1.
+        0 if it was not suspended in the tier; -2 (nothing written) when ``request_fence``
+        is given and the request's lease no longer holds it."""
+        request_id, alias = request
+        keys = [schema.standby(pool), schema.pending(pool), schema.vm(vm)]
+        args: list[Any] = [vm, timefmt.format_epoch(now), request_id, alias]
+        if request_fence:
+            keys.append(schema.lease(REQUEST, request_id))
+            args.append(request_fence)
+        return int(self._run("TAKE_FOR_REQUEST", keys, args))
 
 
 def _epoch(text: str | None) -> float | None:

@@ -63,3 +63,21 @@ redis.call('HDEL', KEYS[3], 'standby', 'standby_since', 'suspended', 'resumed')
 redis.call('HSET', KEYS[3], 'ready', ARGV[2])
 return 1
 """
+
+    # KEYS[1] standby, KEYS[2] pending, KEYS[3] vm hash, KEYS[4] (optional) the request's
+    # lease
+    # ARGV[1] vm, ARGV[2] now (vmpooler time string), ARGV[3] request id, ARGV[4] alias,
+    # ARGV[5] (with KEYS[4]) the request's lease value the grant was made under
+    # standby -> pending for an on-demand request, as a clone of the request's would enter
+    # it: ``clone`` is now (its pending timeout counts from here), the request recorded, the
+    # tier's fields gone. Only a suspended VM is taken. Returns 1 taken, 0 not suspended in
+    # the tier, -2 the request moved to another lease holder (nothing written).
+    TAKE_FOR_REQUEST = """
+if KEYS[4] and redis.call('GET', KEYS[4]) ~= ARGV[5] then return -2 end
+if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 0 then return 0 end
+if redis.call('HGET', KEYS[3], 'standby') ~= 'suspended' then return 0 end
+redis.call('SMOVE', KEYS[1], KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[3], 'standby', 'standby_since', 'suspended', 'resumed')
+redis.call('HSET', KEYS[3], 'clone', ARGV[2], 'request_id', ARGV[3], 'pool_alias', ARGV[4])
+return 1
+"""
