@@ -326,7 +326,8 @@ def test_get_vm_fields_in_order(redis_client: redis.Redis) -> None:
 
 @pytest.mark.parametrize("fields,state", [
     ({}, "pending"), ({"check": "t"}, "ready"), ({"destroy": "2024-01-01 00:00:00 +0000"},
-                                                 "destroyed")])
+                                                 "destroyed"),
+    ({"standby": "suspended", "check": "t"}, "standby")])
 def test_get_vm_states(redis_client: redis.Redis, fields: dict[str, str], state: str) -> None:
     a = three_pools(redis_client, vm_lifetime=24)
     a.add_vm("pool1", "vm1", **fields)

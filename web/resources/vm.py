@@ -111,6 +111,8 @@ def describe(ctx: ApiContext, short: str, rdata: dict[str, str]) -> dict[str, An
             info["start_time"] = timefmt.rfc3339(checkout_at)
             info["end_time"] = timefmt.rfc3339(_end_time(checkout_at, hours))
         info["state"] = "running"
+    elif rdata.get("standby"):  # ours: in the pool's standby tier (docs/sizing.md)
+        info["state"] = "standby"
     else:
         info["state"] = "ready" if "check" in rdata else "pending"
     for key, value in rdata.items():
