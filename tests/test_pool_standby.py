@@ -238,3 +238,34 @@ def test_an_ondemand_request_takes_standby_vms_before_it_clones(
             assert redis_client.hget(schema.vm(vm), "standby") is None
         settle(h, lambda: full(h, 1, 3), "the tier refilled")
         in_one_set_each(h)
+
+
+def test_a_resumed_vm_never_ready_is_checked_once_a_cycle_then_destroyed(
+        redis_client: redis.Redis) -> None:
+    config = make_config([standby_pool(1, 1)], timeout=2)
+    provider = dummy_for(config)
+    base = type(provider)
+    probes: list[str] = []
+
+    class NeverReadyAfterResume(base):  # type: ignore[misc, valid-type]
+        broken = False
+
+        def vm_ready(self, pool_name: str, vm_name: str, *args: Any, **kwargs: Any) -> bool:
+            if self.broken:
+                probes.append(vm_name)
+                return False
+            return bool(super().vm_ready(pool_name, vm_name, *args, **kwargs))
+
+    provider.__class__ = NeverReadyAfterResume
+    with started(redis_client, config, provider=provider) as h:
+        settle(h, lambda: full(h, 1, 1), "1 ready and 1 suspended")
+        (sleeper,) = tiers(h)["standby"]
+        provider.broken = True  # type: ignore[attr-defined]
+        h.checkout("alpha", next(iter(tiers(h)["ready"])))
+        h.system.notify("alpha", "checkout")
+        h.advance(60, step=5)  # 12 steps of 5 s, the cycle every 5 s
+        assert states(h).get(sleeper) == "checking"
+        assert 1 <= probes.count(sleeper) <= 14, "checked about once a cycle, not in a loop"
+        h.advance(120, step=10)  # past the 2-minute timeout
+        assert sleeper not in tiers(h)["standby"]
+        assert h.metrics.counts("vm.lost", pool="alpha", reason="resume_failed") == 1

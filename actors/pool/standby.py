@@ -261,12 +261,17 @@ class Standby:
                         dead_letter=False)
 
     def _check(self, vm: str, member: StandbyVm, now: float) -> bool:
-        limit = self.policy.timeout_min * 60
-        if member.resumed is not None and now - member.resumed > limit:
-            self._failed(vm, "resume", "Timeout",
-                         f"not ready {self.policy.timeout_min} minutes after its resume")
+        if self._timed_out(vm, member, now):
             return False
         return self.calls.send(CheckPending(), vm)
+
+    def _timed_out(self, vm: str, member: StandbyVm, now: float) -> bool:
+        """Destroy a resumed VM not ready within the pool's ``timeout`` (True)."""
+        if member.resumed is None or now - member.resumed <= self.policy.timeout_min * 60:
+            return False
+        self._failed(vm, "resume", "Timeout",
+                     f"not ready {self.policy.timeout_min} minutes after its resume")
+        return True
 
     def drain(self) -> int:
         """The pool drained (reset, template change): every standby VM goes to completed.
@@ -344,8 +349,7 @@ class Standby:
             return
         if msg.failure is not None and not msg.failure.circuit_open:
             self.io.store.set_vm_fields(vm, {"open_socket_error": msg.failure.message})
-        if member.resumed is not None:
-            self._check(vm, member, self.io.clock.now())  # again, until the timeout
+        self._timed_out(vm, member, self.io.clock.now())  # else the next cycle checks again
 
     # -- leaving the tier ----------------------------------------------------------------------
     def _failed(self, vm: str, step: str, error_class: str, message: str) -> None:
