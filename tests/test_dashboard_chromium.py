@@ -42,6 +42,8 @@ from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, free_port
 pytestmark = pytest.mark.integration
 
 POOLS = {"alpha": 2, "beta": 1, "gamma-x": 1}
+STANDBY = {"gamma-x": 2}
+"""Pools with a standby tier (``standby: n``, suspended VMs), shown under their ready count."""
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--disable-extensions", "--disable-default-apps", "--mute-audio"]
@@ -184,6 +186,20 @@ def page_pools(cdp: Cdp) -> dict[str, tuple[str, str, str]]:
     return {name: (nums, pending, running) for name, nums, pending, running in rows}
 
 
+def page_standby(cdp: Cdp) -> dict[str, str]:
+    """``{pool: its standby note}`` of the rows that show one."""
+    rows = cdp.js("""[...document.querySelectorAll('#pool-rows tr')]
+        .filter(r => r.querySelector('.standby'))
+        .map(r => [r.querySelector('.pool-name').textContent,
+                   r.querySelector('.standby').textContent])""")
+    return dict(rows)
+
+
+def suspended(client: redis.Redis, pool: str) -> int:
+    return sum(client.hget(schema.vm(vm), "standby") == "suspended"
+               for vm in client.smembers(schema.standby(pool)))
+
+
 def redis_pools(client: redis.Redis) -> dict[str, tuple[str, str, str]]:
     return {pool: (f"{client.scard(schema.ready(pool))} / {size}",
                    str(client.scard(schema.pending(pool))),
@@ -217,6 +233,9 @@ def test_dashboard_in_headless_chromium(
     document = yaml.safe_load(config.read_text())
     document[":auth"] = {"provider": "dummy"}
     document[":config"]["ondemand_clone_limit"] = 0
+    for entry in document[":pools"]:
+        if entry["name"] in STANDBY:
+            entry["standby"] = STANDBY[entry["name"]]
     config.write_text(yaml.safe_dump(document))
     redis_client.hset(schema.token(TOKEN), mapping={"user": "alice", "created": "now"})
     monkeypatch.setenv("VMPOOLER_DEBUG", "1")  # dummy auth
@@ -236,6 +255,11 @@ def test_dashboard_in_headless_chromium(
     wait_until(lambda: (shown := page_pools(browser)) and shown == redis_pools(redis_client),
                20, "the page to show every pool as Redis holds it")
     assert set(page_pools(browser)) == set(POOLS)
+    wait_until(lambda: all(suspended(redis_client, pool) == n for pool, n in STANDBY.items()),
+               30, "the standby tier suspended")
+    wait_until(lambda: page_standby(browser) == {
+        pool: f"+{n} / {n} suspended" for pool, n in STANDBY.items()}, 10,
+        "the standby tier on the page, and only for the pools that keep one")
 
     running_before = redis_client.scard(schema.running("alpha"))
     status, body = call("POST", f"{base}/api/v3/vm/alpha")

@@ -19,6 +19,7 @@ from redis._parsers import _HiredisParser, _RESP2Parser, _RESP3Parser
 from redis.utils import HIREDIS_AVAILABLE
 
 from tests.api_harness import api, api_config, api_pool
+from vmpooler.actors.config.model import StandbyTier
 from vmpooler.actors.storage import schema, timefmt
 from vmpooler.actors.storage.durations import DurationTotals, duration_totals
 from vmpooler.actors.storage.queues import Queue
@@ -39,11 +40,14 @@ class PipelineStatusStore(StatusStore):
                providers: Sequence[str] = (), brakes: Sequence[str] = (),
                config_errors: bool = False,
                failovers: Sequence[str] = (),
-               sizings: Sequence[str] = ()) -> StatusReading:
+               sizings: Sequence[str] = (),
+               standby: Sequence[str] = ()) -> StatusReading:
         pipe = self._client.pipeline(transaction=False)
         for queue in queues:
             for pool in pools:
                 pipe.scard(schema.queue(queue, pool))
+        for pool in standby:
+            pipe.scard(schema.standby(pool))
         if pools:
             pipe.hmget(schema.config_poolsize(), list(pools))
             if last_boot:
@@ -70,6 +74,7 @@ class PipelineStatusStore(StatusStore):
             pipe.hgetall(schema.sizing(pool))
         got = iter(pipe.execute() if len(pipe) else [])
         counts = {queue: {pool: int(next(got)) for pool in pools} for queue in queues}
+        tiers = {pool: int(next(got)) for pool in standby}
         overrides: dict[str, str] = {}
         boots: list[str | None] = [None] * len(pools)
         errors: dict[str, str] = {}
@@ -103,7 +108,8 @@ class PipelineStatusStore(StatusStore):
             brakes=MappingProxyType({k: v for k, v in braked.items() if v}),
             config_errors=MappingProxyType(errors),
             failovers=MappingProxyType({k: v for k, v in failing.items() if v}),
-            sizings=MappingProxyType({k: v for k, v in sized.items() if v}), **totals)
+            sizings=MappingProxyType({k: v for k, v in sized.items() if v}),
+            standby=MappingProxyType(tiers), **totals)
 
     def total_running(self, pools: Sequence[str]) -> int:
         pipe = self._client.pipeline(transaction=False)
@@ -163,6 +169,7 @@ def seed(r: redis.Redis, names: Sequence[str]) -> None:
     r.zadd(schema.odcreate_task(), {"a:pool-a:2:req-c": 3, "garbage": 1})
     r.hset(schema.clone_stats(TODAY), mapping={"pool-a:vm1": "2.5", "colon:pool:vm2": "3"})
     r.hset(schema.boot_stats(TODAY), mapping={"pool b:vm3": "60"})
+    r.sadd(schema.standby(names[1]), "standby-1", "standby-2")
 
 
 @pytest.mark.parametrize("last_boot", [False, True])
@@ -176,7 +183,8 @@ def test_script_reading_equals_the_pipeline_reading(
         for daily in ((), ("clone", "boot", "tag")):
             options: dict[str, Any] = dict(queues=queues, last_boot=last_boot,
                                            queue_totals=queue_totals, daily=daily,
-                                           durations=daily[:2], date=TODAY)
+                                           durations=daily[:2], date=TODAY,
+                                           standby=pools[:3])
             got = StatusStore(client).status(pools, **options)
             expected = PipelineStatusStore(client).status(pools, **options)
             assert plain(got) == plain(expected), (pools, daily)
@@ -194,7 +202,7 @@ def test_script_reading_by_hand(redis_client: redis.Redis) -> None:
         NAMES[:4], queues=ALL_QUEUES, last_boot=True, queue_totals=True,
         daily=("clone", "tag"), date=TODAY, providers=("dummy", "vsphere"),
         brakes=("pool-a", "pool b"), config_errors=True, failovers=("pool-a", "ünïcode"),
-        sizings=("pool b", "colon:pool"))
+        sizings=("pool b", "colon:pool"), standby=("pool b", "colon:pool"))
     assert plain(reading) == {
         # (n + 2q) % 5 members for pool n, queue q (ready 0, running 1, pending 2, completed 3)
         "counts": {"ready": {"pool-a": 0, "pool b": 1, "ünïcode": 2, "colon:pool": 3},
@@ -214,6 +222,7 @@ def test_script_reading_by_hand(redis_client: redis.Redis) -> None:
         "config_errors": {"ünïcode": '{"error_class": "E"}'},
         "failovers": {"pool-a": {"state": "down", "size": "3"}},
         "sizings": {"colon:pool": {"target": "4", "reason": "floor"}},
+        "standby": {"pool b": 2, "colon:pool": 0},
     }
     assert StatusStore(redis_client).total_running(NAMES) == 2 + 3 + 4 + 0 + 0 + 2
     assert StatusStore(redis_client).ready_counts(NAMES[:2]) == (
@@ -299,6 +308,9 @@ def test_status_bodies_equal_through_the_script_and_the_pipeline(
         client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
     pools = [api_pool(name, size) for name, size in zip(NAMES, (5, 0, 2, 3, 1, 4), strict=True)]
     pools[0] = dataclasses.replace(pools[0], alias=("alpha", "first"))
+    pools[1] = dataclasses.replace(pools[1], standby=StandbyTier(count=2))  # 2 on standby
+    pools[3] = dataclasses.replace(pools[3], alias=("alpha",),
+                                   standby=StandbyTier(count=None, state="powered_off"))
     config = api_config(pools)
     by_script = api(client, config)
     monkeypatch.setattr(status_resource, "StatusStore", PipelineStatusStore)

@@ -196,6 +196,18 @@ def _specs() -> list[MetricSpec]:
                    doc="times the pool started covering the share of a sibling"),
         MetricSpec("failover.giveback", "increment", ("sibling", "pool"), reference=False,
                    doc="times the pool gave a sibling's share back"),
+        MetricSpec("standby", "gauge", p, "vms", reference=False,
+                   doc="VMs in the pool's standby tier (suspended or powered off, or on "
+                       "their way in or out), every cycle (pools with a standby tier only)"),
+        MetricSpec("standby.suspend", "increment", ("result", "pool"), reference=False,
+                   doc="VMs put on standby: result success (suspended or powered off) or "
+                       "failure (the VM is destroyed)"),
+        MetricSpec("standby.resume", "increment", ("result", "pool"), reference=False,
+                   doc="standby VMs woken: result success (ready again) or failure (the VM "
+                       "is destroyed)"),
+        MetricSpec("standby.resume_duration", "timing", p, "s", reference=False,
+                   plain_unit="s",
+                   doc="seconds from a standby VM's resume sent to it being ready"),
     ]
     return specs
 

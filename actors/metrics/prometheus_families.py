@@ -44,6 +44,9 @@ HTTP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 """client_ruby's default buckets, which vmpooler's HTTP and our checkout histograms use."""
 ONDEMAND_BUCKETS = (10.0, 20.0, 30.0, 60.0, 120.0, 180.0, 300.0, 600.0, 900.0, 1200.0, 1800.0)
 QUEUE_WAIT_BUCKETS = (0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+RESUME_BUCKETS = (1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 120.0, 300.0)
+"""Seconds from a standby VM's resume to ready: seconds to a minute or two, where
+:data:`READY_BUCKETS` (a clone's boot) would put them all in the first bucket."""
 
 GaugeMode = Literal["livemostrecent", "livesum"]
 """The multiprocess modes a family's gauge uses (see :class:`Family`)."""
@@ -199,6 +202,15 @@ KEYED: Mapping[str, Family] = {
     "failover.giveback": Family(
         "counter", "Times the pool gave an alias sibling's share back",
         ("poolname", "sibling"), keys={**_POOL_KEY, "sibling": "sibling"}),
+    "standby": Family("gauge", "VMs in the pool's standby tier (suspended or powered off)",
+                      ("poolname",), keys=_POOL_KEY),
+    "standby.suspend": Family("counter", "VMs put on standby, by result success|failure",
+                              ("poolname", "result"), keys={**_POOL_KEY, "result": "result"}),
+    "standby.resume": Family("counter", "Standby VMs woken, by result success|failure",
+                             ("poolname", "result"), keys={**_POOL_KEY, "result": "result"}),
+    "standby.resume_duration": Family(
+        "histogram", "Time from a standby VM's resume to ready (seconds)", ("poolname",),
+        buckets=RESUME_BUCKETS, keys=_POOL_KEY),
 }
 """Service-level families of ours, named by the whole call name, labelled by tag key."""
 

@@ -79,7 +79,9 @@ class StatusReading:
     configuration-error state (``vmpooler__configerror``, JSON), absent otherwise;
     ``failovers[pool]`` the hash a failover pool's actor publishes
     (``vmpooler__failover__<pool>``), absent when none is fresh; ``sizings[pool]`` the hash a
-    demand-sized pool's owner publishes (``vmpooler__sizing__<pool>``), absent when none is.
+    demand-sized pool's owner publishes (``vmpooler__sizing__<pool>``), absent when none is;
+    ``standby[pool]`` the size of the pool's standby set (``vmpooler__standby__<pool>``), for
+    the pools asked for.
     """
 
     counts: Mapping[Queue, Mapping[str, int]] = field(default_factory=_empty)
@@ -97,6 +99,7 @@ class StatusReading:
     config_errors: Mapping[str, str] = field(default_factory=_empty)
     failovers: Mapping[str, Mapping[str, str]] = field(default_factory=_empty)
     sizings: Mapping[str, Mapping[str, str]] = field(default_factory=_empty)
+    standby: Mapping[str, int] = field(default_factory=_empty)
 
 
 class _Flight(Generic[T]):
@@ -328,6 +331,7 @@ class StatusStore:
         config_errors: bool = False,
         failovers: Sequence[str] = (),
         sizings: Sequence[str] = (),
+        standby: Sequence[str] = (),
     ) -> StatusReading:
         """Read what ``/status`` needs in one round trip (one EVALSHA).
 
@@ -339,14 +343,15 @@ class StatusStore:
         names the providers whose published state to read, ``brakes`` the pools whose brake
         state to read; ``config_errors`` adds every pool's configuration error,
         ``failovers`` the pools whose failover state to read, ``sizings`` the demand-sized
-        pools whose target to read.
+        pools whose target to read, ``standby`` the pools whose standby set to count (SCARD,
+        in the same script call).
 
         Concurrent calls with equal arguments may share one reading (see
         :class:`SharedReads`): it is read-only, and was read after each of them was made.
         """
         request = (tuple(pools), tuple(queues), bool(last_boot), bool(queue_totals),
                    tuple(daily), tuple(durations), date, tuple(providers), tuple(brakes),
-                   bool(config_errors), tuple(failovers), tuple(sizings))
+                   bool(config_errors), tuple(failovers), tuple(sizings), tuple(standby))
         return self._shared.read(request, lambda: self._status(*request))
 
     def _status(self, pools: tuple[str, ...], queues: tuple[Queue, ...], last_boot: bool,
@@ -355,9 +360,10 @@ class StatusStore:
                 brakes: tuple[str, ...] = (),
                 config_errors: bool = False,
                 failovers: tuple[str, ...] = (),
-                sizings: tuple[str, ...] = ()) -> StatusReading:
+                sizings: tuple[str, ...] = (),
+                standby: tuple[str, ...] = ()) -> StatusReading:
         request = (pools, queues, last_boot, queue_totals, daily, durations, date, providers,
-                   brakes, config_errors, failovers, sizings)
+                   brakes, config_errors, failovers, sizings, standby)
         layout = self._layouts.get(request)
         if layout is None:
             lookups = []
@@ -368,7 +374,8 @@ class StatusStore:
                 if config_errors:
                     lookups.append(schema.config_errors())
             layout = self._layout(
-                sets=[schema.queue(queue, pool) for queue in queues for pool in pools],
+                sets=[*(schema.queue(queue, pool) for queue in queues for pool in pools),
+                      *(schema.standby(pool) for pool in standby)],
                 lookups=lookups, fields=list(pools), totals=queue_totals,
                 wholes=[*(DAILY_KINDS[kind](date) for kind in daily),
                         *(schema.provider_health(name) for name in providers),
@@ -381,8 +388,8 @@ class StatusStore:
             if len(self._layouts) >= self._LAYOUTS_KEPT:
                 self._layouts.clear()
             self._layouts[request] = layout
-        raw = self._run(layout, len(queues) * len(pools))
         n = len(pools)
+        raw = self._run(layout, len(queues) * n + len(standby))
         counts = {
             queue: MappingProxyType(dict(zip(pools, raw.counts[i * n:(i + 1) * n],
                                              strict=True)))
@@ -422,6 +429,8 @@ class StatusStore:
             sizings=MappingProxyType({
                 pool: whole for pool, whole in zip(sizings, sizing_wholes, strict=True)
                 if whole}),
+            standby=MappingProxyType(dict(zip(standby, raw.counts[len(queues) * n:],
+                                              strict=True))),
         )
 
     def ready_counts(self, pools: Sequence[str]) -> tuple[dict[str, int], Mapping[str, str]]:

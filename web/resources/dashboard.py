@@ -28,7 +28,9 @@ pools, and one more (a pipeline) with ``history``.
 
 The page polls ``/api/v3/status?view=pools,queue,capacity,providers`` every second, the
 activity every fifth poll and the history every fifteenth (every poll until two points
-exist): 76 requests a minute, under the default ``global_per_ip`` limit of 100. It is
+exist): 76 requests a minute, under the default ``global_per_ip`` limit of 100. Its pool
+table shows, under a pool's ready count, the pool's standby tier when it has one (the
+``standby`` entry of ``/status``: ``+2 / 3 suspended``). It is
 counted by the rate limiter and logged by the request logger like any other route, as
 vmpooler's dashboard was.
 

@@ -37,7 +37,9 @@ provider's circuit breaker and sessions); without a ``view`` naming it the body 
 vmpooler's sections. In ``pools``, a pool with ``max_unhealthy`` has a ``brake`` entry, one
 in the configuration-error state (a clone failed permanently) a ``config_error`` entry, and
 one with ``failover: true`` a ``failover`` entry
-(:func:`vmpooler.web.alias_failover.failover_section`) (ours all). When ``:quotas:`` sets a
+(:func:`vmpooler.web.alias_failover.failover_section`), one with a standby tier a ``standby``
+entry (``count`` of its standby set, configured ``target``, ``state``; also in ``/poolstat``)
+(ours all: a pool without them shows exactly vmpooler's entry). When ``:quotas:`` sets a
 limit, the ``users_summary`` and ``users`` sections (ours;
 :mod:`vmpooler.web.resources.status_users`) come with the default sections or a ``view``
 naming ``users``: a snapshot at most 5 s old, shared by every API process, so they cost no
@@ -69,6 +71,7 @@ from vmpooler.web.resources.status_sections import (
     provider_section,
     queue_section,
     sizing_section,
+    standby_section,
 )
 from vmpooler.web.resources.status_users import UsersView, wants_users
 from vmpooler.web.resources.summary import Summary, SummaryRoute
@@ -117,7 +120,7 @@ class Status:
             queue_totals=plan.queue_totals, durations=plan.durations,
             date=timefmt.date_bucket(self._ctx.clock.now()), providers=plan.providers,
             brakes=plan.brakes, config_errors=plan.config_errors, failovers=plan.failovers,
-            sizings=plan.sizings)
+            sizings=plan.sizings, standby=plan.standby)
         # Requests that shared one reading get the same sections: build them once.
         built = self._built
         if built is None or built[0] is not reading or built[1] is not plan:
@@ -162,7 +165,8 @@ def _sections(plan: StatusPlan, reading: StatusReading) -> tuple[dict[str, Any],
 def _pools(plan: StatusPlan, sizes: list[int], reading: StatusReading) -> dict[str, Any]:
     """The ``pools`` section; a pool with a mass-failure brake gets its ``brake`` entry, one
     in the configuration-error state its ``config_error`` entry, one with ``failover: true``
-    its ``failover`` entry, one sized by demand its ``sizing`` entry (all ours)."""
+    its ``failover`` entry, one sized by demand its ``sizing`` entry, one with a standby tier
+    its ``standby`` entry (all ours)."""
     body: dict[str, Any] = {}
     ready, running = reading.counts[Queue.READY], reading.counts[Queue.RUNNING]
     pending, last_boot = reading.counts[Queue.PENDING], reading.last_boot
@@ -188,12 +192,15 @@ def _pools(plan: StatusPlan, sizes: list[int], reading: StatusReading) -> dict[s
             entry["failover"] = failover_section(name, size, reading.failovers.get(name))
         if pool.demand is not None:
             entry["sizing"] = sizing_section(pool, reading.sizings.get(name))
+        if pool.standby is not None:
+            entry["standby"] = standby_section(pool, reading.standby.get(name, 0))
         body[name] = entry
     return body
 
 
 class PoolStat:
-    """``GET /poolstat?pool=a,b``: ``max``, ``alias`` and ``ready`` of pools named or aliased."""
+    """``GET /poolstat?pool=a,b``: ``max``, ``alias`` and ``ready`` of pools named or aliased
+    (vmpooler's), and ``standby`` for a pool with a standby tier (ours)."""
 
     def __init__(self, ctx: ApiContext, store: StatusStore) -> None:
         self._ctx = ctx
@@ -205,8 +212,9 @@ class PoolStat:
         chosen = [pool for pool in config.pools
                   if pool.name in asked or asked.intersection(pool.alias)]
         demand = [pool.name for pool in chosen if pool.demand is not None]
+        tiered = [pool.name for pool in chosen if pool.standby is not None]
         reading = self._store.status([pool.name for pool in chosen], queues=(Queue.READY,),
-                                     sizings=demand)
+                                     sizings=demand, standby=tiered)
         ready, overrides = reading.counts[Queue.READY], reading.size_overrides
         body: dict[str, Any] = {}
         for pool in chosen:
@@ -216,6 +224,8 @@ class PoolStat:
             if aka is not None:
                 entry["alias"] = aka
             entry["ready"] = ready[pool.name]
+            if pool.standby is not None:
+                entry["standby"] = standby_section(pool, reading.standby.get(pool.name, 0))
             body[pool.name] = entry
         json_body(resp, 200, {"pools": body})
 

@@ -1,6 +1,7 @@
 """What a ``GET /status`` of a given set of sections reads and shows, worked out once per
 configuration: the pools and their names, the queues to count, which pools have a brake, a
-failover or a demand sizing, the providers in use, each pool's alias and size cap.
+failover, a demand sizing or a standby tier, the providers in use, each pool's alias and size
+cap.
 
 A :class:`~vmpooler.actors.config.Config` is immutable and a reload replaces it, so a plan
 made for one stays true as long as that configuration is the one in force; the per-request
@@ -17,7 +18,7 @@ from typing import Any
 from vmpooler.actors.config import Config, PoolConfig
 from vmpooler.actors.storage.queues import Queue
 from vmpooler.web.alias_failover import failover_pools
-from vmpooler.web.resources.status_sections import alias_of, demand_pools
+from vmpooler.web.resources.status_sections import alias_of, demand_pools, standby_pools
 
 __all__ = ["StatusPlan", "StatusPlans", "plan_for"]
 
@@ -29,7 +30,7 @@ class StatusPlan:
     ``pools``, ``names``, ``aliases`` (:func:`alias_of`) and ``caps`` (each pool's
     ``max_pool_size``) are in configuration order; ``queues``, ``last_boot``,
     ``queue_totals``, ``durations``, ``providers``, ``brakes``, ``config_errors``,
-    ``failovers`` and ``sizings`` are the arguments of :meth:`StatusStore.status
+    ``failovers``, ``sizings`` and ``standby`` are the arguments of :meth:`StatusStore.status
     <vmpooler.actors.storage.status_store.StatusStore.status>`; ``braked`` and
     ``failing_over`` the pools with a brake or ``failover: true`` (whatever is wanted).
     """
@@ -49,6 +50,7 @@ class StatusPlan:
     config_errors: bool
     failovers: tuple[str, ...]
     sizings: tuple[str, ...]
+    standby: tuple[str, ...]
     braked: frozenset[str]
     failing_over: frozenset[str]
 
@@ -80,6 +82,7 @@ def plan_for(config: Config, wanted: frozenset[str]) -> StatusPlan:
         brakes=braked if per_pool else (), config_errors=per_pool,
         failovers=failing_over if per_pool else (),
         sizings=tuple(demand_pools(config)) if per_pool else (),
+        standby=tuple(standby_pools(config)) if per_pool else (),
         braked=frozenset(braked), failing_over=frozenset(failing_over))
 
 

@@ -1,6 +1,7 @@
 """The sections and entries of ``GET /status`` built from a reading, as pure functions
 (:mod:`vmpooler.web.resources.status`): vmpooler 3.9.1's shapes and ours (``brake``,
-``config_error``, ``failover``, ``sizing`` entries of a pool, the ``providers`` section).
+``config_error``, ``failover``, ``sizing``, ``standby`` entries of a pool, the ``providers``
+section).
 
 What callers may rely on: nothing here reads Redis or the clock; a published value that is
 missing or unreadable gives the entry's documented default, never an exception.
@@ -19,7 +20,8 @@ from vmpooler.actors.storage.status_store import StatusReading
 from vmpooler.web import stats
 
 __all__ = ["alias_of", "brake_section", "config_error_section", "configured_size",
-           "demand_pools", "pool_size", "provider_section", "queue_section", "sizing_section"]
+           "demand_pools", "pool_size", "provider_section", "queue_section", "sizing_section",
+           "standby_pools", "standby_section"]
 
 
 def pool_size(pool: PoolConfig, cap: int, override: str | None,
@@ -52,6 +54,21 @@ def alias_of(pool: PoolConfig) -> Any:
 def demand_pools(config: Config) -> list[str]:
     """The pools sized by demand (``sizing: demand``)."""
     return [pool.name for pool in config.pools if pool.demand is not None]
+
+
+def standby_pools(config: Config) -> list[str]:
+    """The pools with a standby tier (``standby`` not 0), in configuration order."""
+    return [pool.name for pool in config.pools if pool.standby is not None]
+
+
+def standby_section(pool: PoolConfig, count: int) -> dict[str, Any]:
+    """A pool's ``standby`` entry (ours; only for a pool with a standby tier): ``count``,
+    the VMs in its standby set now (suspended, or on their way in or out); ``target``, the
+    configured count (None for ``standby: auto``); ``state``, ``suspended`` or
+    ``powered_off``, as configured."""
+    tier = pool.standby
+    assert tier is not None
+    return {"count": count, "target": tier.count, "state": tier.state}
 
 
 def sizing_section(pool: PoolConfig, published: Mapping[str, str] | None) -> dict[str, Any]:

@@ -119,6 +119,18 @@
     return null;
   }
 
+  // A pool's standby tier (pools with one): "+2 / 3 suspended" (no "/ target" for auto).
+  function standbyNote(sb) {
+    if (!sb || typeof sb.count !== "number") { return null; }
+    var how = sb.state === "powered_off" ? "powered off" : "suspended";
+    var auto = typeof sb.target !== "number";
+    return {
+      text: "+" + fmt(sb.count) + (auto ? "" : " / " + fmt(sb.target)) + " " + how,
+      title: "standby tier: " + fmt(sb.count) + " VMs " + how + " (target " +
+             (auto ? "chosen by the demand sizer" : fmt(sb.target)) + "), resumed when ready runs short"
+    };
+  }
+
   function poolRow(name, p, now) {
     var st = poolState(p);
     var tr = el("tr", st.key === "empty" || st.key === "config" ? "row-bad" : "");
@@ -137,6 +149,12 @@
     wrap.appendChild(bar(p.max > 0 ? p.ready / p.max : 0, st.tone));
     wrap.appendChild(el("span", "nums", fmt(p.ready) + " / " + fmt(p.max)));
     readyCell.appendChild(wrap);
+    var sb = standbyNote(p.standby);
+    if (sb) {
+      var standby = el("span", "standby", sb.text);
+      standby.title = sb.title;
+      readyCell.appendChild(standby);
+    }
     tr.appendChild(readyCell);
 
     tr.appendChild(el("td", "num", fmt(p.pending)));
