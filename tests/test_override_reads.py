@@ -1,12 +1,12 @@
 """When a pool actor reads its override keys and flags (real Redis, fake clock).
 
-A pool reads its six queues (and its standby set) every cycle, but the override keys (size, template, clone
-target, reset, undo) and the flags it writes itself (prepared template, empty) only on its
-first cycle, on the cycle after it is told of a change (our API's ``pool_changed``), and
-then periodically as a safety net for writers that tell nobody (vmpooler's Ruby API,
-``redis-cli``): every ``5 × check_loop_delay_max``. Commands are counted with
-Redis's own ``INFO commandstats``; ``SUNION`` (of the reset and undo sets) is issued by
-nothing but that read, so it marks each one.
+A pool reads its six queues (and its standby set) every cycle, but the override keys (size,
+template, clone target, reset, undo) and the flags it writes itself (prepared template,
+empty) only on its first cycle, on the cycle after it is told of a change (our API's
+``pool_changed``), and then periodically as a safety net for writers that tell nobody
+(vmpooler's Ruby API, ``redis-cli``): every ``5 × check_loop_delay_max``. Commands are
+counted with Redis's own ``INFO commandstats``; ``SUNION`` (of the reset and undo sets) is
+issued by nothing but that read, so it marks each one.
 """
 
 from __future__ import annotations
