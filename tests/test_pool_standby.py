@@ -269,3 +269,26 @@ def test_a_resumed_vm_never_ready_is_checked_once_a_cycle_then_destroyed(
         h.advance(120, step=10)  # past the 2-minute timeout
         assert sleeper not in tiers(h)["standby"]
         assert h.metrics.counts("vm.lost", pool="alpha", reason="resume_failed") == 1
+
+
+def test_a_permanent_suspend_failure_pauses_the_tier_instead_of_churning_clones(
+        redis_client: redis.Redis) -> None:
+    from vmpooler.providers.errors import PermanentProviderError
+
+    config = make_config([standby_pool(1, 2)])
+    provider = dummy_for(config)
+
+    class NoSuspendPrivilege(type(provider)):  # type: ignore[misc]
+        def suspend_vm(self, pool_name: str, vm_name: str, **kwargs: Any) -> bool:
+            raise PermanentProviderError("permission denied: lacks VirtualMachine.Interact."
+                                         "Suspend")
+
+    provider.__class__ = NoSuspendPrivilege
+    with started(redis_client, config, provider=provider) as h:
+        h.advance(1800, step=10)  # half an hour of cycles
+        failures = h.metrics.counts("vm.lost", pool="alpha", reason="suspend_failed")
+        assert 1 <= failures <= 2, f"{failures} clones suspended and destroyed"
+        assert len(tiers(h)["ready"]) == 1 and not tiers(h)["standby"]
+        h.advance(3600, step=60)  # the pause is over: it tries again, once
+        assert failures < h.metrics.counts("vm.lost", pool="alpha",
+                                           reason="suspend_failed") <= failures + 2

@@ -42,6 +42,10 @@ __all__ = ["Standby"]
 
 log = logging.getLogger(__name__)
 
+PAUSE_AFTER_PERMANENT = 3600
+"""Seconds no VM enters the tier after a permanent suspend failure (a missing privilege):
+ready VMs are cloned as without a tier, the tier's VMs are still resumed."""
+
 WAKING = frozenset({"resuming", "checking"})
 """States of VMs on their way to ``ready``."""
 
@@ -71,6 +75,7 @@ class Standby:
         # told how long each resume took until ready (the demand sizer learns resume times)
         self.on_resumed: Callable[[float], None] = lambda _seconds: None
         self.published: tuple[int, int] | None = None  # (count, target) last logged
+        self.paused_until = 0.0  # monotonic: no VM enters the tier before (a permanent fault)
 
     # -- what the rest of the pool asks --------------------------------------------------------
     def owns(self, vm: str) -> bool:
@@ -90,11 +95,16 @@ class Standby:
         """How many VMs the clone refill adds to the pool's size: the target less every
         standby VM, those on their way to ``ready`` included (they fill the running tier's
         gap, which the refill counts from ``ready`` alone). Negative: too many."""
-        return self.target - len(self.members) if self.enabled else 0
+        return self.target - len(self.members) if self.filling() else 0
 
     def room(self) -> int:
         """How many more VMs the tier may rest (suspended or being suspended)."""
-        return self.target - len(self.resting()) if self.enabled else 0
+        return self.target - len(self.resting()) if self.filling() else 0
+
+    def filling(self) -> bool:
+        """Whether VMs may enter the tier now: it is enabled and not paused after a
+        permanent suspend failure (its VMs are still resumed meanwhile)."""
+        return self.enabled and self.io.clock.monotonic() >= self.paused_until
 
     def auto_cost(self) -> float | None:
         """The tier's ``standby_cost`` when the demand sizer chooses its target (``standby:
@@ -111,7 +121,7 @@ class Standby:
     def takes(self, ready: int, size: int) -> bool:
         """Whether a pooled VM that just passed its check goes to standby rather than
         ``ready``: the running tier holds ``size`` (ready and waking VMs) and this one is short."""
-        return self.enabled and ready + self.waking() >= size and self.room() > 0
+        return self.filling() and ready + self.waking() >= size and self.room() > 0
 
     # -- on-demand requests take standby VMs before they clone -------------------------------------
     def for_request(self, request: tuple[str, str], request_fence: str) -> str | None:
@@ -175,7 +185,7 @@ class Standby:
         """Park ready VMs above ``size`` in the tier while it is short (youngest first: the
         oldest keep serving), instead of destroying them. ``ready`` is updated in place."""
         surplus = len(ready) - size
-        if not self.enabled or surplus <= 0:
+        if not self.filling() or surplus <= 0:
             return
         since = self.vms.ready_since
         for vm in sorted(ready - self.calls.busy, key=lambda v: (-since.get(v, 0.0), v)):
@@ -303,6 +313,10 @@ class Standby:
             if msg.failure.circuit_open:
                 return  # refused before reaching the provider: the next cycle asks again
             self._failed(vm, "suspend", msg.failure.error_class, msg.failure.message)
+            if msg.failure.permanent:  # a missing privilege, say: no clone churn meanwhile
+                self.paused_until = self.io.clock.monotonic() + PAUSE_AFTER_PERMANENT
+                log.error("[!] [%s] no VM enters the standby tier for %d minutes: %s",
+                          self.policy.name, PAUSE_AFTER_PERMANENT // 60, msg.failure.message)
             return
         if not msg.result_of(bool):
             self._leave(vm, "vanished", "vanished while being suspended", dead_letter=False)
