@@ -163,6 +163,7 @@ def test_auto_lets_demand_sizing_choose_both_tiers(redis_client: redis.Redis) ->
             h.system.notify("alpha", "checkout")
             h.advance(40)
         published = DemandStore(h.client).published(["alpha"])["alpha"]
+        assert float(published["resume_time"]) > 0
         standby_target = int(published["standby"])
         ready_target = int(published["target"])
         assert standby_target >= 1 and ready_target >= 1

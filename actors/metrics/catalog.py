@@ -192,6 +192,8 @@ def _specs() -> list[MetricSpec]:
                        "from a ready VM"),
         MetricSpec("sizing.idle", "gauge", p, "vms", reference=False,
                    doc="ready VMs of a demand-sized pool waiting for a checkout"),
+        MetricSpec("sizing.standby_target", "gauge", p, "vms", reference=False,
+                   doc="the standby VMs a demand-sized pool keeps now (standby: auto only)"),
         MetricSpec("failover.takeover", "increment", ("sibling", "pool"), reference=False,
                    doc="times the pool started covering the share of a sibling"),
         MetricSpec("failover.giveback", "increment", ("sibling", "pool"), reference=False,

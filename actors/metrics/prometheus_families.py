@@ -196,6 +196,8 @@ KEYED: Mapping[str, Family] = {
                               "day served from a ready VM", ("poolname",), keys=_POOL_KEY),
     "sizing.idle": Family("gauge", "Ready VMs of a demand-sized pool waiting for a checkout",
                           ("poolname",), keys=_POOL_KEY),
+    "sizing.standby_target": Family("gauge", "The standby VMs a demand-sized pool with "
+                                    "standby: auto keeps now", ("poolname",), keys=_POOL_KEY),
     "failover.takeover": Family(
         "counter", "Times the pool started covering an alias sibling's share",
         ("poolname", "sibling"), keys={**_POOL_KEY, "sibling": "sibling"}),

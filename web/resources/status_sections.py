@@ -76,8 +76,9 @@ def sizing_section(pool: PoolConfig, published: Mapping[str, str] | None) -> dic
     why (``reason``: forecast, schedule, floor, minimum or ceiling), the forecast, the floor
     and ceiling in force, ``held`` (True while a shrink waits out its hold time, the target
     being above what ``reason`` wants), the clone time it plans with, the share of the last day's
-    checkouts served warm (None before any) and when it was computed; before the owner
-    published anything, the configured bounds with ``target`` None."""
+    checkouts served warm (None before any) and when it was computed; with ``standby:
+    auto``, the standby VMs it keeps (``standby``) and the resume time it plans with; before
+    the owner published anything, the configured bounds with ``target`` None."""
     demand = pool.demand
     assert demand is not None
     section: dict[str, Any] = {"policy": "demand", "size_min": demand.size_min,
@@ -86,6 +87,9 @@ def sizing_section(pool: PoolConfig, published: Mapping[str, str] | None) -> dic
     if not published:
         return {**section, "target": None, "reason": None}
     warm = published.get("warm_hit") or ""
+    if "standby" in published:  # standby: auto, the sizer's second target and its input
+        section["standby"] = _number(published.get("standby"))
+        section["resume_time"] = _float(published.get("resume_time"))
     return {**section,
             "target": _number(published.get("target")),
             "reason": published.get("reason") or None,
