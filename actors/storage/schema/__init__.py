@@ -420,7 +420,8 @@ def migration() -> str:
 
 
 def dlq(queue: str) -> str:
-    """Sorted set of dead-letter entries for ``pending``, ``ready`` or ``clone``."""
+    """Sorted set of dead-letter entries for ``pending``, ``ready``, ``clone`` or (ours)
+    ``standby``."""
     return f"{_P}dlq__{queue}"
 
 
