@@ -116,11 +116,14 @@ def test_the_static_policy_keeps_a_standby_count_and_reads_auto_as_0(tmp_path: P
     assert tiers["fixed"] is not None
     assert (tiers["fixed"].count, tiers["fixed"].state) == (3, "powered_off")
     assert tiers["auto"] is None and tiers["plain"] is None
-    assert any("standby: auto read as 0" in n and "auto" in n for n in static.notes)
+    assert [n for n in static.notes if "standby" in n] == [
+        "standby: auto read as 0 (no standby VMs) under the static policy: auto"]
     demand = replay_config(config, ["fixed", "auto"], "demand", redis_port=6379)
     tiers = {p.name: p.standby for p in demand.config.pools}
     assert tiers["fixed"] is not None and tiers["fixed"].count == 3
     assert tiers["auto"] is not None and tiers["auto"].count is None  # the sizer's
+    assert any("standby: auto (auto): the standby target starts at 0" in n
+               for n in demand.notes)
 
 
 def test_a_configuration_wide_standby_auto_is_0_for_every_static_pool(
@@ -129,7 +132,6 @@ def test_a_configuration_wide_standby_auto_is_0_for_every_static_pool(
                    settings="  standby: auto\n")
     setup = replay_config(load_config(path, environ={}), ["a"], "static", redis_port=6379)
     assert setup.config.pools[0].standby is None
-    assert setup.config.settings.standby == 0
     assert any("standby: auto read as 0" in n and ": a" in n for n in setup.notes)
 
 

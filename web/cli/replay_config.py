@@ -27,7 +27,8 @@ POLICIES = ("static", "demand")
 tier of a fixed count (``standby: auto`` read as 0); ``demand``: every pool is sized by
 demand (``sizing: demand``, with its own ``size_min``, ``size_max``, ``target_warm_hit`` and
 ``schedule`` when it sets them). Either way the standby keys (``standby``,
-``standby_state`` …) pass through as written."""
+``standby_state`` …) pass through as written (``standby: auto`` needs ``sizing: demand``, so
+the configuration reads it as 0 under ``static``)."""
 
 SIZING_KEYS = ("sizing",)
 """Pool keys that choose a sizing policy (dropped for ``static``)."""
@@ -114,21 +115,19 @@ def _is_auto(value: Any) -> bool:
 
 def _standby_auto(pools: list[dict[str, Any]], settings: dict[str, Any],
                   policy: str) -> list[str]:
-    """Under ``static``, write ``standby: auto`` (a pool's, or the ``:config:`` default) as
-    0: no demand sizer chooses the count. Returns the notes naming the pools it concerns."""
+    """The note naming the pools with ``standby: auto`` (their own or the ``:config:``
+    default): under ``static`` the configuration reads it as 0 (no sizer chooses the
+    count), under ``demand`` the target starts at 0."""
     inherited = _is_auto(settings.get("standby"))
     names = [p["name"] for p in pools
              if (_is_auto(p["standby"]) if "standby" in p else inherited)]
-    if policy != "static":
-        return [f"standby: auto ({', '.join(names)}): the standby target starts at 0 (the "
-                "demand sizer's to set)"] if names else []
-    for pool in pools:
-        if _is_auto(pool.get("standby")):
-            pool["standby"] = 0
-    if inherited:
-        settings["standby"] = 0
-    return [f"standby: auto read as 0 (no standby VMs) under the static policy: "
-            f"{', '.join(names)}"] if names else []
+    if not names:
+        return []
+    if policy == "static":
+        return [f"standby: auto read as 0 (no standby VMs) under the static policy: "
+                f"{', '.join(names)}"]
+    return [f"standby: auto ({', '.join(names)}): the standby target starts at 0 (the "
+            "demand sizer's to set)"]
 
 
 def _delays(config: Config, entry: Mapping[str, Any]) -> tuple[float, float, float]:
