@@ -5,8 +5,10 @@ VM-hours, the resumes and the cost that weighs them.
 Known answers on small synthetic traces: a pool of one ready and two standby VMs, checked out
 once an hour, is short one ready VM for the resume time after each checkout and one standby VM
 for the clone time less the resume time; a missed checkout waits one resume time, not a clone
-time; a burst spread wider than the resume time is served warm from standby where the same
-ready size without it misses all but the first.
+time (in a pool of size 0 too: its on-demand request takes a standby VM), and takes its own
+request's VM, leaving the ready refill to the next checkout; a burst spread wider than the
+resume time is served warm from standby where the same ready size without it misses all but
+the first.
 """
 
 from __future__ import annotations
@@ -87,6 +89,27 @@ def test_a_missed_checkout_waits_one_resume_time(
                      resume_time=resume_time)
     stats = result.pools["a"]
     assert (stats.checkouts, stats.hits, stats.waits, stats.resumes) == (2, 1, [resume_time], 1)
+
+
+def test_a_pool_of_size_0_serves_a_checkout_from_standby_in_one_resume_time(
+        tmp_path: Path, redis_client: redis.Redis) -> None:
+    # the missed checkout's on-demand request takes a suspended VM before it clones
+    trace = [Checkout(T0, "a", 600.0)]
+    result = _replay(tmp_path, redis_client, "  - name: a\n    size: 0\n    standby: 2\n",
+                     trace, clone_time=600, resume_time=15)
+    stats = result.pools["a"]
+    assert (stats.checkouts, stats.hits, stats.waits, stats.resumes) == (1, 0, [15.0], 1)
+
+
+def test_missed_checkouts_take_their_requests_vms_and_leave_the_ready_refill_to_the_next(
+        tmp_path: Path, redis_client: redis.Redis) -> None:
+    # two misses: their requests take two standby VMs and the pool resumes a third for ready;
+    # all three come 15 s later, and the checkout a minute on finds the ready one
+    trace = [Checkout(T0, "a", 900.0)] * 3 + [Checkout(T0 + 60, "a", 900.0)]
+    result = _replay(tmp_path, redis_client, "  - name: a\n    size: 1\n    standby: 3\n",
+                     trace, clone_time=600, resume_time=15)
+    stats = result.pools["a"]
+    assert (stats.checkouts, stats.hits, stats.waits, stats.resumes) == (4, 2, [15.0, 15.0], 3)
 
 
 BURST = [Checkout(T0 + 60 * i, "a", 900.0) for i in range(5)]

@@ -97,8 +97,8 @@ class SimulatedSleep:
 class ReplayProvider(DummyProvider):
     """The dummy provider with a clone time of exactly ``clone_time`` simulated seconds, a
     resume time of ``resume_time``, a suspend time of :data:`SUSPEND_TIME_S`, and no
-    failures; it can keep standby VMs suspended or powered off, and counts the clones it
-    started, per pool (:attr:`clones`)."""
+    failures; it can keep standby VMs suspended or powered off, and counts, per pool, the
+    clones it started (:attr:`clones`) and the standby VMs it resumed (:attr:`resumes`)."""
 
     def __init__(self, context: ProviderContext, *, clone_time: float,
                  sleeper: SimulatedSleep, resume_time: float = 15.0) -> None:
@@ -107,6 +107,7 @@ class ReplayProvider(DummyProvider):
         self.resume_time = resume_time
         self.sleeper = sleeper
         self.clones: Counter[str] = Counter()
+        self.resumes: Counter[str] = Counter()
         self._cloning: set[str] = set()
         self._count_lock = threading.Lock()
 
@@ -144,10 +145,15 @@ class ReplayProvider(DummyProvider):
 
     def resume_vm(self, pool: str, vm: str) -> bool:
         """The dummy's resume, ``resume_time`` for a VM on standby (suspended or powered off
-        alike); not ready until it has returned."""
-        if self._powerstate(pool, vm) not in (None, "PoweredOn"):
-            self.sleeper.sleep(self.resume_time, CALL)
-        return super().resume_vm(pool, vm)
+        alike), counted in :attr:`resumes`; not ready until it has returned."""
+        if self._powerstate(pool, vm) in (None, "PoweredOn"):
+            return super().resume_vm(pool, vm)
+        self.sleeper.sleep(self.resume_time, CALL)
+        resumed = super().resume_vm(pool, vm)
+        if resumed:
+            with self._count_lock:
+                self.resumes[pool] += 1
+        return resumed
 
     def _powerstate(self, pool: str, vm: str) -> str | None:
         info = self.get_vm(pool, vm)

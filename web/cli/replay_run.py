@@ -14,8 +14,9 @@ A checkout is the API's: :meth:`CheckoutStore.checkout` (one script), then the p
 (``PoolChanged``); a return is DELETE /vm's :meth:`CheckoutStore.return_vm`. A checkout
 that finds no ready VM is a miss: like a client falling back to on-demand, it files an
 on-demand request for one VM of its pool, and takes whichever comes first, a VM becoming
-ready in its pool(s) (missed checkouts in arrival order) or its own request's VM; a request
-no longer needed is deleted (its VM destroyed). Its wait runs from its arrival until then.
+ready in its pool(s) (missed checkouts in arrival order) or its own request's VM (that one
+when both come at once); a request no longer needed is deleted (its VM destroyed). Its wait
+runs from its arrival until then.
 """
 
 from __future__ import annotations
@@ -24,16 +25,14 @@ import heapq
 import itertools
 import math
 import random
-import threading
 import time
-from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import redis
 
 from vmpooler.actors.config import Config
-from vmpooler.actors.metrics.backends import Backend
+from vmpooler.actors.metrics.backends import NullMetrics
 from vmpooler.actors.pool.hostnames import HostnameGenerator
 from vmpooler.actors.runtime.clock import FakeClock
 from vmpooler.actors.sizing.trace import Checkout
@@ -58,10 +57,17 @@ RESUME_TIME_S = 15.0
 """The default simulated seconds a resume takes (``--resume-time``)."""
 
 
-def _standby_count(config: Config) -> int:
-    """The standby VMs the pools keep (a ``standby: auto`` pool none yet: its target is
-    the demand sizer's, from 0)."""
-    return sum(p.standby.count or 0 for p in config.pools if p.standby is not None)
+def _standby_count(config: Config, *, auto_at_most: bool = False) -> int:
+    """The standby VMs the pools keep at first (a ``standby: auto`` pool none: its target
+    is the demand sizer's, from 0), or with ``auto_at_most`` at most (such a pool its
+    ``size_max``: running and standby VMs together never above it)."""
+    total = 0
+    for pool in config.pools:
+        if pool.standby is not None and pool.standby.count is not None:
+            total += pool.standby.count
+        elif pool.standby is not None and auto_at_most and pool.demand is not None:
+            total += pool.demand.size_max
+    return total
 
 
 def warmup_s(config: Config, clone_time: float) -> float:
@@ -73,21 +79,6 @@ def warmup_s(config: Config, clone_time: float) -> float:
     rounds = math.ceil(total / max(1, config.settings.task_limit)) + 1
     return max(300.0, rounds * clone_time + (SUSPEND_TIME_S if standby else 0.0) + 60.0)
 
-
-class _Resumes(Backend):
-    """The metrics backend of a replay: counts, per pool, the VMs resumed from standby
-    into ``ready`` (``standby.resume`` with ``result: success``), drops everything else."""
-
-    def __init__(self) -> None:
-        self.counts: Counter[str] = Counter()
-        self._lock = threading.Lock()  # the pool actors' threads
-
-    def _emit(self, kind: str, name: str, value: float,
-              tags: Mapping[str, str] | None) -> None:
-        if (kind == "increment" and name == "standby.resume" and tags is not None
-                and tags.get("result") == "success"):
-            with self._lock:
-                self.counts[tags.get("pool", "")] += int(value)
 
 OVERTIME_S = 6 * 3600.0
 """How long past the end of the trace the replay goes on for missed checkouts still waiting."""
@@ -126,12 +117,12 @@ class _Replay:
         # a call worker for every standby VM besides the usual four: the simulated
         # hypervisor suspends and resumes them all at once, none queued behind another
         context = ProviderContext(
-            name="dummy", settings={"connection_pool_size": 4 + _standby_count(config)},
+            name="dummy",
+            settings={"connection_pool_size": 4 + _standby_count(config, auto_at_most=True)},
             pools={p.name: dict(p.raw) for p in config.pools},
             global_settings={}, dns_domains={p.name: None for p in config.pools})
         self.provider = ReplayProvider(context, clone_time=clone_time, sleeper=self.sleeper,
                                        resume_time=resume_time)
-        self.metrics = _Resumes()
         self.client = client
         self.store = CheckoutStore(client)
         self.rng = random.Random(seed)
@@ -145,7 +136,7 @@ class _Replay:
         self.sampled_at = self.clock.now()
         self.system = PoolerSystem.start(
             config, redis_client=client, clock=self.clock, scheduler=self.clock,
-            metrics=self.metrics, providers={"dummy": self.provider},
+            metrics=NullMetrics(), providers={"dummy": self.provider},
             hostnames=HostnameGenerator(rng=random.Random(seed)), resolver=lambda _f: False,
             task_interval=3600.0, consume_commands=False)
 
@@ -160,7 +151,7 @@ class _Replay:
         for name, count in self.provider.clones.items():
             if name in self.stats:
                 self.stats[name].clones = count
-        for name, count in self.metrics.counts.items():
+        for name, count in self.provider.resumes.items():
             if name in self.stats:
                 self.stats[name].resumes = count
         unserved = len(self.waiters)
@@ -279,15 +270,17 @@ class _Replay:
         served = False
         blocked: set[str] = set()  # pools found empty in this pass
         for waiter in list(self.waiters):
-            taken = None
-            if not blocked.issuperset(waiter.units) and any(self.ready[u] for u in waiter.units):
+            # its own request's VM first: one that came at the same moment as a ready VM
+            # leaves that one ready for the next checkout (a standby VM resumed for the
+            # request comes with the ready refill's)
+            taken = self._delivered(waiter, now)
+            if (taken is None and not blocked.issuperset(waiter.units)
+                    and any(self.ready[u] for u in waiter.units)):
                 taken = self._take(waiter.units, now, logged=False)
                 if taken is None:
                     blocked.update(waiter.units)
-            if taken is None:
-                taken = self._delivered(waiter, now)
-            elif waiter.request_id is not None:
-                self.system.delete_ondemand(waiter.request_id)
+                elif waiter.request_id is not None:
+                    self.system.delete_ondemand(waiter.request_id)
             if taken is None:
                 continue
             self.waiters.remove(waiter)
