@@ -44,11 +44,12 @@ from vmpooler.actors.messages import (
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.metrics.factory import create_metrics
 from vmpooler.actors.pool.hostnames import HostnameGenerator
+from vmpooler.actors.provider.runtime import CallCounts
 from vmpooler.actors.provider.startup_purge import request_startup_purges
 from vmpooler.actors.provider.work import resolves
 from vmpooler.actors.runtime.clock import Clock, RealClock, Scheduler, ThreadScheduler
 from vmpooler.actors.runtime.executor import ActorExecutor
-from vmpooler.actors.runtime.idle import wait_idle
+from vmpooler.actors.runtime.idle import all_asleep, wait_idle
 from vmpooler.actors.runtime.restart_policy import RestartPolicy
 from vmpooler.actors.runtime.supervisor import ActorDirectory, Supervisor
 from vmpooler.actors.service.command_stream import consumer_factory
@@ -392,7 +393,7 @@ class PoolerSystem:
         actor; not from inside an actor)."""
         return sum(counts[0] for counts in self._call_counts())
 
-    def _call_counts(self) -> list[tuple[int, int, int]]:
+    def _call_counts(self) -> list[CallCounts]:
         found = []
         for name in self.directory.names():
             ref = self.directory.get(name) if name.startswith("provider:") else None
@@ -408,21 +409,24 @@ class PoolerSystem:
                 found.append(cached[1].call_counts().get(timeout=10))
         return found
 
-    def wait_idle(self, *, parked: Callable[[], int] = lambda: 0, timeout: float = 30.0) -> None:
+    def wait_idle(self, *, parked: Callable[[], int] = lambda: 0,
+                  parked_calls: Callable[[], int] = lambda: 0, timeout: float = 30.0) -> None:
         """Return once every actor has handled its mail and no provider call is running but
-        the ``parked()`` clones (blocked until a fake clock moves) and the clones queued
-        behind them; for a driver of a fake clock, before it moves time. Raises
+        the ``parked()`` clones and the ``parked_calls()`` other calls (blocked until a fake
+        clock moves: a simulated suspend or resume) and the calls queued behind them in the
+        same worker pool; for a driver of a fake clock, before it moves time. Raises
         :class:`~vmpooler.actors.runtime.idle.IdleTimeoutError` after ``timeout`` seconds."""
         def refs() -> list[pykka.ActorRef[Any]]:
             return [r for r in map(self.directory.get, self.directory.names()) if r]
 
         def settled() -> bool:
             counts = self._call_counts()
-            asleep = parked()
-            if any(calls != clones for calls, clones, _workers in counts):
+            if any(c.calls != c.clones + c.pooled for c in counts):
+                return False  # an inventory listing runs
+            clones, calls = sum(c.clones for c in counts), sum(c.pooled for c in counts)
+            if calls and not all_asleep(calls, parked_calls(), sum(c.call_workers for c in counts)):
                 return False
-            clones = sum(c[1] for c in counts)
-            return clones <= asleep or asleep >= sum(c[2] for c in counts)
+            return not clones or all_asleep(clones, parked(), sum(c.clone_workers for c in counts))
         wait_idle(refs, settled=settled, executor=self._res.executor, timeout=timeout)
 
     def _tell(self, name: str, message: Any) -> bool:

@@ -122,19 +122,28 @@ def test_the_replay_keeps_the_pools_loop_delays(tmp_path: Path) -> None:
 
 def test_the_json_document_is_keyed_by_policy_then_pool_and_total() -> None:
     from vmpooler.web.cli.replay_stats import PoolStats
-    result = RunResult("static", {"a": PoolStats(4, 3, [10.0], 7200.0, 5)}, 3600.0, 1.0)
+    result = RunResult("static", {"a": PoolStats(4, 3, [10.0], 7200.0, 5, 36000.0, 2),
+                                  "b": PoolStats(1, 1, [], 3600.0, 1)}, 3600.0, 1.0,
+                       standby_cost=0.25)
     doc = json.loads(as_json([result]))
     fields = {"checkouts", "hits", "hit_ratio", "wait_mean_s", "wait_p95_s",
-              "idle_vm_hours", "clones"}
+              "idle_vm_hours", "clones", "standby_vm_hours", "resumes", "cost_vm_hours"}
     assert set(doc) == {"static"}
-    assert set(doc["static"]) == {"a", "total"}
+    assert set(doc["static"]) == {"a", "b", "total"}
     assert set(doc["static"]["a"]) == fields
-    assert doc["static"]["total"] == {"checkouts": 4, "hits": 3, "hit_ratio": 0.75,
+    assert doc["static"]["a"]["cost_vm_hours"] == 2.0 + 0.25 * 10.0
+    assert doc["static"]["b"]["cost_vm_hours"] == doc["static"]["b"]["idle_vm_hours"] == 1.0
+    assert doc["static"]["total"] == {"checkouts": 5, "hits": 4, "hit_ratio": 0.8,
                                       "wait_mean_s": 10.0, "wait_p95_s": 10.0,
-                                      "idle_vm_hours": 2.0, "clones": 5}
+                                      "idle_vm_hours": 3.0, "clones": 6,
+                                      "standby_vm_hours": 10.0, "resumes": 2,
+                                      "cost_vm_hours": 5.5}
     table = as_table(result).splitlines()
     assert table[1].split()[:3] == ["pool", "checkouts", "hits"]
-    assert len({len(line) for line in table[1:4]}) == 1  # aligned columns
+    assert table[1].split()[-5:] == ["standby", "VM-h", "resumes", "cost", "VM-h"]
+    assert table[2].split()[-3:] == ["10.00", "2", "4.50"]
+    assert len({len(line) for line in table[1:5]}) == 1  # aligned columns
+    assert "idle VM-h + 0.25 x standby VM-h" in table[6]
 
 
 @pytest.mark.parametrize(("content", "where"), [

@@ -18,7 +18,7 @@ VMPOOLER = [sys.executable, "-m", "vmpooler.web.cli"]
 BITCOIN = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / \
     "bitcoin-core-gha-2025-09-04_2025-09-17.csv"
 FIELDS = {"checkouts", "hits", "hit_ratio", "wait_mean_s", "wait_p95_s", "idle_vm_hours",
-          "clones"}
+          "clones", "standby_vm_hours", "resumes", "cost_vm_hours"}
 
 pytestmark = pytest.mark.integration
 
@@ -96,6 +96,34 @@ def test_both_policies_one_after_the_other(tmp_path: Path) -> None:
     for policy in doc.values():  # each from an empty Redis: the same four checkouts
         assert policy["a"]["checkouts"] == 4 and set(policy["a"]) == FIELDS
     assert doc["static"]["a"]["hits"] == 4
+
+
+def test_a_standby_tier_serves_a_burst_warm_through_the_command(tmp_path: Path) -> None:
+    """Five checkouts a minute apart on two pools of one ready VM, one of them with four
+    standby VMs: resumed in 20 s, they serve the whole burst warm; the other pool's 10-minute
+    clones serve only the first. The cost weighs a standby VM-hour at ``--standby-cost``."""
+    config = tmp_path / "vmpooler.yaml"
+    config.write_text(yaml.safe_dump({":config": {"task_limit": 10}, ":pools": [
+        {"name": "tiered", "size": 1, "standby": 4},
+        {"name": "plain", "size": 1}]}))
+    trace = tmp_path / "burst.csv"
+    trace.write_text("queued_at,pool,duration_s\n" + "".join(
+        f"2025-09-04T10:0{m}:00Z,{pool},900\n" for m in range(5) for pool in ("tiered", "plain")))
+    result = subprocess.run(
+        [*VMPOOLER, "replay", "--trace", str(trace), "--config", str(config), "--json",
+         "--clone-time", "600", "--resume-time", "20", "--standby-cost", "0.5"],
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)["static"]
+    assert all(set(row) == FIELDS for row in rows.values())
+    tiered, plain, total = rows["tiered"], rows["plain"], rows["total"]
+    assert (tiered["hits"], tiered["resumes"], tiered["hit_ratio"]) == (5, 4, 1.0)
+    assert (plain["hits"], plain["resumes"], plain["standby_vm_hours"]) == (1, 0, 0.0)
+    assert plain["cost_vm_hours"] == plain["idle_vm_hours"]
+    assert tiered["standby_vm_hours"] > 0
+    assert tiered["cost_vm_hours"] == pytest.approx(
+        tiered["idle_vm_hours"] + 0.5 * tiered["standby_vm_hours"], abs=0.011)
+    assert (total["hits"], total["resumes"]) == (6, 4)
 
 
 def test_a_demand_pool_grows_before_a_daily_burst_and_shrinks_after_it(tmp_path: Path) -> None:

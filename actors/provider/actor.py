@@ -34,6 +34,7 @@ from vmpooler.actors.messages import (
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.provider.reports import ProviderHealthReporter
 from vmpooler.actors.provider.runtime import (
+    CallCounts,
     CallDone,
     CallQueued,
     CallRunning,
@@ -167,13 +168,15 @@ class ProviderActor(SupervisedActor):
         """Calls currently running or queued (for tests and status)."""
         return len(self._busy)
 
-    def call_counts(self) -> tuple[int, int, int]:
-        """``(calls in flight, clones among them, clone worker threads)``, for a driver of
-        a fake clock: clones beyond the workers wait in the queue for one to free up."""
-        clones = sum(1 for token in self._busy.values()
-                     if (entry := self._calls.get(token)) is not None
-                     and entry.call.op is ProviderOp.CLONE)
-        return len(self._busy), clones, self.runtime.clone_pool.size
+    def call_counts(self) -> CallCounts:
+        """The calls in flight by worker pool, for a driver of a fake clock: calls beyond a
+        pool's workers wait in its queue for one to free up."""
+        ops = [entry.call.op for token in self._busy.values()
+               if (entry := self._calls.get(token)) is not None]
+        clones = sum(1 for op in ops if op is ProviderOp.CLONE)
+        listings = sum(1 for op in ops if op is ProviderOp.LIST_VMS)
+        return CallCounts(len(self._busy), clones, self.runtime.clone_pool.size,
+                          len(self._busy) - clones - listings, self.runtime.call_pool.size)
 
     # -- submission -------------------------------------------------------------------------
     def _submit(self, call: CallProvider) -> None:

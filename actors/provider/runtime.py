@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import pykka
 
@@ -18,8 +18,24 @@ from vmpooler.actors.messages import CallProvider
 from vmpooler.actors.runtime.clock import Timer
 from vmpooler.actors.runtime.workers import WorkerPool
 
-__all__ = ["CallDone", "CallQueued", "CallRunning", "CallTimedOut", "InFlight",
+__all__ = ["CallCounts", "CallDone", "CallQueued", "CallRunning", "CallTimedOut", "InFlight",
            "MonitorTick", "ProviderRuntime", "WorkerProgress"]
+
+
+class CallCounts(NamedTuple):
+    """A provider's calls in flight (running or queued), by worker pool, and the pools'
+    sizes: for a driver of a fake clock, which tells which calls wait for simulated time."""
+
+    calls: int
+    """Every call in flight."""
+    clones: int
+    """Clones among them (the clone pool's)."""
+    clone_workers: int
+    """Threads of the clone pool (clones beyond them wait in its queue)."""
+    pooled: int
+    """Calls on the general call pool (neither clones nor inventory listings)."""
+    call_workers: int
+    """Threads of the general call pool."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,11 +18,17 @@ import pykka
 from vmpooler.actors.runtime.executor import ActorExecutor
 from vmpooler.actors.runtime.pooled import PooledActor
 
-__all__ = ["IdleTimeoutError", "wait_idle"]
+__all__ = ["IdleTimeoutError", "all_asleep", "wait_idle"]
 
 
 class IdleTimeoutError(RuntimeError):
     """The actors did not go idle within the time allowed."""
+
+
+def all_asleep(in_flight: int, asleep: int, workers: int) -> bool:
+    """Whether a worker pool's ``in_flight`` calls all wait for simulated time: each is one
+    of the ``asleep`` ones, or queued behind ``workers`` asleep ones (every thread taken)."""
+    return in_flight <= asleep or asleep >= workers
 
 
 def _waiting(ref: pykka.ActorRef[Any]) -> int:

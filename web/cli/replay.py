@@ -23,8 +23,8 @@ from vmpooler.actors.config import ConfigError, ConfigRefusedError, load_config
 from vmpooler.actors.sizing.trace import Checkout, TraceError, parse_moment, read_trace
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, EmbeddedRedisError
 from vmpooler.web.cli.replay_config import POLICIES, ReplayInputError, replay_config
-from vmpooler.web.cli.replay_run import replay
-from vmpooler.web.cli.replay_stats import RunResult, as_json, as_table
+from vmpooler.web.cli.replay_run import RESUME_TIME_S, replay
+from vmpooler.web.cli.replay_stats import STANDBY_COST, RunResult, as_json, as_table
 
 __all__ = ["add_parser", "run"]
 
@@ -36,7 +36,7 @@ cycle, its VMs' checks and ``ready_ttl`` renewals) is played however idle the tr
 the wall time grows with the simulated time (about 20 s an idle day with
 ``conf/replay.example.yaml`` on a 2-core machine)."""
 MAX_CLONE_TIME_S = 86400.0
-"""The longest ``--clone-time``: a day."""
+"""The longest ``--clone-time`` and ``--resume-time``: a day."""
 
 
 def add_parser(sub: Any, parents: Sequence[argparse.ArgumentParser]) -> None:
@@ -50,6 +50,12 @@ def add_parser(sub: Any, parents: Sequence[argparse.ArgumentParser]) -> None:
                              "duration_s")
     parser.add_argument("--clone-time", metavar="S", type=float, default=120.0,
                         help="simulated seconds a clone takes (default 120)")
+    parser.add_argument("--resume-time", metavar="S", type=float, default=RESUME_TIME_S,
+                        help="simulated seconds a resume of a standby VM takes (default "
+                             f"{RESUME_TIME_S:g}; a suspend takes 5)")
+    parser.add_argument("--standby-cost", metavar="F", type=float, default=STANDBY_COST,
+                        help="price of a standby VM-hour against an idle running one, in "
+                             f"the cost VM-hours (default {STANDBY_COST:g})")
     parser.add_argument("--policy", choices=[*POLICIES, "both"], default="static",
                         help="static: every pool at its fixed size; demand: every pool "
                              "sized by demand; both: one after the other (default static)")
@@ -101,6 +107,12 @@ def _results(args: argparse.Namespace) -> list[RunResult]:
     if not 0 <= args.clone_time <= MAX_CLONE_TIME_S:
         raise ReplayInputError(f"--clone-time: must be from 0 to {MAX_CLONE_TIME_S:.0f} "
                                f"seconds, got {args.clone_time}")
+    if not 0 <= args.resume_time <= MAX_CLONE_TIME_S:
+        raise ReplayInputError(f"--resume-time: must be from 0 to {MAX_CLONE_TIME_S:.0f} "
+                               f"seconds, got {args.resume_time}")
+    if not 0 < args.standby_cost <= 1:
+        raise ReplayInputError("--standby-cost: must be above 0 and at most 1, got "
+                               f"{args.standby_cost}")
     skipped: list[int] = []
     trace, end = _window(
         read_trace(args.trace, skip_negative=skipped.append if args.skip_negative_durations
@@ -126,7 +138,8 @@ def _results(args: argparse.Namespace) -> list[RunResult]:
                 try:
                     client.flushall()  # each policy starts from an empty Redis
                     result = replay(setup, trace, policy=policy, clone_time=args.clone_time,
-                                    client=client, end=end)
+                                    resume_time=args.resume_time,
+                                    standby_cost=args.standby_cost, client=client, end=end)
                 finally:
                     client.close()
                 result.notes[:0] = list(setup.notes)

@@ -23,9 +23,12 @@ __all__ = [
 ]
 
 POLICIES = ("static", "demand")
-"""``static``: every pool keeps its fixed ``size`` (``sizing`` keys dropped); ``demand``:
-every pool is sized by demand (``sizing: demand``, with its own ``size_min``, ``size_max``,
-``target_warm_hit`` and ``schedule`` when it sets them)."""
+"""``static``: every pool keeps its fixed ``size`` (``sizing`` keys dropped) and a standby
+tier of a fixed count (``standby: auto`` read as 0); ``demand``: every pool is sized by
+demand (``sizing: demand``, with its own ``size_min``, ``size_max``, ``target_warm_hit`` and
+``schedule`` when it sets them). Either way the standby keys (``standby``,
+``standby_state`` …) pass through as written (``standby: auto`` needs ``sizing: demand``, so
+the configuration reads it as 0 under ``static``)."""
 
 SIZING_KEYS = ("sizing",)
 """Pool keys that choose a sizing policy (dropped for ``static``)."""
@@ -106,6 +109,27 @@ def _pool_entry(entry: Mapping[str, Any], policy: str,
     return pool
 
 
+def _is_auto(value: Any) -> bool:
+    return isinstance(value, str) and value.strip().lower() == "auto"
+
+
+def _standby_auto(pools: list[dict[str, Any]], settings: dict[str, Any],
+                  policy: str) -> list[str]:
+    """The note naming the pools with ``standby: auto`` (their own or the ``:config:``
+    default): under ``static`` the configuration reads it as 0 (no sizer chooses the
+    count), under ``demand`` the target starts at 0."""
+    inherited = _is_auto(settings.get("standby"))
+    names = [p["name"] for p in pools
+             if (_is_auto(p["standby"]) if "standby" in p else inherited)]
+    if not names:
+        return []
+    if policy == "static":
+        return [f"standby: auto read as 0 (no standby VMs) under the static policy: "
+                f"{', '.join(names)}"]
+    return [f"standby: auto ({', '.join(names)}): the standby target starts at 0 (the "
+            "demand sizer's to set)"]
+
+
 def _delays(config: Config, entry: Mapping[str, Any]) -> tuple[float, float, float]:
     """The pool's effective check-loop ``(min, max, decay)`` under ``config``."""
     name = entry["name"]
@@ -151,6 +175,7 @@ def replay_config(config: Config, platforms: Sequence[str], policy: str, *,
     settings.update(REPLAY_SETTINGS)
     if policy == "static":  # the pools' default too: a pool without sizing is static
         settings["sizing"] = "static"
+    notes.extend(_standby_auto(doc["pools"], settings, policy))
     for key in ("logfile", "extra_config", "pools_from_dir"):
         settings.pop(key, None)
     if changed:

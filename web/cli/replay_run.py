@@ -4,17 +4,19 @@ How time moves: the simulated clock (a :class:`FakeClock`, the actors' clock and
 jumps from one event to the next, never in fixed steps. The next event is the soonest of:
 the next checkout or return of the trace, the next timer due in the clock
 (:meth:`FakeClock.next_due`), the end of a clone in progress
-(:meth:`SimulatedSleep.next_wake`). After each jump the driver waits until the actors are
-idle (:meth:`PoolerSystem.wait_idle`, clones waiting for simulated time excepted), reads the
-ready counts (idle VM-time is their integral, constant between events), hands VMs that
-became ready to the missed checkouts, in arrival order, and goes on.
+(:meth:`SimulatedSleep.next_wake`: a clone, suspend or resume in progress). After each
+jump the driver waits until the actors are idle (:meth:`PoolerSystem.wait_idle`, provider
+calls waiting for simulated time excepted), reads the ready and standby counts (idle and
+standby VM-time are their integrals, constant between events), hands VMs that became ready
+to the missed checkouts, in arrival order, and goes on.
 
 A checkout is the API's: :meth:`CheckoutStore.checkout` (one script), then the pool is told
 (``PoolChanged``); a return is DELETE /vm's :meth:`CheckoutStore.return_vm`. A checkout
 that finds no ready VM is a miss: like a client falling back to on-demand, it files an
 on-demand request for one VM of its pool, and takes whichever comes first, a VM becoming
-ready in its pool(s) (missed checkouts in arrival order) or its own request's VM; a request
-no longer needed is deleted (its VM destroyed). Its wait runs from its arrival until then.
+ready in its pool(s) (missed checkouts in arrival order) or its own request's VM (that one
+when both come at once); a request no longer needed is deleted (its VM destroyed). Its wait
+runs from its arrival until then.
 """
 
 from __future__ import annotations
@@ -34,24 +36,49 @@ from vmpooler.actors.metrics.backends import NullMetrics
 from vmpooler.actors.pool.hostnames import HostnameGenerator
 from vmpooler.actors.runtime.clock import FakeClock
 from vmpooler.actors.sizing.trace import Checkout
-from vmpooler.actors.storage import timefmt
+from vmpooler.actors.storage import schema, timefmt
 from vmpooler.actors.storage.checkout_store import CheckoutStore
 from vmpooler.actors.system import PoolerSystem
 from vmpooler.providers.base import ProviderContext
 from vmpooler.web.cli.replay_config import ReplaySetup
-from vmpooler.web.cli.replay_provider import ReplayProvider, SimulatedSleep
-from vmpooler.web.cli.replay_stats import PoolStats, RunResult
+from vmpooler.web.cli.replay_provider import (
+    CALL,
+    CLONE,
+    SUSPEND_TIME_S,
+    ReplayProvider,
+    SimulatedSleep,
+)
+from vmpooler.web.cli.replay_stats import STANDBY_COST, PoolStats, RunResult
 from vmpooler.web.resources.vm_checkout import weighted_draw
 
-__all__ = ["replay", "warmup_s"]
+__all__ = ["RESUME_TIME_S", "replay", "warmup_s"]
+
+RESUME_TIME_S = 15.0
+"""The default simulated seconds a resume takes (``--resume-time``)."""
+
+
+def _standby_count(config: Config, *, auto_at_most: bool = False) -> int:
+    """The standby VMs the pools keep at first (a ``standby: auto`` pool none: its target
+    is the demand sizer's, from 0), or with ``auto_at_most`` at most (such a pool its
+    ``size_max``: running and standby VMs together never above it)."""
+    total = 0
+    for pool in config.pools:
+        if pool.standby is not None and pool.standby.count is not None:
+            total += pool.standby.count
+        elif pool.standby is not None and auto_at_most and pool.demand is not None:
+            total += pool.demand.size_max
+    return total
+
 
 def warmup_s(config: Config, clone_time: float) -> float:
     """Simulated seconds the actors run before the first checkout, for the pools to fill
-    (rounds of ``task_limit`` clones, one more clone time and a minute; at least 5 minutes).
-    Nothing is measured during them."""
-    total = sum(p.size for p in config.pools)
+    both tiers (rounds of ``task_limit`` clones, one more clone time, a suspend and a minute;
+    at least 5 minutes). Nothing is measured during them."""
+    standby = _standby_count(config)
+    total = sum(p.size for p in config.pools) + standby
     rounds = math.ceil(total / max(1, config.settings.task_limit)) + 1
-    return max(300.0, rounds * clone_time + 60.0)
+    return max(300.0, rounds * clone_time + (SUSPEND_TIME_S if standby else 0.0) + 60.0)
+
 
 OVERTIME_S = 6 * 3600.0
 """How long past the end of the trace the replay goes on for missed checkouts still waiting."""
@@ -77,19 +104,25 @@ class _Event:
 
 class _Replay:
     def __init__(self, setup: ReplaySetup, trace: Sequence[Checkout], *, policy: str,
-                 clone_time: float, client: redis.Redis, end: float, seed: int) -> None:
+                 clone_time: float, resume_time: float, standby_cost: float,
+                 client: redis.Redis, end: float, seed: int) -> None:
         self.setup, self.policy, self.end = setup, policy, end
-        self.clone_time = clone_time
+        self.clone_time, self.standby_cost = clone_time, standby_cost
         self.clone_ended, self.poll_requests, self.polled_at = False, False, 0.0
         self.start = trace[0].t if trace else end
         self.warmup = warmup_s(setup.config, clone_time)
         self.clock = FakeClock(start=self.start - self.warmup)
         self.sleeper = SimulatedSleep(self.clock.monotonic)
         config = setup.config
+        # a call worker for every standby VM besides the usual four: the simulated
+        # hypervisor suspends and resumes them all at once, none queued behind another
         context = ProviderContext(
-            name="dummy", settings={}, pools={p.name: dict(p.raw) for p in config.pools},
+            name="dummy",
+            settings={"connection_pool_size": 4 + _standby_count(config, auto_at_most=True)},
+            pools={p.name: dict(p.raw) for p in config.pools},
             global_settings={}, dns_domains={p.name: None for p in config.pools})
-        self.provider = ReplayProvider(context, clone_time=clone_time, sleeper=self.sleeper)
+        self.provider = ReplayProvider(context, clone_time=clone_time, sleeper=self.sleeper,
+                                       resume_time=resume_time)
         self.client = client
         self.store = CheckoutStore(client)
         self.rng = random.Random(seed)
@@ -99,6 +132,7 @@ class _Replay:
         self.waiters: list[_Waiter] = []
         self.stats = {p.name: PoolStats() for p in config.pools}
         self.ready = {p.name: 0 for p in config.pools}
+        self.standby = {p.name: 0 for p in config.pools}
         self.sampled_at = self.clock.now()
         self.system = PoolerSystem.start(
             config, redis_client=client, clock=self.clock, scheduler=self.clock,
@@ -117,17 +151,21 @@ class _Replay:
         for name, count in self.provider.clones.items():
             if name in self.stats:
                 self.stats[name].clones = count
+        for name, count in self.provider.resumes.items():
+            if name in self.stats:
+                self.stats[name].resumes = count
         unserved = len(self.waiters)
         for waiter in self.waiters:  # counted up to when the replay stopped
             self.stats[waiter.units[0]].waits.append(self.clock.now() - waiter.arrived)
         return RunResult(self.policy, self.stats, simulated_s=max(0.0, self.end - self.start),
                          wall_s=time.monotonic() - wall, unserved=unserved,
-                         warmup_s=self.warmup)
+                         warmup_s=self.warmup, standby_cost=self.standby_cost)
 
     def _loop(self) -> None:
         stop_at = self.end + OVERTIME_S
         while True:
-            self.system.wait_idle(parked=lambda: self.sleeper.sleeping)
+            self.system.wait_idle(parked=lambda: self.sleeper.asleep(CLONE),
+                                  parked_calls=lambda: self.sleeper.asleep(CALL))
             now = self.clock.now()
             self._sample(now)
             if self._serve_waiters(now) or self._due_events(now):
@@ -150,13 +188,22 @@ class _Replay:
                 self.clone_ended = True  # a request's VM may come with it
 
     def _sample(self, now: float) -> None:
-        """Add the idle VM-time since the last sample (clipped to the measured window)."""
+        """Add the idle and standby VM-time since the last sample (clipped to the measured
+        window), then read the ready and standby counts (one round trip)."""
         low, high = max(self.sampled_at, self.start), min(now, self.end)
         if high > low:
             for name, count in self.ready.items():
                 self.stats[name].idle_vm_seconds += count * (high - low)
+                self.stats[name].standby_vm_seconds += self.standby[name] * (high - low)
         self.sampled_at = now
-        self.ready = self.store.ready_sizes(list(self.ready))
+        pools = list(self.ready)
+        with self.client.pipeline(transaction=False) as pipe:
+            for pool in pools:
+                pipe.scard(schema.ready(pool))
+                pipe.scard(schema.standby(pool))
+            sizes = pipe.execute()
+        self.ready = {pool: int(sizes[2 * i]) for i, pool in enumerate(pools)}
+        self.standby = {pool: int(sizes[2 * i + 1]) for i, pool in enumerate(pools)}
 
     def _due_events(self, now: float) -> bool:
         handled = False
@@ -223,15 +270,17 @@ class _Replay:
         served = False
         blocked: set[str] = set()  # pools found empty in this pass
         for waiter in list(self.waiters):
-            taken = None
-            if not blocked.issuperset(waiter.units) and any(self.ready[u] for u in waiter.units):
+            # its own request's VM first: one that came at the same moment as a ready VM
+            # leaves that one ready for the next checkout (a standby VM resumed for the
+            # request comes with the ready refill's)
+            taken = self._delivered(waiter, now)
+            if (taken is None and not blocked.issuperset(waiter.units)
+                    and any(self.ready[u] for u in waiter.units)):
                 taken = self._take(waiter.units, now, logged=False)
                 if taken is None:
                     blocked.update(waiter.units)
-            if taken is None:
-                taken = self._delivered(waiter, now)
-            elif waiter.request_id is not None:
-                self.system.delete_ondemand(waiter.request_id)
+                elif waiter.request_id is not None:
+                    self.system.delete_ondemand(waiter.request_id)
             if taken is None:
                 continue
             self.waiters.remove(waiter)
@@ -255,10 +304,14 @@ class _Replay:
 
 
 def replay(setup: ReplaySetup, trace: Sequence[Checkout], *, policy: str, clone_time: float,
-           client: redis.Redis, end: float | None = None, seed: int = 1) -> RunResult:
+           client: redis.Redis, end: float | None = None, seed: int = 1,
+           resume_time: float = RESUME_TIME_S, standby_cost: float = STANDBY_COST) -> RunResult:
     """Replay ``trace`` (sorted by time) on the actors of ``setup.config`` under ``policy``,
     on the redis-server of ``client``, which must be empty (it is left dirty). Checkouts up
-    to ``end`` (default: the last one's time) are measured; see the module docstring."""
+    to ``end`` (default: the last one's time) are measured; see the module docstring.
+    Clones take ``clone_time`` simulated seconds, resumes ``resume_time``; a standby VM-hour
+    costs ``standby_cost`` of a running one in the result's ``cost_vm_hours``."""
     last = end if end is not None else (trace[-1].t if trace else 0.0)
-    return _Replay(setup, trace, policy=policy, clone_time=clone_time, client=client,
+    return _Replay(setup, trace, policy=policy, clone_time=clone_time,
+                   resume_time=resume_time, standby_cost=standby_cost, client=client,
                    end=last, seed=seed).run()

@@ -2,7 +2,9 @@
 
 A row (:class:`PoolStats`) counts checkouts, warm hits (a ready VM was there), the waits of
 missed checkouts (simulated seconds until they got a VM), idle VM-seconds (the integral of
-the pool's ready count over the measured window) and clones started.
+the pool's ready count over the measured window), clones started, standby VM-seconds (the
+integral of the pool's standby count) and the VMs resumed from standby into ``ready``; its
+cost weighs a standby VM-hour at the run's ``standby_cost`` of an idle running one.
 """
 
 from __future__ import annotations
@@ -13,7 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["PoolStats", "RunResult", "as_json", "as_table", "percentile"]
+__all__ = ["STANDBY_COST", "PoolStats", "RunResult", "as_json", "as_table", "percentile"]
+
+STANDBY_COST = 0.1
+"""The default price of a standby VM-hour against an idle running one (``--standby-cost``)."""
 
 
 def percentile(values: Sequence[float], share: float) -> float:
@@ -34,6 +39,8 @@ class PoolStats:
     waits: list[float] = field(default_factory=list)
     idle_vm_seconds: float = 0.0
     clones: int = 0
+    standby_vm_seconds: float = 0.0
+    resumes: int = 0
 
     def add(self, other: PoolStats) -> None:
         """Fold ``other`` into this one (for the total)."""
@@ -42,11 +49,16 @@ class PoolStats:
         self.waits.extend(other.waits)
         self.idle_vm_seconds += other.idle_vm_seconds
         self.clones += other.clones
+        self.standby_vm_seconds += other.standby_vm_seconds
+        self.resumes += other.resumes
 
-    def document(self) -> dict[str, Any]:
+    def document(self, standby_cost: float = STANDBY_COST) -> dict[str, Any]:
         """The JSON fields: checkouts, hits, hit_ratio, wait_mean_s, wait_p95_s,
-        idle_vm_hours, clones (ratio 0 without checkouts; waits 0 without misses)."""
+        idle_vm_hours, clones, standby_vm_hours, resumes, cost_vm_hours (ratio 0 without
+        checkouts; waits 0 without misses; cost: idle VM-hours plus ``standby_cost`` times
+        standby VM-hours, each rounded from the unrounded seconds)."""
         waits = self.waits
+        cost = self.idle_vm_seconds + standby_cost * self.standby_vm_seconds
         return {
             "checkouts": self.checkouts,
             "hits": self.hits,
@@ -55,6 +67,9 @@ class PoolStats:
             "wait_p95_s": round(percentile(waits, 0.95), 1),
             "idle_vm_hours": round(self.idle_vm_seconds / 3600, 2),
             "clones": self.clones,
+            "standby_vm_hours": round(self.standby_vm_seconds / 3600, 2),
+            "resumes": self.resumes,
+            "cost_vm_hours": round(cost / 3600, 2),
         }
 
 
@@ -69,6 +84,8 @@ class RunResult:
     unserved: int = 0
     warmup_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    standby_cost: float = STANDBY_COST
+    """The price of a standby VM-hour against an idle running one, in ``cost_vm_hours``."""
 
     def seconds_per_day(self) -> float:
         """Wall seconds per simulated day, the warm-up included (0 when nothing ran)."""
@@ -84,8 +101,8 @@ class RunResult:
 
     def document(self) -> dict[str, Any]:
         """``{pool: fields, …, "total": fields}`` (see :meth:`PoolStats.document`)."""
-        doc = {name: stats.document() for name, stats in self.pools.items()}
-        doc["total"] = self.total().document()
+        doc = {name: stats.document(self.standby_cost) for name, stats in self.pools.items()}
+        doc["total"] = self.total().document(self.standby_cost)
         return doc
 
 
@@ -95,13 +112,15 @@ def as_json(results: Sequence[RunResult]) -> str:
 
 
 _HEADERS = ("pool", "checkouts", "hits", "hit ratio", "wait mean s", "wait p95 s",
-            "idle VM-h", "clones")
+            "idle VM-h", "clones", "standby VM-h", "resumes", "cost VM-h")
 
 
 def _cells(name: str, doc: Mapping[str, Any]) -> list[str]:
     return [name, str(doc["checkouts"]), str(doc["hits"]), f"{doc['hit_ratio']:.3f}",
             f"{doc['wait_mean_s']:.1f}", f"{doc['wait_p95_s']:.1f}",
-            f"{doc['idle_vm_hours']:.2f}", str(doc["clones"])]
+            f"{doc['idle_vm_hours']:.2f}", str(doc["clones"]),
+            f"{doc['standby_vm_hours']:.2f}", str(doc["resumes"]),
+            f"{doc['cost_vm_hours']:.2f}"]
 
 
 def as_table(result: RunResult) -> str:
@@ -115,6 +134,7 @@ def as_table(result: RunResult) -> str:
     lines.append(f"simulated {result.simulated_s / 3600:.1f} h (and {result.warmup_s / 60:.0f}"
                  f" min of warm-up) in {result.wall_s:.1f} s ({result.seconds_per_day():.1f} s"
                  " per simulated day)")
+    lines.append(f"cost VM-h: idle VM-h + {result.standby_cost:g} x standby VM-h")
     if result.unserved:
         lines.append(f"{result.unserved} missed checkout(s) still had no VM when the replay "
                      "stopped (their wait is counted up to then)")
