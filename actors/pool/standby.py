@@ -157,6 +157,8 @@ class Standby:
         if self.requested.pop(vm, None) is None:
             return False
         if msg.failure is None and msg.result:
+            self.io.metrics.increment("standby.resume", tags={
+                "pool": self.policy.name, "result": "success"})
             self.calls.send(CheckPending(), vm)
         elif msg.failure is not None and not msg.failure.circuit_open:
             self.io.metrics.increment("standby.resume", tags={
