@@ -207,7 +207,8 @@ def main() -> int:
     pairs += [(float(c), float(r)) for c, r in
               (p.split(":") for p in args.extra.split(",") if p)]
     singles = sorted({c for c, _ in pairs})
-    jobs = [(path, c, None) for path in args.traces for c in singles]
+    jobs: list[tuple[str, float, float | None]] = [
+        (path, c, None) for path in args.traces for c in singles]
     jobs += [(path, c, r) for path in args.traces for c, r in pairs]
     started = time.perf_counter()
     with ProcessPoolExecutor(max_workers=2) as pool:
