@@ -140,8 +140,18 @@ def clones(log: Path) -> collections.Counter[str]:
     return collections.Counter(CLONED.findall(log.read_text()))
 
 
-def strays(log: Path) -> list[str]:
-    return [line for line in log_lines(log, "found in inventory, in no queue") if STRAY in line]
+def strays(log: Path, *, orphaned_clones: bool = False) -> list[str]:
+    """The stray clean-up lines; with ``orphaned_clones``, less those naming only VMs whose
+    clone a killed manager had sent to vCenter: the next owner gives them up as vanished
+    (no clone slot is held for them any more), and when vCenter finishes the clone they are
+    found in no queue and destroyed, the designed recovery (nothing leaks)."""
+    found = [line for line in log_lines(log, "found in inventory, in no queue") if STRAY in line]
+    if not orphaned_clones:
+        return found
+    given_up = {line.split("'")[1] for line in log_lines(
+        log, "is pending but not in the provider's inventory and no clone is running")}
+    return [line for line in found
+            if not set(line.split("'")[1::2]) <= given_up]
 
 
 def settle(watch: Watch, si: Any, timeout: float, what: str, log: Path) -> None:
@@ -346,6 +356,6 @@ def test_standby_vms_survive_a_killed_manager_and_a_restarted_vcenter(
         assert len(log_lines(log, "moved from 'standby' to 'ready'")) == resumed_before + SIZE
         settle(watch, si, 30, "the tier refilled on the restarted vCenter", log)
         assert second.poll() is None
-    assert not strays(log) and not watch.doubles
+    assert not strays(log, orphaned_clones=True) and not watch.doubles
     print(f"lease taken {taken:.1f}s after the kill, both tiers full {carried_on:.1f}s after "
           f"it; the restarted vCenter's inventory read {reached:.1f}s after it was reachable")

@@ -24,7 +24,8 @@ and the provider calls and VM caches where it uses them):
   :class:`~vmpooler.actors.pool.migrations.Migrations`,
   :class:`~vmpooler.actors.pool.request_vms.OnDemandVms` (requests' VMs),
   :class:`~vmpooler.actors.pool.stale_purge.StalePurge`,
-  :class:`~vmpooler.actors.pool.standby.Standby` (the standby tier),
+  :class:`~vmpooler.actors.pool.standby.Standby` (the standby tier) and
+  :class:`~vmpooler.actors.pool.standby_requests.StandbyForRequests` (requests taking it),
   :class:`~vmpooler.actors.pool.dead_letters.DeadLetters`.
 
 A cycle starts with the provider's inventory and runs on a timer with vmpooler's back-off —
@@ -73,6 +74,7 @@ from vmpooler.actors.pool.outcomes import Outcomes
 from vmpooler.actors.pool.request_vms import OnDemandVms
 from vmpooler.actors.pool.stale_purge import StalePurge
 from vmpooler.actors.pool.standby import Standby
+from vmpooler.actors.pool.standby_requests import StandbyForRequests
 from vmpooler.actors.pool.upkeep import PoolUpkeep
 from vmpooler.actors.runtime.clock import Clock, Scheduler, Timer
 from vmpooler.actors.runtime.executor import ActorExecutor
@@ -147,9 +149,10 @@ class PoolActor(PooledSupervisedActor):
                                  standby_cost=standby.auto_cost())
         if self.upkeep.sizing is not None:
             standby.on_resumed = self.upkeep.sizing.resumed
+        self.for_requests = StandbyForRequests(standby)
         self.clones = Clones(policy, io, calls=calls, vms=vms, hostnames=hostnames,
                              upkeep=self.upkeep, ondemand=self.ondemand,
-                             dead_letters=dead_letters, standby=standby)
+                             dead_letters=dead_letters, standby=self.for_requests)
         self.migrations = Migrations(policy, io, calls=calls)
         upkeep = self.upkeep
         outcomes = Outcomes(policy, io, calls=calls, vms=vms, ondemand=self.ondemand,
@@ -252,7 +255,7 @@ class PoolActor(PooledSupervisedActor):
         if msg.op in STANDBY_OPS and self.standby.owns(msg.vm or ""):
             self.standby.answered(msg)
             return
-        if msg.op is ProviderOp.RESUME and self.standby.request_vm_resumed(msg):
+        if msg.op is ProviderOp.RESUME and self.for_requests.resumed(msg):
             return
         handler = self.answers.get(msg.op)
         if handler is not None:

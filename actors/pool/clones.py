@@ -27,7 +27,7 @@ from vmpooler.actors.pool.context import PoolIO, PoolPolicy
 from vmpooler.actors.pool.dead_letters import DeadLetters
 from vmpooler.actors.pool.hostnames import HostnameGenerator
 from vmpooler.actors.pool.request_vms import OnDemandVms
-from vmpooler.actors.pool.standby import Standby
+from vmpooler.actors.pool.standby_requests import StandbyForRequests
 from vmpooler.actors.pool.upkeep import PoolUpkeep
 from vmpooler.actors.pool.vm_cache import VmCache
 from vmpooler.actors.storage import timefmt
@@ -44,13 +44,14 @@ class Clones:
 
     def __init__(self, policy: PoolPolicy, io: PoolIO, *, calls: ProviderCalls, vms: VmCache,
                  hostnames: HostnameGenerator, upkeep: PoolUpkeep, ondemand: OnDemandVms,
-                 dead_letters: DeadLetters, standby: Standby) -> None:
+                 dead_letters: DeadLetters, standby: StandbyForRequests) -> None:
         self.policy, self.io, self.calls, self.vms = policy, io, calls, vms
         self.hostnames = hostnames
         self.upkeep = upkeep
         self.ondemand = ondemand
         self.dead_letters = dead_letters
-        self.standby = standby
+        self.standby = standby.standby
+        self.from_standby = standby
         self.waiting_for_slot = False
         self.slot_wait_since: float | None = None  # monotonic: first NO_SLOT of a shortage
         self.failures = 0  # consecutive failed clones
@@ -134,7 +135,7 @@ class Clones:
         try:
             left = self.breaker_until - self.io.clock.monotonic()
             request = (msg.request_id, msg.alias)
-            vm = self.standby.for_request(request, msg.fence) if left <= 0 else None
+            vm = self.from_standby.take(request, msg.fence) if left <= 0 else None
             if vm is not None:
                 self.ondemand.adopt(vm, request)
                 self.ondemand.slot_freed()  # no clone slot was taken: another may be granted

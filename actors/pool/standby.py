@@ -71,7 +71,6 @@ class Standby:
         self.target = tier.count or 0 if self.enabled and tier is not None else 0
         self.members: dict[str, StandbyVm] = {}
         self.resume_sent: dict[str, float] = {}  # vm -> monotonic time its resume was sent
-        self.requested: dict[str, float] = {}  # VMs given to requests, their resume in flight
         # told how long each resume took until ready (the demand sizer learns resume times)
         self.on_resumed: Callable[[float], None] = lambda _seconds: None
         self.published: tuple[int, int] | None = None  # (count, target) last logged
@@ -122,50 +121,6 @@ class Standby:
         """Whether a pooled VM that just passed its check goes to standby rather than
         ``ready``: the running tier holds ``size`` (ready and waking VMs) and this one is short."""
         return self.filling() and ready + self.waking() >= size and self.room() > 0
-
-    # -- on-demand requests take standby VMs before they clone -------------------------------------
-    def for_request(self, request: tuple[str, str], request_fence: str) -> str | None:
-        """Give an on-demand request (``(request_id, alias)``) the oldest suspended VM, if
-        any: it moves to pending as the request's VM and is resumed; its readiness check and
-        pending timeout are then a clone's. Returns its name, or None (the caller clones)."""
-        if not self.enabled:
-            return None
-        for member in self.resting():
-            if member.state != "suspended" or member.vm in self.calls.busy:
-                continue
-            taken = self.store.take_for_request(
-                self.policy.name, member.vm, now=self.io.clock.now(), request=request,
-                request_fence=request_fence)
-            if taken == -2:
-                return None  # the request moved: nothing taken, nothing to clone either
-            if taken != 1:
-                continue
-            self._forget(member.vm)
-            self.requested[member.vm] = self.io.clock.monotonic()
-            self.calls.send(ResumeVm(), member.vm)
-            log.info("[>] [%s] '%s' moved from 'standby' to 'pending' for request '%s'",
-                     self.policy.name, member.vm, request[0])
-            return member.vm
-        return None
-
-    def request_vm_resumed(self, msg: ProviderCallFinished) -> bool:
-        """The answer to the resume of a VM given to a request (False: not one of those).
-        A success sends its readiness check at once; a failure leaves it to the pending
-        check, which retires it (the request then clones) after the pool's timeout, unless
-        the VM is gone."""
-        vm = msg.vm or ""
-        if self.requested.pop(vm, None) is None:
-            return False
-        if msg.failure is None and msg.result:
-            self.io.metrics.increment("standby.resume", tags={
-                "pool": self.policy.name, "result": "success"})
-            self.calls.send(CheckPending(), vm)
-        elif msg.failure is not None and not msg.failure.circuit_open:
-            self.io.metrics.increment("standby.resume", tags={
-                "pool": self.policy.name, "result": "failure"})
-            log.error("[!] [%s] '%s' resume for its request failed: %s: %s",
-                      self.policy.name, vm, msg.failure.error_class, msg.failure.message)
-        return True
 
     # -- a pending VM enters ---------------------------------------------------------------------
     def enter(self, vm: str, *, boot_seconds: float) -> int:
@@ -386,6 +341,10 @@ class Standby:
                 self.dead_letters.add("standby", vm, reason, why)
             log.info("[>] [%s] '%s' %s, moved from 'standby' to 'completed'",
                      self.policy.name, vm, why)
+        self._forget(vm)
+
+    def forget(self, vm: str) -> None:
+        """Drop what is remembered of ``vm`` (it left the tier)."""
         self._forget(vm)
 
     def _forget(self, vm: str) -> None:

@@ -216,14 +216,16 @@ class CheckoutStore:
         self.client.sadd(_TASK_KEYS[kind](), member)
 
     # -- reads ------------------------------------------------------------------------------
-    def ready_sizes(self, pools: Sequence[str]) -> dict[str, int]:
-        """How many ready VMs each of ``pools`` has now, in one round trip (pipelined
-        ``SCARD``s, no transaction)."""
+    def tier_sizes(self, pools: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """How many ready and standby VMs each of ``pools`` has now, in one round trip
+        (pipelined ``SCARD``s, no transaction)."""
         with self.client.pipeline(transaction=False) as pipe:
             for pool in pools:
                 pipe.scard(schema.ready(pool))
+                pipe.scard(schema.standby(pool))
             sizes = pipe.execute()
-        return {pool: int(size) for pool, size in zip(pools, sizes, strict=True)}
+        return {pool: (int(sizes[2 * i]), int(sizes[2 * i + 1]))
+                for i, pool in enumerate(pools)}
 
     def vm_hash(self, vm: str) -> dict[str, str]:
         """All fields of the VM's hash, in Redis order ({} when it does not exist, or when

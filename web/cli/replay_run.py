@@ -36,7 +36,7 @@ from vmpooler.actors.metrics.backends import NullMetrics
 from vmpooler.actors.pool.hostnames import HostnameGenerator
 from vmpooler.actors.runtime.clock import FakeClock
 from vmpooler.actors.sizing.trace import Checkout
-from vmpooler.actors.storage import schema, timefmt
+from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.checkout_store import CheckoutStore
 from vmpooler.actors.system import PoolerSystem
 from vmpooler.providers.base import ProviderContext
@@ -196,14 +196,9 @@ class _Replay:
                 self.stats[name].idle_vm_seconds += count * (high - low)
                 self.stats[name].standby_vm_seconds += self.standby[name] * (high - low)
         self.sampled_at = now
-        pools = list(self.ready)
-        with self.client.pipeline(transaction=False) as pipe:
-            for pool in pools:
-                pipe.scard(schema.ready(pool))
-                pipe.scard(schema.standby(pool))
-            sizes = pipe.execute()
-        self.ready = {pool: int(sizes[2 * i]) for i, pool in enumerate(pools)}
-        self.standby = {pool: int(sizes[2 * i + 1]) for i, pool in enumerate(pools)}
+        sizes = self.store.tier_sizes(list(self.ready))
+        self.ready = {pool: ready for pool, (ready, _standby) in sizes.items()}
+        self.standby = {pool: standby for pool, (_ready, standby) in sizes.items()}
 
     def _due_events(self, now: float) -> bool:
         handled = False
