@@ -112,9 +112,10 @@ class Standby:
         return tier.cost if self.enabled and tier is not None and tier.auto else None
 
     def set_target(self, target: int) -> None:
-        """The tier's target (the demand sizer's, for ``standby: auto``)."""
+        """The tier's target (the demand sizer's, for ``standby: auto``, which logs its
+        changes)."""
         if self.enabled and target != self.target:
-            log.info("[*] [%s] standby target %d -> %d", self.policy.name, self.target, target)
+            log.debug("[%s] standby target %d -> %d", self.policy.name, self.target, target)
             self.target = max(0, target)
 
     def takes(self, ready: int, size: int) -> bool:
