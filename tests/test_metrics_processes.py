@@ -430,6 +430,7 @@ def sinks() -> Iterator[dict[str, StatsdSink | GraphiteSink]]:
         sink.stop()
 
 
+@pytest.mark.timeout(180)  # its own wait for the metrics is 60 s, after starting processes
 @pytest.mark.parametrize(("backend_name", "run", "extra"), [
     ("datadog", False, True), ("statsd", False, False), ("graphite", False, False),
     ("datadog", True, False),
