@@ -14,10 +14,10 @@ from typing import Any
 import redis
 
 from vmpooler.actors.storage import schema
-from vmpooler.actors.storage.lease_store import Fence, Fenced
+from vmpooler.actors.storage.lease_store import Fence, run_fenced
 from vmpooler.actors.storage.replies import text_set
 from vmpooler.actors.storage.schema import BrakeScripts
-from vmpooler.actors.storage.schema.lease_scripts import FENCED, fenced
+from vmpooler.actors.storage.schema.lease_scripts import fenced
 
 __all__ = ["BrakeStore"]
 
@@ -38,11 +38,7 @@ class BrakeStore:
         fence = self.fence
         if fence is None:
             return self._scripts[script](keys=keys, args=args)
-        held = fence.held()  # None: '' never matches a lease, so the script refuses
-        reply = self._scripts[script](keys=[*keys, fence.key], args=[*args, held or ""])
-        if reply == FENCED:
-            raise Fenced(fence.key, held)
-        return reply
+        return run_fenced(self._scripts[script], fence, keys, args)
 
     def held(self, pool: str) -> set[str]:
         """The pool's held VMs."""

@@ -16,9 +16,9 @@ from typing import Any
 import redis
 
 from vmpooler.actors.storage import schema
-from vmpooler.actors.storage.lease_store import Fence, Fenced
+from vmpooler.actors.storage.lease_store import Fence, run_fenced
 from vmpooler.actors.storage.schema import FailoverScripts
-from vmpooler.actors.storage.schema.lease_scripts import FENCED, fenced
+from vmpooler.actors.storage.schema.lease_scripts import fenced
 
 __all__ = ["FailoverState", "FailoverStore", "parse_state", "state_fields"]
 
@@ -112,9 +112,7 @@ class FailoverStore:
         if fence is None:
             self._publish(keys=keys, args=args)
             return
-        held = fence.held()  # None: '' never matches a lease, so the script refuses
-        if self._publish(keys=[*keys, fence.key], args=[*args, held or ""]) == FENCED:
-            raise Fenced(fence.key, held)
+        run_fenced(self._publish, fence, keys, args)
 
     def read(self, pools: Iterable[str]) -> dict[str, FailoverState]:
         """Published states by pool (pools with none, or an unreadable one, left out); one

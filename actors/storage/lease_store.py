@@ -13,16 +13,19 @@ Methods may raise ``redis.RedisError``; all are thread-safe (the client's pool i
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import redis
 
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.replies import text
 from vmpooler.actors.storage.schema import LeaseScripts
+from vmpooler.actors.storage.schema.lease_scripts import FENCED
 
-__all__ = ["POOL", "REQUEST", "Fence", "Fenced", "Lease", "LeaseState", "LeaseStore"]
+__all__ = ["POOL", "REQUEST", "Fence", "Fenced", "Lease", "LeaseState", "LeaseStore",
+           "run_fenced"]
 
 POOL = "pool"
 """The lease kind of pools (``vmpooler__lease__pool__<name>``)."""
@@ -48,6 +51,19 @@ class Fence(Protocol):
     def key(self) -> str: ...
 
     def held(self) -> str | None: ...
+
+
+def run_fenced(script: Callable[..., Any], fence: Fence, keys: Sequence[str],
+               args: Sequence[Any]) -> Any:
+    """Run a script made by :func:`~vmpooler.actors.storage.schema.lease_scripts.fenced`
+    behind ``fence``: the lease key and the value held now go after ``keys`` and ``args``.
+    Returns the script's reply; raises :class:`Fenced` (nothing written) when the lease
+    holds another value or none (``''`` never matches a lease, so the script refuses)."""
+    held = fence.held()
+    reply = script(keys=[*keys, fence.key], args=[*args, held or ""])
+    if reply == FENCED:
+        raise Fenced(fence.key, held)
+    return reply
 
 
 @dataclass(frozen=True, slots=True)

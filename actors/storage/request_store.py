@@ -16,7 +16,7 @@ from typing import Any, cast
 import redis
 
 from vmpooler.actors.storage import schema
-from vmpooler.actors.storage.lease_store import Fence, Fenced
+from vmpooler.actors.storage.lease_store import Fence, run_fenced
 from vmpooler.actors.storage.redis_errors import WrongTypeKeys, tolerant_results
 from vmpooler.actors.storage.replies import maybe_text, text_list
 from vmpooler.actors.storage.request_origin import RequestOrigin, origin_args, recorded_origin
@@ -32,7 +32,7 @@ from vmpooler.actors.storage.request_records import (
     parse_requested,
 )
 from vmpooler.actors.storage.schema import RequestScripts
-from vmpooler.actors.storage.schema.lease_scripts import FENCED, fenced
+from vmpooler.actors.storage.schema.lease_scripts import fenced
 
 __all__ = [
     "MAX_ENTRY_COUNT",  # re-exported from request_records, as the names below it
@@ -76,11 +76,7 @@ class RequestStore:
              fence: Fence | None = None) -> Any:
         if fence is None:
             return self._scripts[script](keys=list(keys), args=list(args))
-        held = fence.held()
-        reply = self._fenced[script](keys=[*keys, fence.key], args=[*args, held or ""])
-        if reply == FENCED:
-            raise Fenced(fence.key, held)
-        return reply
+        return run_fenced(self._fenced[script], fence, keys, args)
 
     @staticmethod
     def _vm_keys(request_id: str, entries: Iterable[Entry]) -> list[str]:

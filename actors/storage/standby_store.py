@@ -18,11 +18,11 @@ from typing import Any
 import redis
 
 from vmpooler.actors.storage import schema, timefmt
-from vmpooler.actors.storage.lease_store import REQUEST, Fence, Fenced
+from vmpooler.actors.storage.lease_store import REQUEST, Fence, run_fenced
 from vmpooler.actors.storage.pool_snapshot import read_vm_fields
 from vmpooler.actors.storage.replies import text_set
 from vmpooler.actors.storage.schema import StandbyScripts
-from vmpooler.actors.storage.schema.lease_scripts import FENCED, fenced
+from vmpooler.actors.storage.schema.lease_scripts import fenced
 
 __all__ = ["STANDBY_STATES", "StandbyStore", "StandbyVm"]
 
@@ -62,11 +62,7 @@ class StandbyStore:
         fence = self.fence
         if fence is None:
             return self._scripts[script](keys=keys, args=args)
-        held = fence.held()  # None: '' never matches a lease, so the script refuses
-        reply = self._scripts[script](keys=[*keys, fence.key], args=[*args, held or ""])
-        if reply == FENCED:
-            raise Fenced(fence.key, held)
-        return reply
+        return run_fenced(self._scripts[script], fence, keys, args)
 
     def members(self, pool: str) -> set[str]:
         """The pool's standby VMs."""

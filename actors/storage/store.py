@@ -21,14 +21,14 @@ import redis
 
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.check_stamps import stamp_fields
-from vmpooler.actors.storage.lease_store import REQUEST, Fence, Fenced
+from vmpooler.actors.storage.lease_store import REQUEST, Fence, run_fenced
 from vmpooler.actors.storage.pool_snapshot import PoolSnapshot, read_snapshot, read_vm_fields
 from vmpooler.actors.storage.queues import Queue
 from vmpooler.actors.storage.redis_errors import WrongTypeKeys
 from vmpooler.actors.storage.replies import fields as as_fields
 from vmpooler.actors.storage.replies import maybe_text, text_list, text_set
 from vmpooler.actors.storage.schema import Scripts
-from vmpooler.actors.storage.schema.lease_scripts import FENCED, fenced
+from vmpooler.actors.storage.schema.lease_scripts import fenced
 from vmpooler.actors.storage.schema.pool_scripts import RELEASE_SLOT_BODY
 
 __all__ = ["FENCED_SCRIPTS", "CloneReservation", "PoolSnapshot", "Store", "read_vm_fields"]
@@ -104,11 +104,7 @@ class Store:
         fence = self.fence
         if fence is None or script not in self._fenced:
             return self._scripts[script](keys=list(keys), args=list(args))
-        held = fence.held()  # None: '' never matches a lease, so the script refuses
-        reply = self._fenced[script](keys=[*keys, fence.key], args=[*args, held or ""])
-        if reply == FENCED:
-            raise Fenced(fence.key, held)
-        return reply
+        return run_fenced(self._fenced[script], fence, keys, args)
 
     # -- start-up ---------------------------------------------------------------------------
     def slot_owners(self) -> set[str]:

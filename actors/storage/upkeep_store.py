@@ -23,12 +23,12 @@ import redis
 
 from vmpooler.actors.storage import schema, timefmt
 from vmpooler.actors.storage.dlq_store import QUEUES, DeadLetter, parse_member
-from vmpooler.actors.storage.lease_store import Fence, Fenced
+from vmpooler.actors.storage.lease_store import Fence, run_fenced
 from vmpooler.actors.storage.queues import Queue
 from vmpooler.actors.storage.redis_errors import WrongTypeKeys, tolerant_results
 from vmpooler.actors.storage.replies import maybe_text, scored
 from vmpooler.actors.storage.schema import UpkeepScripts
-from vmpooler.actors.storage.schema.lease_scripts import FENCED, fenced
+from vmpooler.actors.storage.schema.lease_scripts import fenced
 
 __all__ = ["QueueAges", "ReplayOutcome", "UpkeepStore", "VmHash"]
 
@@ -104,11 +104,7 @@ class UpkeepStore:
         args: list[str | int] = [vm, ttl]
         if self.fence is None:
             return bool(self._scripts["PURGE_COMPLETED"](keys=keys, args=args))
-        held = self.fence.held()
-        reply = self._fenced_purge(keys=[*keys, self.fence.key], args=[*args, held or ""])
-        if reply == FENCED:
-            raise Fenced(self.fence.key, held)
-        return bool(reply)
+        return bool(run_fenced(self._fenced_purge, self.fence, keys, args))
 
     def expire_orphan(self, orphan: VmHash, *, ttl: int) -> int:
         """Let an orphaned VM hash expire within ``ttl`` s if it is still orphaned: 1 set,
