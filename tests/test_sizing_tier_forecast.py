@@ -21,7 +21,7 @@ def bursts(days: int, size: int, gap: float, every: float = 1800.0) -> list[floa
 
 
 def model(times: list[float], *, cost: float = 0.1, hit: float = 0.99) -> TierForecast:
-    return TierForecast.from_times(times, now=times[-1], target_hit=hit, clone_time=CLONE,
+    return TierForecast.from_history(times, now=times[-1], target_hit=hit, clone_time=CLONE,
                                    resume_time=RESUME, standby_cost=cost)
 
 

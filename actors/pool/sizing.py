@@ -136,7 +136,7 @@ class PoolSizing:
         times = [e.t for e in entries]
         hit = self.sizer.policy.target_hit
         if self.standby_cost is not None:
-            self.sizer.forecast = TierForecast.from_times(
+            self.sizer.forecast = TierForecast.from_history(
                 times, now=now, target_hit=hit, clone_time=self.clone_time(),
                 resume_time=self.resume_time(), standby_cost=self.standby_cost)
         else:

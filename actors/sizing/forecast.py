@@ -49,6 +49,7 @@ from array import array
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any, Self
 
 from vmpooler.actors.sizing._plan import build_plan, week_slot
 
@@ -63,6 +64,10 @@ __all__ = [
     "SLOT_SECONDS",
     "DemandForecast",
     "Forecast",
+    "clone_window",
+    "latest_rank",
+    "plan_ahead",
+    "rerank",
 ]
 
 SLOT_SECONDS = 1800.0
@@ -126,9 +131,10 @@ class DemandForecast:
 
     @classmethod
     def from_history(cls, times: Iterable[float], *, now: float, target_hit: float,
-                     clone_time: float = 120.0) -> DemandForecast:
-        """A model that observed ``times`` (any order; instants after ``now`` are ignored)."""
-        model = cls(target_hit, clone_time=clone_time)
+                     clone_time: float = 120.0, **options: Any) -> Self:
+        """A model that observed ``times`` (any order; instants after ``now`` are ignored);
+        ``options`` go to the constructor of a subclass (``TierForecast``'s)."""
+        model = cls(target_hit, clone_time=clone_time, **options)
         for t in sorted(t for t in times if t <= now):
             model.observe(t)
         return model
@@ -172,10 +178,7 @@ class DemandForecast:
         if window != self._window:
             self._rerank(window)
         self._expire(now)
-        recent = self._recent
-        while recent and recent[0][0] < now - RECENT_SECONDS:
-            recent.popleft()
-        latest = recent[0][1] if recent else 0
+        latest = latest_rank(self._recent, now)
         slot = week_slot(now, SLOT_SECONDS)
         wanted = self.plan_target(now)
         fitted, budget = 1.0 - self._plan_target, 1.0 - wanted  # miss budgets
@@ -187,7 +190,7 @@ class DemandForecast:
                                     self._plan_target, SLOT_SECONDS)
             self._dirty = False
         self._plan_slot = slot
-        seasonal = self._lookahead(now, clone_time)
+        seasonal = plan_ahead(self._plan, now, clone_time)
         value = max(seasonal, latest)
         self._held = value
         basis = "none" if value == 0 else "recent" if latest > seasonal else "seasonal"
@@ -206,15 +209,6 @@ class DemandForecast:
             return self.target_hit
         return 1.0 - asked * max(MARGIN_FLOOR, asked / measured)
 
-    def _lookahead(self, now: float, clone_time: float) -> int:
-        plan = self._plan
-        if not plan:
-            return 0
-        first = week_slot(now, SLOT_SECONDS)
-        steps = int((now % SLOT_SECONDS + clone_time) // SLOT_SECONDS)
-        count = len(plan)
-        return max(plan[(first + k) % count] for k in range(min(steps, count - 1) + 1))
-
     def _expire(self, now: float) -> None:
         times = self._times
         cut = bisect.bisect_left(times, now - HISTORY_SECONDS)
@@ -231,16 +225,40 @@ class DemandForecast:
     def _rerank(self, window: float) -> None:
         """Recompute every kept rank for a new clone window (linear, two pointers)."""
         self._window = window
-        times, ranks = self._times, self._ranks
-        low = 0
-        for i, t in enumerate(times):
-            while times[low] < t - window:
-                low += 1
-            ranks[i] = i - low + 1
-        recent: deque[tuple[float, int]] = deque()
-        for t, rank in zip(times, ranks, strict=True):
-            while recent and recent[-1][1] <= rank:
-                recent.pop()
-            recent.append((t, rank))
-        self._recent = recent
+        self._recent = rerank(self._times, self._ranks, window)
         self._dirty = True
+
+
+def rerank(times: array, ranks: array, window: float) -> deque[tuple[float, int]]:
+    """Recompute ``ranks`` in place for ``window`` (each instant's count of ``times`` in
+    ``[t - window, t]``, linear, two pointers); returns the deque of ``(instant, rank)``
+    with decreasing ranks that the recent-demand term reads (:func:`latest_rank`)."""
+    low = 0
+    for i, t in enumerate(times):
+        while times[low] < t - window:
+            low += 1
+        ranks[i] = i - low + 1
+    recent: deque[tuple[float, int]] = deque()
+    for t, rank in zip(times, ranks, strict=True):
+        while recent and recent[-1][1] <= rank:
+            recent.pop()
+        recent.append((t, rank))
+    return recent
+
+
+def latest_rank(recent: deque[tuple[float, int]], now: float) -> int:
+    """The largest rank of the last ``RECENT_SECONDS`` (older entries are dropped)."""
+    while recent and recent[0][0] < now - RECENT_SECONDS:
+        recent.popleft()
+    return recent[0][1] if recent else 0
+
+
+def plan_ahead(plan: list[int], now: float, horizon: float) -> int:
+    """The largest of a weekly ``plan`` over the slots of ``[now, now + horizon]`` (0 for
+    no plan)."""
+    if not plan:
+        return 0
+    first = week_slot(now, SLOT_SECONDS)
+    steps = int((now % SLOT_SECONDS + horizon) // SLOT_SECONDS)
+    count = len(plan)
+    return max(plan[(first + k) % count] for k in range(min(steps, count - 1) + 1))

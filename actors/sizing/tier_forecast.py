@@ -31,10 +31,12 @@ from dataclasses import dataclass
 from vmpooler.actors.sizing._plan import week_slot
 from vmpooler.actors.sizing.forecast import (
     HISTORY_SECONDS,
-    RECENT_SECONDS,
     SLOT_SECONDS,
     DemandForecast,
     clone_window,
+    latest_rank,
+    plan_ahead,
+    rerank,
 )
 from vmpooler.actors.sizing.tiers import TierPlan, build_tier_plan
 
@@ -77,16 +79,6 @@ class TierForecast(DemandForecast):
         self._held_running = 0
         self._last_resume_rank = 0
 
-    @classmethod
-    def from_times(cls, times: list[float], *, now: float, target_hit: float,
-                   clone_time: float, resume_time: float, standby_cost: float) -> TierForecast:
-        """A model that observed ``times`` (any order; instants after ``now`` ignored)."""
-        model = cls(target_hit, clone_time=clone_time, resume_time=resume_time,
-                    standby_cost=standby_cost)
-        for t in sorted(t for t in times if t <= now):
-            model.observe(t)
-        return model
-
     def observe(self, t: float) -> None:
         """Record one checkout at ``t`` (time order; an earlier one counts at the last)."""
         times = self._times
@@ -115,8 +107,8 @@ class TierForecast(DemandForecast):
         if resume_window != self._resume_window:
             self._rerank_resume(resume_window)
         self._expire(now)
-        latest_total = _latest(self._recent, now)
-        latest_running = _latest(self._resume_recent, now)
+        latest_total = latest_rank(self._recent, now)
+        latest_running = latest_rank(self._resume_recent, now)
         slot = week_slot(now, SLOT_SECONDS)
         wanted = self.plan_target(now)
         fitted, budget = 1.0 - self._plan_target, 1.0 - wanted
@@ -129,8 +121,8 @@ class TierForecast(DemandForecast):
                 SLOT_SECONDS, self.standby_cost)
             self._dirty = False
         self._plan_slot = slot
-        seasonal_running = _ahead(self._tier_plan.running, now, resume_time)
-        seasonal_total = _ahead(self._tier_plan.total, now, clone_time)
+        seasonal_running = plan_ahead(self._tier_plan.running, now, resume_time)
+        seasonal_total = plan_ahead(self._tier_plan.total, now, clone_time)
         running = max(seasonal_running, latest_running)
         total = max(seasonal_total, latest_total, running)
         self._held, self._held_running = total, running
@@ -144,32 +136,5 @@ class TierForecast(DemandForecast):
     def _rerank_resume(self, window: float) -> None:
         """Recompute every kept resume rank for a new resume window."""
         self._resume_window = window
-        times, ranks = self._times, self._resume_ranks
-        low = 0
-        for i, t in enumerate(times):
-            while times[low] < t - window:
-                low += 1
-            ranks[i] = i - low + 1
-        recent: deque[tuple[float, int]] = deque()
-        for t, rank in zip(times, ranks, strict=True):
-            while recent and recent[-1][1] <= rank:
-                recent.pop()
-            recent.append((t, rank))
-        self._resume_recent = recent
+        self._resume_recent = rerank(self._times, self._resume_ranks, window)
         self._dirty = True
-
-
-def _latest(recent: deque[tuple[float, int]], now: float) -> int:
-    while recent and recent[0][0] < now - RECENT_SECONDS:
-        recent.popleft()
-    return recent[0][1] if recent else 0
-
-
-def _ahead(plan: list[int], now: float, horizon: float) -> int:
-    """The largest of ``plan`` over the slots of ``[now, now + horizon]``."""
-    if not plan:
-        return 0
-    first = week_slot(now, SLOT_SECONDS)
-    steps = int((now % SLOT_SECONDS + horizon) // SLOT_SECONDS)
-    count = len(plan)
-    return max(plan[(first + k) % count] for k in range(min(steps, count - 1) + 1))
