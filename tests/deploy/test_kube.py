@@ -28,7 +28,6 @@ from tests.helm.chart import CHART, DUMMY_POOLS, render, their_values
 from tests.http_client import eventually, get, pools_full
 
 PORT = 4567
-RELEASE = "vmpooler"
 
 
 def kube_values(image: str, redis_host: str, secret_name: str) -> dict[str, Any]:
@@ -52,14 +51,25 @@ def kube_values(image: str, redis_host: str, secret_name: str) -> dict[str, Any]
     return values
 
 
-def for_podman(docs: list[dict[str, Any]], secret_values: dict[str, dict[str, str]]
-               ) -> list[dict[str, Any]]:
+def for_podman(docs: list[dict[str, Any]], secret_values: dict[str, dict[str, str]],
+               release: str) -> list[dict[str, Any]]:
     """The manifests podman 4.3 can play: every ``secretKeyRef`` replaced by its value
-    (podman stores a played Secret as YAML and then fails to read it as JSON), and no
-    ``ports`` (podman would publish each on the host, where a cluster publishes none)."""
+    (podman stores a played Secret as YAML and then fails to read it as JSON), no
+    ``ports`` (podman would publish each on the host, where a cluster publishes none), and
+    every ConfigMap renamed after ``release`` (podman plays each as a volume of the host,
+    named as the ConfigMap: two runs would share it)."""
+    renamed = {}
+    for doc in docs:
+        if doc["kind"] == "ConfigMap":
+            old = doc["metadata"]["name"]
+            renamed[old] = doc["metadata"]["name"] = f"{release}-{old}"
     for doc in docs:
         if doc["kind"] != "Deployment":
             continue
+        for volume in doc["spec"]["template"]["spec"].get("volumes", []):
+            if "configMap" in volume:
+                name = volume["configMap"]["name"]
+                volume["configMap"]["name"] = renamed.get(name, name)
         for c in doc["spec"]["template"]["spec"]["containers"]:
             c.pop("ports", None)
             for env in c.get("env", []):
@@ -71,13 +81,17 @@ def for_podman(docs: list[dict[str, Any]], secret_values: dict[str, dict[str, st
 
 
 class Cluster:
-    """The played manifests and what they run beside: a network and a Redis container."""
+    """The played manifests and what they run beside: a network and a Redis container, all
+    named after a release of their own, so that a run left behind (or running beside) does
+    not hold the pod names this one plays."""
 
     def __init__(self, podman: Podman, suffix: str) -> None:
         self.podman = podman
+        self.release = f"vmpooler-{suffix}"
         self.network = f"vmpooler-kube-{suffix}"
         self.redis = f"redis-{suffix}"
         self.manifest: Path | None = None
+        self.volumes: list[str] = []
 
     def pods(self, prefix: str) -> list[str]:
         names = self.podman("pod", "ps", "--format", "{{.Name}}").stdout.split()
@@ -100,8 +114,7 @@ class Cluster:
     def teardown(self) -> None:
         if self.manifest is not None:
             self.podman("kube", "down", str(self.manifest), check=False)
-            self.podman("volume", "rm", "--force", "vmpooler-baseconfig", "vmpooler-pools",
-                        check=False)
+            self.podman("volume", "rm", "--force", *self.volumes, check=False)
         self.podman.remove(self.redis)
         self.podman("network", "rm", "--force", self.network, check=False)
 
@@ -123,19 +136,22 @@ def test_the_chart_plays_with_two_managers_and_moves_a_killed_managers_pools(
     podman("run", "--detach", "--name", cluster.redis, "--network", cluster.network,
            redis_image, "redis-server", "--requirepass", password)
     with helm_python.Chart.load(str(CHART)) as chart:
-        docs = render(chart, kube_values(vmpooler_image, cluster.redis, "site-redis"))
+        docs = render(chart, kube_values(vmpooler_image, cluster.redis, "site-redis"),
+                      release=cluster.release)
+    release = cluster.release
     assert sorted(d["metadata"]["name"] for d in docs if d["kind"] == "Deployment") == [
-        f"{RELEASE}-api", f"{RELEASE}-manager"]
+        f"{release}-api", f"{release}-manager"]
     cluster.manifest = tmp_path / "manifests.yaml"
     cluster.manifest.write_text(yaml.safe_dump_all(
-        for_podman(docs, {"site-redis": {"redis-password": password}})))
+        for_podman(docs, {"site-redis": {"redis-password": password}}, cluster.release)))
+    cluster.volumes = [d["metadata"]["name"] for d in docs if d["kind"] == "ConfigMap"]
     podman("kube", "play", "--network", cluster.network, str(cluster.manifest), timeout=300)
 
-    api_pod, = cluster.pods(f"{RELEASE}-api")
-    managers = cluster.pods(f"{RELEASE}-manager")
+    api_pod, = cluster.pods(f"{release}-api")
+    managers = cluster.pods(f"{release}-manager")
     assert len(managers) == 2, managers
     api = f"http://{cluster.address(api_pod)}:{PORT}"
-    everything = lambda: cluster.logs(RELEASE)  # noqa: E731
+    everything = lambda: cluster.logs(release)  # noqa: E731
     eventually(lambda: pools_full(api), 120, "every pool full", everything)
 
     # The probes of both Deployments, as the chart declares them.

@@ -34,9 +34,11 @@ def their_values() -> dict[str, Any]:
     return yaml.safe_load(THEIR_VALUES.read_text())
 
 
-def render(chart: helm_python.Chart, values: Mapping[str, Any] | None = None) -> list[Manifest]:
-    """Every object the chart renders for release "vmpooler" in namespace "pooling"."""
-    out = chart.render(dict(values or {}), name="vmpooler", namespace="pooling")
+def render(chart: helm_python.Chart, values: Mapping[str, Any] | None = None,
+           release: str = "vmpooler") -> list[Manifest]:
+    """Every object the chart renders for ``release`` (default "vmpooler") in namespace
+    "pooling"."""
+    out = chart.render(dict(values or {}), name=release, namespace="pooling")
     docs = []
     for path, text in sorted(out.items()):
         if path.endswith("NOTES.txt"):
