@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from vmpooler.actors.cluster.membership import Membership, live_managers
 from vmpooler.actors.cluster.relay import Relay
 from vmpooler.actors.config import Config, PoolConfig
 from vmpooler.actors.factories import ActorFactories, SystemResources
+from vmpooler.actors.fairness.intake import Intake, embedded_applicant
 from vmpooler.actors.messages import (
     PoolChanged,
     RequestChanged,
@@ -347,13 +348,24 @@ class PoolerSystem:
 
     def request_ondemand(self, pools: Mapping[str, int], *, request_id: str | None = None,
                          token: str | None = None, user: str | None = None,
-                         origin: RequestOrigin | None = None) -> str | None:
+                         origin: RequestOrigin | None = None, priority: str | None = None,
+                         groups: Iterable[str] = ()) -> str | None:
         """Ask for VMs on demand (``{pool: count}``, configured pool names only) and return
         the request's id, or None if ``request_id`` is taken. Provisioning starts at once;
         follow it with :meth:`ondemand_request`. ``KeyError`` for an unknown pool;
-        ``ValueError`` for a negative count or a request for no VM (every count 0).
-        ``origin``: who asks, its priority and share (docs/fairness.md; None: the request
-        counts as its token's user, or as a user of its own)."""
+        ``ValueError`` for a negative count, a request for no VM (every count 0) or an
+        unknown ``priority``.
+
+        The request passes the gate of the API's ``POST /ondemandvm``
+        (:mod:`vmpooler.actors.fairness.intake`): the ``:quotas:`` limits and
+        ``max_ondemand_requests_per_user`` of its user, who is ``user`` (the caller vouches
+        for it, as a token would; its groups: ``groups`` and ``:quotas: members``), with
+        ``priority`` (``high`` only for ``:quotas: high_priority``) and the user's share
+        of clone capacity. ``origin``, instead of ``priority`` and ``groups``: who asks,
+        its priority and share, written as given (docs/fairness.md). Without a user the
+        request is a user of its own. A refusal raises
+        :class:`~vmpooler.actors.fairness.intake.Refused` (``PriorityRefused`` for
+        ``high``) and writes nothing."""
         for name in pools:
             self.config.pool(name)
         counts = {name: int(count) for name, count in pools.items()}
@@ -363,8 +375,11 @@ class PoolerSystem:
             raise ValueError("an on-demand request must ask for at least one VM")
         request_id = request_id or str(uuid.uuid4())
         entries = [Entry(name, name, count) for name, count in counts.items() if count]
-        if not self.requests.create(request_id, entries, created=int(self.clock.now()),
-                                    token=token, user=user, origin=origin):
+        applicant = embedded_applicant(self.config.quotas, request_id, user=user,
+                                       origin=origin, priority=priority, groups=groups,
+                                       token=token)
+        if not Intake(self.requests.client, self.requests).request(
+                self.config, request_id, entries, applicant, created=int(self.clock.now())):
             return None
         self.notify_request(request_id, "created")
         return request_id

@@ -24,12 +24,12 @@ sys.path.insert(0, str(ROOT))
 
 from vmpooler.actors.cluster.remote import LocalOnly  # noqa: E402
 from vmpooler.actors.cluster.request_leases import SoleRequests  # noqa: E402
+from vmpooler.actors.fairness.fair_share import Owner  # noqa: E402
 from vmpooler.actors.metrics.backends import NullMetrics  # noqa: E402
 from vmpooler.actors.ondemand.arrivals import Arrivals  # noqa: E402
 from vmpooler.actors.ondemand.slots import CloneSlots, Want  # noqa: E402
 from vmpooler.actors.ondemand.waits import estimate  # noqa: E402
 from vmpooler.actors.runtime.clock import FakeClock  # noqa: E402
-from vmpooler.actors.runtime.fair_share import Owner  # noqa: E402
 from vmpooler.actors.runtime.supervisor import ActorDirectory  # noqa: E402
 from vmpooler.actors.storage.connection import connect  # noqa: E402
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis  # noqa: E402

@@ -40,7 +40,7 @@ from vmpooler.actors.config import (
     ProviderConfig,
     RedisSettings,
 )
-from vmpooler.actors.runtime.fair_share import FairShareQueue, Owner
+from vmpooler.actors.fairness.fair_share import FairShareQueue, Owner
 from vmpooler.actors.storage.connection import connect
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 from vmpooler.actors.storage.request_store import RequestOrigin

@@ -16,8 +16,9 @@ import redis
 
 from tests.api_harness import TOKEN, USER, Api, api, api_config, api_pool
 from vmpooler.actors.config import ProviderConfig
+from vmpooler.actors.fairness.quota import CreateVerdict
 from vmpooler.actors.storage import schema
-from vmpooler.actors.storage.request_quota import QuotaVerdict, RequestQuota
+from vmpooler.actors.storage.request_quota import RequestQuota
 from vmpooler.actors.storage.request_store import Entry, RequestStore
 
 P = "/api/v3"
@@ -194,7 +195,7 @@ def test_concurrent_creates_never_pass_the_last_slot(redis_client: redis.Redis) 
     """Twenty threads race for three slots: exactly three requests exist afterwards."""
     quota = RequestQuota(redis_client)
     barrier = threading.Barrier(20)
-    verdicts: list[QuotaVerdict] = []
+    verdicts: list[CreateVerdict] = []
 
     def race(n: int) -> None:
         barrier.wait()
@@ -231,7 +232,7 @@ def test_a_set_member_of_the_wrong_type_is_no_request_in_flight(
     redis_client.sadd(schema.odrequest("planted"), "x")
     outcome = RequestQuota(redis_client).create("real", [], created=1, user="u", limit=1,
                                                 ttl=60)
-    assert outcome.verdict is QuotaVerdict.CREATED
+    assert outcome.verdict is CreateVerdict.CREATED
     assert redis_client.smembers(schema.odinflight("u")) == {"real"}
 
 

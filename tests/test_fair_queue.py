@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vmpooler.actors.runtime.fair_queue import FairQueue
+from vmpooler.actors.fairness.fair_queue import FairQueue
 
 
 def drain(q: FairQueue[str, int]) -> list[tuple[str, int]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from vmpooler.actors.runtime.fair_share import FairShareQueue, Owner
+from vmpooler.actors.fairness.fair_share import FairShareQueue, Owner
 
 Q = FairShareQueue[str, int]
 

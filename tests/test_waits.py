@@ -14,13 +14,13 @@ from tests.api_harness import api, api_config, api_pool
 from tests.harness import context_for, make_config, pool, started, wait_until
 from tests.test_ondemand import HeldClones
 from vmpooler.actors.cluster.remote import LocalOnly
+from vmpooler.actors.fairness.fair_queue import FairQueue
 from vmpooler.actors.messages import RequestCloneAnswered
 from vmpooler.actors.metrics.backends import NullMetrics
 from vmpooler.actors.ondemand.slots import CloneSlots, Grant, Want
 from vmpooler.actors.ondemand.waits import WaitBoard, estimate
 from vmpooler.actors.pool.wait_times import PoolWaitTimes
 from vmpooler.actors.runtime.clock import FakeClock
-from vmpooler.actors.runtime.fair_queue import FairQueue
 from vmpooler.actors.runtime.supervisor import ActorDirectory
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.request_store import RequestStore

@@ -30,7 +30,7 @@ from collections import Counter, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from vmpooler.actors.runtime.fair_share import CLASSES, Owner
+from vmpooler.actors.fairness.fair_share import CLASSES, Owner
 
 __all__ = ["HALF_LIFE", "KEEP", "Arrival", "Arrivals"]
 

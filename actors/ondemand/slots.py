@@ -26,10 +26,10 @@ import pykka
 import redis
 
 from vmpooler.actors.cluster.remote import Remote
+from vmpooler.actors.fairness.fair_share import FairShareQueue, Owner
 from vmpooler.actors.messages import CloneForRequest, RequestCloneAnswered
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.runtime.clock import Clock
-from vmpooler.actors.runtime.fair_share import FairShareQueue, Owner
 from vmpooler.actors.runtime.supervisor import ActorDirectory
 from vmpooler.actors.storage.redis_errors import redis_failure
 from vmpooler.actors.storage.request_store import RequestStore

@@ -32,10 +32,10 @@ from collections.abc import Iterable, Mapping
 
 import redis
 
+from vmpooler.actors.fairness.fair_share import Owner
 from vmpooler.actors.ondemand.arrivals import Arrival, Arrivals
 from vmpooler.actors.ondemand.slots import CloneSlots, Want
 from vmpooler.actors.runtime.clock import Clock
-from vmpooler.actors.runtime.fair_share import Owner
 from vmpooler.actors.storage.wait_store import DEFAULT_TIME, PoolTimes, Wait, WaitStore
 
 __all__ = ["MIN_INTERVAL", "WaitBoard", "estimate"]

@@ -21,12 +21,12 @@ from typing import Any
 
 import redis
 
+from vmpooler.actors.fairness.quota import QuotaRefusal, QuotaTicket
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.redis_errors import WrongTypeKeys, is_wrong_type, tolerant_results
 from vmpooler.actors.storage.replies import text_dict
 from vmpooler.actors.storage.schema import CheckoutScripts, UserQuotaScripts
 from vmpooler.actors.storage.store import read_vm_fields
-from vmpooler.actors.storage.user_quota import QuotaRefusal, QuotaTicket
 
 __all__ = ["CheckoutOutcome", "CheckoutStore", "ModifyOutcome", "ReturnOutcome", "Taken"]
 

@@ -8,6 +8,9 @@ can never exceed it. A request is in flight from its creation until its status i
 (ready, failed, deleted) or its hash is gone; nothing else has to release it. The set expires
 ``ttl`` seconds after its last write, so users who stop asking leave nothing behind.
 
+The verdict (:class:`~vmpooler.actors.fairness.quota.CreateOutcome`) is the one of every
+create within a limit; when this limit applies is :mod:`vmpooler.actors.fairness.intake`'s.
+
 What callers may rely on: the request is written exactly as
 :meth:`~vmpooler.actors.storage.request_store.RequestStore.create` writes it; the method is
 thread-safe and may raise ``redis.RedisError``.
@@ -16,11 +19,15 @@ thread-safe and may raise ``redis.RedisError``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from enum import Enum
 
 import redis
 
+from vmpooler.actors.fairness.quota import (
+    PER_USER_REQUESTS,
+    CreateOutcome,
+    CreateVerdict,
+    QuotaRefusal,
+)
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.request_store import (
     Entry,
@@ -30,24 +37,7 @@ from vmpooler.actors.storage.request_store import (
 )
 from vmpooler.actors.storage.schema import QuotaScripts
 
-__all__ = ["QuotaOutcome", "QuotaVerdict", "RequestQuota"]
-
-
-class QuotaVerdict(Enum):
-    """What :meth:`RequestQuota.create` did."""
-
-    CREATED = 1
-    ID_TAKEN = 0
-    OVER_LIMIT = -1
-
-
-@dataclass(frozen=True, slots=True)
-class QuotaOutcome:
-    """The verdict and how many of the user's requests are in flight now (0 when the id was
-    taken: not counted)."""
-
-    verdict: QuotaVerdict
-    in_flight: int
+__all__ = ["RequestQuota"]
 
 
 class RequestQuota:
@@ -59,16 +49,22 @@ class RequestQuota:
 
     def create(self, request_id: str, entries: Sequence[Entry], *, created: int, user: str,
                limit: int, ttl: int, token: str | None = None,
-               origin: RequestOrigin | None = None) -> QuotaOutcome:
+               origin: RequestOrigin | None = None) -> CreateOutcome:
         """Record and queue a new request of ``user`` if the id is free and ``user`` has
-        fewer than ``limit`` requests in flight; ``ttl``: seconds the user's set lives."""
+        fewer than ``limit`` requests in flight; ``ttl``: seconds the user's set lives.
+        ``in_flight`` of the outcome is the user's count (with the new request when
+        CREATED, 0 when the id was taken); a refusal's ``quota`` is
+        :data:`~vmpooler.actors.fairness.quota.PER_USER_REQUESTS`."""
         code, count = self._create(
             keys=[schema.odrequest(request_id), schema.provisioning_request(),
                   schema.odinflight(user)],
             args=[request_id, created, format_requested(entries), token or "", user,
                   *origin_args(origin), limit, schema.odrequest(""), ttl],
         )
-        return QuotaOutcome(QuotaVerdict(int(code)), int(count))
+        verdict, in_flight = CreateVerdict(int(code)), int(count)
+        refusal = QuotaRefusal(PER_USER_REQUESTS, limit, in_flight) if (
+            verdict is CreateVerdict.REFUSED) else None
+        return CreateOutcome(verdict, refusal, in_flight=in_flight)
 
     def in_flight(self, user: str) -> int:
         """How many ids the user's set holds (finished ones are dropped only by the next

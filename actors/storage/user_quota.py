@@ -7,7 +7,10 @@ on-demand requests. Each check and its write are one script, so concurrent clien
 API processes) can never jointly exceed a limit; a member that holds nothing any more is
 dropped by the next script that counts the set, so no release hook is needed anywhere. The
 checkout within a quota is :meth:`CheckoutStore.checkout
-<vmpooler.actors.storage.checkout_store.CheckoutStore.checkout>` with a :class:`QuotaTicket`.
+<vmpooler.actors.storage.checkout_store.CheckoutStore.checkout>` with a
+:class:`~vmpooler.actors.fairness.quota.QuotaTicket`. The rules (who gets which limits) and
+the verdict (:class:`~vmpooler.actors.fairness.quota.CreateOutcome`) are
+:mod:`vmpooler.actors.fairness.quota`'s.
 
 What callers may rely on: every method is one round trip, thread-safe (one Redis client)
 and may raise ``redis.RedisError``; a request created here is written exactly as
@@ -18,12 +21,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
-from enum import Enum
+from dataclasses import dataclass
 
 import redis
 
-from vmpooler.actors.fairness.policy import LIMIT_NAMES, Limits
+from vmpooler.actors.fairness.policy import Limits
+from vmpooler.actors.fairness.quota import (
+    CreateOutcome,
+    CreateVerdict,
+    QuotaRefusal,
+    QuotaTicket,
+    parse_limits,
+)
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.request_store import (
     Entry,
@@ -33,70 +42,7 @@ from vmpooler.actors.storage.request_store import (
 )
 from vmpooler.actors.storage.schema import UserQuotaScripts
 
-__all__ = ["CreateVerdict", "QuotaCreate", "QuotaRefusal", "QuotaTicket", "UsageSnapshot",
-           "UserQuotaStore", "UserUsage", "limits_text", "parse_limits"]
-
-
-@dataclass(frozen=True, slots=True)
-class QuotaTicket:
-    """Who a quota'd write is for and the limits that apply to it (resolved by the
-    caller)."""
-
-    user: str
-    limits: Limits
-
-    @property
-    def index_text(self) -> str:
-        """The limits as the users index records them."""
-        return limits_text(self.limits)
-
-    def keys(self) -> list[str]:
-        """The held set, the users index and the label counter (scripts' trailing KEYS)."""
-        return [schema.quota_held(self.user), schema.quota_users(), schema.quota_labels()]
-
-
-@dataclass(frozen=True, slots=True)
-class QuotaRefusal:
-    """A write refused by a quota: the limit's name (``vms_held``, ``ondemand_in_flight``),
-    the limit and what the user had in use then."""
-
-    quota: str
-    limit: int
-    in_use: int
-
-
-def limits_text(limits: Limits) -> str:
-    """``vms_held|ondemand_in_flight|vms_per_request|lifetime_hours`` ('' = no limit)."""
-    return "|".join("" if getattr(limits, name) is None else str(getattr(limits, name))
-                    for name in LIMIT_NAMES)
-
-
-def parse_limits(text: str) -> Limits:
-    """The inverse of :func:`limits_text`; a part that is not a number is no limit."""
-    parts = text.split("|")
-    values: dict[str, int | None] = {}
-    for name, part in zip((f.name for f in fields(Limits)), parts, strict=False):
-        values[name] = int(part) if part.isdigit() else None
-    return Limits(**values)
-
-
-class CreateVerdict(Enum):
-    """What :meth:`UserQuotaStore.create` did."""
-
-    CREATED = 1
-    ID_TAKEN = 0
-    REFUSED = -1
-
-
-@dataclass(frozen=True, slots=True)
-class QuotaCreate:
-    """The verdict; ``refusal`` when REFUSED; ``held`` and ``in_flight`` when CREATED (the
-    user's counts including the new request)."""
-
-    verdict: CreateVerdict
-    refusal: QuotaRefusal | None = None
-    held: int = 0
-    in_flight: int = 0
+__all__ = ["UsageSnapshot", "UserQuotaStore", "UserUsage"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,9 +82,9 @@ class UserQuotaStore:
         self._snapshot = client.register_script(UserQuotaScripts.USAGE_SNAPSHOT)
 
     def create(self, request_id: str, entries: Sequence[Entry], *, created: int,
-               ticket: QuotaTicket, origin: RequestOrigin, token: str | None = None,
+               ticket: QuotaTicket, origin: RequestOrigin | None, token: str | None = None,
                token_user: str | None = None, lifetime_cap: int | None = None
-               ) -> QuotaCreate:
+               ) -> CreateOutcome:
         """Record and queue a new request of ``ticket.user`` if the id is free, the user has
         fewer requests in flight than ``ticket.limits.ondemand_in_flight`` and its held VMs plus the
         request's stay within ``ticket.limits.vms_held``. With ``lifetime_cap`` (hours), every
@@ -154,11 +100,11 @@ class UserQuotaStore:
         )
         code, first, second = (int(value) for value in reply)
         if code == 1:
-            return QuotaCreate(CreateVerdict.CREATED, held=first, in_flight=second)
+            return CreateOutcome(CreateVerdict.CREATED, held=first, in_flight=second)
         if code == 0:
-            return QuotaCreate(CreateVerdict.ID_TAKEN)
+            return CreateOutcome(CreateVerdict.ID_TAKEN)
         name = "ondemand_in_flight" if code == -1 else "vms_held"
-        return QuotaCreate(CreateVerdict.REFUSED, QuotaRefusal(name, first, second))
+        return CreateOutcome(CreateVerdict.REFUSED, QuotaRefusal(name, first, second))
 
     def usage(self) -> list[UserUsage]:
         """Every user holding something, by label; users holding nothing any more are

@@ -2,8 +2,10 @@
 
 Status codes, bodies and the order of checks are vmpooler 3.9.1's (reference §1.3, §2.4).
 Every write goes through :class:`~vmpooler.actors.storage.request_store.RequestStore` (one
-compare-and-set script each), and after every create and delete the manager is told
-(``ctx.commands.request_changed``) so the request's actor starts, or stops, at once.
+compare-and-set script each; a create through the gate every create passes,
+:class:`~vmpooler.actors.fairness.intake.Intake`), and after every create and delete the
+manager is told (``ctx.commands.request_changed``) so the request's actor starts, or stops,
+at once.
 
 * ``POST /ondemandvm`` (JSON body ``{"<pool or alias>": <count>, "request_id": "<id>"}``)
   and ``POST /ondemandvm/<a+b+a>`` (counts by repetition): a valid token first when auth is
@@ -33,7 +35,7 @@ Divergences from vmpooler 3.9.1 (on purpose; those of the order's checks are lis
 * ours, off by default: with ``:config: max_ondemand_requests_per_user`` and auth configured,
   a POST is refused with 429 ``{"ok": false, "message": ...}`` while the token's user has
   that many requests in flight (created, not yet ready, failed or deleted); the count and
-  the creation are one script (:mod:`vmpooler.actors.storage.request_quota`);
+  the creation are one script (the gate: :mod:`vmpooler.actors.fairness.intake`);
 * ours, only with ``:quotas:`` limits: a POST over the user's ``vms_per_request``,
   ``ondemand_in_flight`` or ``vms_held`` is refused with 429 ``{"ok": false, "reason":
   "quota", ...}`` (:mod:`vmpooler.web.quota_guard`).
@@ -41,21 +43,21 @@ Divergences from vmpooler 3.9.1 (on purpose; those of the order's checks are lis
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from typing import Any
 
 import falcon
 
-from vmpooler.actors.fairness.policy import PRIORITIES, Requester
-from vmpooler.actors.storage.request_quota import QuotaVerdict, RequestQuota
-from vmpooler.actors.storage.request_store import (
-    DeleteOutcome,
-    Entry,
-    RequestOrigin,
-    RequestRecord,
-    RequestStore,
+from vmpooler.actors.fairness.intake import (
+    Applicant,
+    Intake,
+    PriorityRefused,
+    UnknownPriorityError,
+    admit_priority,
+    origin_for,
 )
+from vmpooler.actors.fairness.policy import Requester
+from vmpooler.actors.storage.request_store import DeleteOutcome, RequestRecord
 from vmpooler.actors.storage.timefmt import rfc3339
 from vmpooler.actors.storage.wait_store import Wait, WaitStore
 from vmpooler.web import quota_guard
@@ -104,55 +106,43 @@ def _pop_priority(ctx: ApiContext, payload: dict[str, Any]) -> Any:
 def _priority(ctx: ApiContext, value: Any, asker: Requester) -> str:
     """The request's priority (``normal`` when not given): 400 for an unknown value, 403
     ``{"reason": "priority"}`` for ``high`` from a user ``:quotas: high_priority`` does not
-    name."""
-    config = ctx.config
+    name (:func:`~vmpooler.actors.fairness.intake.admit_priority`)."""
     if value is _NOT_GIVEN:
         return "normal"
-    if value not in PRIORITIES:
-        raise ApiError(400, {"ok": False, "message": (
-            f"priority must be one of {', '.join(PRIORITIES)}, got {json.dumps(value)}")})
-    if value == "high" and not config.quotas.may_use_high(asker):
-        raise ApiError(403, {"ok": False, "reason": "priority", "message": (
-            f"user '{asker.user}' may not ask for priority high (:quotas: high_priority)")})
-    return str(value)
+    try:
+        return admit_priority(ctx.config.quotas, asker, value)
+    except UnknownPriorityError as exc:
+        raise ApiError(400, {"ok": False, "message": str(exc)}) from None
+    except PriorityRefused as exc:
+        raise ApiError(403, {"ok": False, "reason": "priority", "message": exc.message}) from None
 
 
-def _record(ctx: ApiContext, store: RequestStore, chosen: str, entries: list[Entry],
-            token: str | None, origin: RequestOrigin, asker: Requester) -> bool:
-    """Record the request (with ``token`` and its user, and ``origin``); False if the id is
-    taken. With ``:quotas:`` limits, within the user's quota (:mod:`vmpooler.web.quota_guard`);
-    else with ``max_ondemand_requests_per_user`` and auth configured, 429 when the token's
-    user has that many requests in flight (counted and created in one script)."""
-    user = asker.user if asker.authenticated else None  # the token's user, read once
-    ticket = quota_guard.ticket_for(ctx, asker)
-    if ticket is not None:
-        return quota_guard.record_request(ctx, asker, ticket, chosen, entries, token=token,
-                                          token_user=user, origin=origin)
-    created = int(ctx.clock.now())
-    limit = ctx.config.settings.max_ondemand_requests_per_user
-    if limit is None or not ctx.auth_configured or not token:
-        return store.create(chosen, entries, created=created, token=token, user=user,
-                            origin=origin)
-    outcome = RequestQuota(ctx.redis).create(
-        chosen, entries, created=created, user=user or token, limit=limit,
-        ttl=ctx.config.redis.data_ttl * 3600, token=token, origin=origin)
-    if outcome.verdict is QuotaVerdict.OVER_LIMIT:
-        raise ApiError(429, {"ok": False, "message": (
-            f"user '{user or 'unknown'}' has {outcome.in_flight} on-demand requests in "
-            f"flight; the maximum is {limit} (max_ondemand_requests_per_user)")})
-    return outcome.verdict is QuotaVerdict.CREATED
+def _applicant(ctx: ApiContext, asker: Requester, token: str | None,
+               priority: str) -> Applicant:
+    """Who asks, as the gate sees it: the token's user (read once) is written with the
+    request; ``max_ondemand_requests_per_user`` counts the token's user, else the token,
+    when auth is configured and a token was presented."""
+    user = asker.user if asker.authenticated else None
+    counted = (user or token) if ctx.auth_configured and token else None
+    return Applicant(asker, origin_for(ctx.config.quotas, asker, priority), token=token,
+                     token_user=user, counted_as=counted)
 
 
-def _create(ctx: ApiContext, store: RequestStore, req: falcon.Request, token: str | None,
+def _create(ctx: ApiContext, intake: Intake, req: falcon.Request, token: str | None,
             payload: dict[str, Any], request_id: Any,
             priority_given: Any = _NOT_GIVEN) -> dict[str, Any]:
-    """Check the order, draw the pools and record the request; the 201 body."""
+    """Check the order, draw the pools and record the request through the gate
+    (:mod:`vmpooler.actors.fairness.intake`); the 201 body."""
     asker = requester(req, ctx, token)
     priority = _priority(ctx, priority_given, asker)
     counts, chosen = ondemand_create.check_order(ctx, payload, request_id=request_id)
     entries = ondemand_create.plan(ctx, counts)
-    origin = RequestOrigin(asker.user, priority, ctx.config.quotas.share_of(asker))
-    if not _record(ctx, store, chosen, entries, token, origin, asker):
+    outcome = intake.create(ctx.config, chosen, entries, _applicant(ctx, asker, token, priority),
+                            created=int(ctx.clock.now()))
+    if outcome.refusal is not None:
+        raise quota_guard.refusal_error(ctx, asker, outcome.refusal,
+                                        sum(entry.count for entry in entries))
+    if not outcome.created:
         ctx.metrics.increment("ondemandrequest_generate.duplicaterequests")
         raise ApiError(409, {"ok": False, "request_id": chosen,
                              "message": f"request_id '{chosen}' has already been created"})
@@ -202,9 +192,9 @@ def describe(ctx: ApiContext, record: RequestRecord,
 class OnDemandCollection:
     """``POST /ondemandvm``: a request from a JSON body."""
 
-    def __init__(self, ctx: ApiContext, store: RequestStore) -> None:
+    def __init__(self, ctx: ApiContext, intake: Intake) -> None:
         self.ctx = ctx
-        self.store = store
+        self.intake = intake
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         _count(self.ctx, "post", "requestid")
@@ -212,7 +202,7 @@ class OnDemandCollection:
         payload = ondemand_create.read_payload(req)
         request_id = payload.pop("request_id", None)
         priority = _pop_priority(self.ctx, payload)
-        json_body(resp, 201, _create(self.ctx, self.store, req, token, payload, request_id,
+        json_body(resp, 201, _create(self.ctx, self.intake, req, token, payload, request_id,
                                      priority))
 
 
@@ -220,9 +210,10 @@ class OnDemandItem:
     """``POST /ondemandvm/:template`` (a request by URL) and GET/DELETE
     ``/ondemandvm/:requestid`` (one route: Falcon names the segment once)."""
 
-    def __init__(self, ctx: ApiContext, store: RequestStore) -> None:
+    def __init__(self, ctx: ApiContext, intake: Intake) -> None:
         self.ctx = ctx
-        self.store = store
+        self.intake = intake
+        self.store = intake.requests
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, requestid: str) -> None:
         _count(self.ctx, "delete", "template")  # vmpooler's metric name for this route
@@ -231,7 +222,7 @@ class OnDemandItem:
             payload = dict(vm_checkout.template_payload(requestid))
         except InputError as exc:
             raise ApiError(400, {"ok": False, "message": exc.message}) from None
-        json_body(resp, 201, _create(self.ctx, self.store, req, token, payload, None))
+        json_body(resp, 201, _create(self.ctx, self.intake, req, token, payload, None))
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, requestid: str) -> None:
         _count(self.ctx, "get", "request")
@@ -268,6 +259,6 @@ class OnDemandItem:
 
 def register(app: falcon.App, ctx: ApiContext, prefix: str) -> None:
     """Add the ``/ondemandvm`` routes under ``prefix``."""
-    store = RequestStore(ctx.redis)
-    app.add_route(f"{prefix}/ondemandvm", OnDemandCollection(ctx, store))
-    app.add_route(f"{prefix}/ondemandvm/{{requestid}}", OnDemandItem(ctx, store))
+    intake = Intake(ctx.redis)
+    app.add_route(f"{prefix}/ondemandvm", OnDemandCollection(ctx, intake))
+    app.add_route(f"{prefix}/ondemandvm/{{requestid}}", OnDemandItem(ctx, intake))

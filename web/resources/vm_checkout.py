@@ -52,9 +52,9 @@ import falcon
 
 from vmpooler.actors.config import Config
 from vmpooler.actors.fairness.policy import Requester
+from vmpooler.actors.fairness.quota import QuotaTicket
 from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.checkout_store import CheckoutStore
-from vmpooler.actors.storage.user_quota import QuotaTicket
 from vmpooler.web import quota_guard
 from vmpooler.web.alias_failover import failover_names
 from vmpooler.web.api_context import ApiContext

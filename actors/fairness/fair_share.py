@@ -32,7 +32,7 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from vmpooler.actors.runtime.fair_queue import FairQueue, PlayedForward
+from vmpooler.actors.fairness.fair_queue import FairQueue, PlayedForward
 
 __all__ = ["CLASSES", "FairShareQueue", "Owner"]
 
