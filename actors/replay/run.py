@@ -33,6 +33,7 @@ import redis
 
 from vmpooler.actors.config import Config
 from vmpooler.actors.metrics.backends import NullMetrics
+from vmpooler.actors.placement.weights import draw_first
 from vmpooler.actors.pool.hostnames import HostnameGenerator
 from vmpooler.actors.replay.configuration import ReplaySetup
 from vmpooler.actors.replay.provider import (
@@ -49,7 +50,6 @@ from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.checkout_store import CheckoutStore
 from vmpooler.actors.system import PoolerSystem
 from vmpooler.providers.base import ProviderContext
-from vmpooler.web.resources.vm_checkout import weighted_draw
 
 __all__ = ["RESUME_TIME_S", "replay", "warmup_s"]
 
@@ -217,9 +217,7 @@ class _Replay:
     def _units(self, platform: str) -> tuple[str, ...]:
         pools = list(self.setup.candidates[platform])
         if len(pools) > 1:  # an alias: vmpooler's draw, the others as fallbacks
-            first = weighted_draw(self.setup.config, self.rng, pools) or self.rng.choice(pools)
-            pools.remove(first)
-            pools.insert(0, first)
+            pools = draw_first(self.setup.config, self.rng, pools)
         return tuple(pools)
 
     def _take(self, units: tuple[str, ...], now: float, *,
