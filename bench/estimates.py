@@ -41,6 +41,7 @@ from vmpooler.actors.config import Config, GlobalSettings, PoolConfig  # noqa: E
 from vmpooler.actors.config.model import ProviderConfig, RedisSettings  # noqa: E402
 from vmpooler.actors.metrics.backends import NullMetrics  # noqa: E402
 from vmpooler.actors.pool.hostnames import HostnameGenerator  # noqa: E402
+from vmpooler.actors.replay.provider import ReplayProvider, SimulatedSleep  # noqa: E402
 from vmpooler.actors.runtime.clock import FakeClock  # noqa: E402
 from vmpooler.actors.storage import schema  # noqa: E402
 from vmpooler.actors.storage.connection import connect  # noqa: E402
@@ -48,7 +49,6 @@ from vmpooler.actors.storage.embedded_redis import EmbeddedRedis  # noqa: E402
 from vmpooler.actors.storage.wait_store import WaitStore  # noqa: E402
 from vmpooler.actors.system import PoolerSystem  # noqa: E402
 from vmpooler.providers.base import ProviderContext, VmInfo  # noqa: E402
-from vmpooler.web.cli.replay_provider import ReplayProvider, SimulatedSleep  # noqa: E402
 
 __all__ = ["Result", "run"]
 

@@ -15,12 +15,12 @@ import pytest
 import redis
 
 from vmpooler.actors.config import load_config
+from vmpooler.actors.replay.configuration import ReplayInputError, replay_config
+from vmpooler.actors.replay.report import RunResult, as_json, as_table
+from vmpooler.actors.replay.run import replay
 from vmpooler.actors.sizing.trace import Checkout
 from vmpooler.actors.storage import schema
 from vmpooler.web.cli.command import main
-from vmpooler.web.cli.replay_config import ReplayInputError, replay_config
-from vmpooler.web.cli.replay_run import replay
-from vmpooler.web.cli.replay_stats import RunResult, as_json, as_table
 
 T0 = 1_757_000_000.0
 
@@ -121,7 +121,7 @@ def test_the_replay_keeps_the_pools_loop_delays(tmp_path: Path) -> None:
 
 
 def test_the_json_document_is_keyed_by_policy_then_pool_and_total() -> None:
-    from vmpooler.web.cli.replay_stats import PoolStats
+    from vmpooler.actors.replay.report import PoolStats
     result = RunResult("static", {"a": PoolStats(4, 3, [10.0], 7200.0, 5, 36000.0, 2),
                                   "b": PoolStats(1, 1, [], 3600.0, 1)}, 3600.0, 1.0,
                        standby_cost=0.25)

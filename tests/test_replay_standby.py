@@ -19,11 +19,11 @@ import pytest
 import redis
 
 from vmpooler.actors.config import load_config
+from vmpooler.actors.replay.configuration import replay_config
+from vmpooler.actors.replay.report import RunResult
+from vmpooler.actors.replay.run import replay
 from vmpooler.actors.sizing.trace import Checkout
 from vmpooler.web.cli.command import main
-from vmpooler.web.cli.replay_config import replay_config
-from vmpooler.web.cli.replay_run import replay
-from vmpooler.web.cli.replay_stats import RunResult
 
 T0 = 1_757_000_000.0
 

@@ -141,11 +141,11 @@ class ClaimFailsOnce(RequestStore):
         super().__init__(client)
         self.failures = 1
 
-    def claim(self, request_id: str, *, now: float, fence: Fence | None = None) -> Claim:
+    def claim(self, request_id: str, *, now: float) -> Claim:
         if self.failures:
             self.failures -= 1
             raise redis.ConnectionError("redis away")
-        return super().claim(request_id, now=now, fence=fence)
+        return super().claim(request_id, now=now)
 
 
 def test_a_message_that_comes_while_claiming_waits_for_the_claim(rig: Rig) -> None:

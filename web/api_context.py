@@ -9,8 +9,8 @@ import redis
 
 from vmpooler.actors.config import Config
 from vmpooler.actors.metrics.backends import Metrics, NullMetrics
+from vmpooler.actors.placement.health import BackendHealth
 from vmpooler.actors.runtime.clock import Clock, RealClock
-from vmpooler.web.alias_failover import BackendHealth
 from vmpooler.web.commands import Commands, NullCommands
 
 __all__ = ["ApiContext"]
@@ -39,7 +39,7 @@ class ApiContext:
     @property
     def backends(self) -> BackendHealth:
         """Which pools of a failover alias cannot deliver now (read through Redis, cached
-        for a second; :mod:`vmpooler.web.alias_failover`)."""
+        for a second; :mod:`vmpooler.actors.placement.health`)."""
         if self._backends is None:
             self._backends = BackendHealth(self.redis, self.clock)
         return self._backends

@@ -12,7 +12,7 @@ from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.ondemand.ledger import EntryKey
 from vmpooler.actors.ondemand.lifecycle import OUTCOMES
 from vmpooler.actors.runtime.clock import Clock
-from vmpooler.actors.storage.lease_store import Fence, Fenced
+from vmpooler.actors.storage.lease_store import Fenced
 from vmpooler.actors.storage.redis_errors import redis_failure
 from vmpooler.actors.storage.request_store import Entry, RequestStore
 
@@ -22,22 +22,22 @@ log = logging.getLogger(__name__)
 
 
 class Ending:
-    """Ends request ``request_id`` in Redis behind ``fence`` (None: unfenced). Every method
-    but :meth:`retire` lets a Redis error or :class:`Fenced` through, nothing written."""
+    """Ends request ``request_id`` in Redis through ``store`` (the request actor's view,
+    behind the request's fence: :meth:`RequestStore.with_fence`). Every method but
+    :meth:`retire` lets a Redis error or :class:`Fenced` through, nothing written."""
 
     def __init__(self, *, request_id: str, store: RequestStore, metrics: Metrics,
-                 clock: Clock, fence: Fence | None, data_ttl: int) -> None:
+                 clock: Clock, data_ttl: int) -> None:
         self.request_id = request_id
         self.store = store
         self.metrics = metrics
         self.clock = clock
-        self.fence = fence
         self.data_ttl = data_ttl
 
     def fulfil(self, entries: Sequence[Entry], created: float | None) -> str | None:
         """Mark the request ``ready`` if every entry is full. Returns its final status if
         it is finished (``ready``, or what it had become), None if still in flight."""
-        ready, status = self.store.fulfil(self.request_id, list(entries), fence=self.fence)
+        ready, status = self.store.fulfil(self.request_id, list(entries))
         if ready:
             self.metrics.increment("vmpooler_ondemand.ready")
             if created is not None:
@@ -51,7 +51,7 @@ class Ending:
         """Fail the request unless it finished already. Returns its final status (``""``:
         it is gone)."""
         failed, status = self.store.fail(self.request_id, list(entries), reason=reason,
-                                         ttl=self.data_ttl, fence=self.fence)
+                                         ttl=self.data_ttl)
         if failed:
             self.metrics.increment("vmpooler_ondemand.failed")
             log.error("[!] request '%s' failed: %s", self.request_id, reason)
@@ -67,7 +67,7 @@ class Ending:
         or the request's new holder."""
         try:
             for vm, (_alias, pool) in in_flight.items():
-                if self.store.retire_pending(pool, vm, fence=self.fence):
+                if self.store.retire_pending(pool, vm):
                     self.lost(pool)
                     log.info("[>] [%s] '%s' of finished request '%s' moved to 'completed'",
                              pool, vm, self.request_id)

@@ -16,7 +16,6 @@ import logging
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.ondemand.ledger import Ledger
 from vmpooler.actors.storage import timefmt
-from vmpooler.actors.storage.lease_store import Fence
 from vmpooler.actors.storage.request_store import RequestStore
 
 __all__ = ["take_ready"]
@@ -25,12 +24,12 @@ log = logging.getLogger(__name__)
 
 
 def take_ready(store: RequestStore, request_id: str, vms: Ledger, pools: frozenset[str], *,
-               now: float, lifetime: int | None, fence: Fence | None,
-               metrics: Metrics) -> list[str]:
+               now: float, lifetime: int | None, metrics: Metrics) -> list[str]:
     """Hand the request ready VMs of its entries whose pool is in ``pools``, counting them
     in ``vms.delivered``; returns the pools it took from (each once). ``now`` (epoch seconds,
     the request actor's clock) is each VM's checkout time, and each VM is logged in its
-    pool's checkout log at it, so demand sizing sees it as a checkout. Raises what the store
+    pool's checkout log at it, so demand sizing sees it as a checkout. ``store`` is the
+    request actor's (behind the request's fence). Raises what the store
     raises (``redis.RedisError``, ``Fenced``): VMs taken before that stay counted in Redis
     and are found again by the caller's rebuild."""
     took: list[str] = []
@@ -39,7 +38,7 @@ def take_ready(store: RequestStore, request_id: str, vms: Ledger, pools: frozens
             continue
         taken = store.take_ready(request_id, entry, entry.count - vms.delivered[key],
                                  now=timefmt.format_epoch(now), lifetime=lifetime,
-                                 epoch=now, fence=fence)
+                                 epoch=now)
         if not taken:
             continue
         vms.delivered[key] += len(taken)

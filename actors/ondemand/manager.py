@@ -386,11 +386,11 @@ class OnDemandManager(SupervisedActor):
         """Escalation: the request's actor spent its restart budget; fail the request."""
         fence = self.leases.fence(request_id)
         try:
-            claim = self.store.claim(request_id, now=self.clock.now(), fence=fence)
+            store = self.store.with_fence(fence)
+            claim = store.claim(request_id, now=self.clock.now())
             if claim.found and claim.status is None:
-                failed, _ = self.store.fail(request_id, list(claim.entries),
-                                            reason=f"Internal error: {error}",
-                                            ttl=self.data_ttl, fence=fence)
+                failed, _ = store.fail(request_id, list(claim.entries),
+                                       reason=f"Internal error: {error}", ttl=self.data_ttl)
                 if failed:
                     self.metrics.increment("ondemand.outcome", tags={"result": "failed"})
             self.leases.release(request_id)

@@ -119,23 +119,24 @@ class RequestActor(PooledSupervisedActor):
         super().__init__(name=request_actor_name(request_id), supervisor=manager,
                          executor=executor)
         self.request_id = request_id
-        self.fence = fence  # the request's lease (None: writes unfenced)
-        self.store = store
+        # every write of the request and its parts runs behind its lease (None: unfenced);
+        # the fence reads the lease's value held now, and a lease lost stops this actor
+        self.store = store.with_fence(fence)
         self.settings = settings
         self.pools, self.ceilings = pools, ceilings or {}
         self.from_ready = from_ready  # pools whose ready VMs it takes first
         self.refill = refill  # wakes a pool actor whose ready VMs it took
-        self.ending = Ending(request_id=request_id, store=store, metrics=metrics, clock=clock,
-                             fence=fence, data_ttl=int(data_ttl_hours) * 3600)
+        self.ending = Ending(request_id=request_id, store=self.store, metrics=metrics,
+                             clock=clock, data_ttl=int(data_ttl_hours) * 3600)
         self.manager = manager
         self.clock = clock
         self.scheduler = scheduler
         self.metrics = metrics
         self.phase = Phase.CLAIMING
         self.vms = Ledger()
-        self.wants = Wants(request_id, store, self._tell_manager)
-        self.events = VmEvents(self, request_id=request_id, store=store, settings=settings,
-                               ending=self.ending, clock=clock, metrics=metrics, fence=fence)
+        self.wants = Wants(request_id, self.store, self._tell_manager)
+        self.events = VmEvents(self, request_id=request_id, store=self.store, settings=settings,
+                               ending=self.ending, clock=clock, metrics=metrics)
         self.created: float | None = None  # epoch of the request's creation (from Redis)
         self.deadline: Timer | None = None  # the TTL, then the grace window
         self.verify_timer: Timer | None = None
@@ -186,7 +187,7 @@ class RequestActor(PooledSupervisedActor):
                 self.actor_ref.tell(message)
 
     def _setup(self) -> None:
-        claim = self.store.claim(self.request_id, now=self.clock.now(), fence=self.fence)
+        claim = self.store.claim(self.request_id, now=self.clock.now())
         if not claim.found or claim.status is not None:
             self.finish(claim.status or "", quiet=True)
             return
@@ -221,7 +222,7 @@ class RequestActor(PooledSupervisedActor):
         lifetime = self.settings.vm_lifetime_auth if self.events.has_token else None
         for pool in take_ready(self.store, self.request_id, self.vms, self.from_ready,
                                now=self.clock.now(), lifetime=lifetime,
-                               fence=self.fence, metrics=self.metrics):
+                               metrics=self.metrics):
             self.refill(pool)
 
     # -- mailbox --------------------------------------------------------------------------------

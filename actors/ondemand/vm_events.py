@@ -22,7 +22,6 @@ from vmpooler.actors.ondemand.ledger import EntryKey, Ledger
 from vmpooler.actors.ondemand.lifecycle import Phase, ttl_reason, verify_interval
 from vmpooler.actors.runtime.clock import Clock
 from vmpooler.actors.storage import timefmt
-from vmpooler.actors.storage.lease_store import Fence
 from vmpooler.actors.storage.request_store import AttachOutcome, Entry, RequestStore
 
 __all__ = ["RequestHost", "VmEvents"]
@@ -53,11 +52,12 @@ class RequestHost(Protocol):
 class VmEvents:
     """The VM events of request ``request_id`` for its actor ``host``. ``retries`` and
     ``has_token`` are the request's (set from the claim): the clone retries spent, and
-    whether it was made with a token (its VMs then get ``vm_lifetime_auth``)."""
+    whether it was made with a token (its VMs then get ``vm_lifetime_auth``). ``store`` is
+    the request actor's, behind the request's fence."""
 
     def __init__(self, host: RequestHost, *, request_id: str, store: RequestStore,
-                 settings: GlobalSettings, ending: Ending, clock: Clock, metrics: Metrics,
-                 fence: Fence | None) -> None:
+                 settings: GlobalSettings, ending: Ending, clock: Clock,
+                 metrics: Metrics) -> None:
         self.host = host
         self.request_id = request_id
         self.store = store
@@ -65,7 +65,6 @@ class VmEvents:
         self.ending = ending
         self.clock = clock
         self.metrics = metrics
-        self.fence = fence
         self.retries = 0
         self.has_token = False
 
@@ -94,7 +93,7 @@ class VmEvents:
         lifetime = self.settings.vm_lifetime_auth if self.has_token else None
         outcome = self.store.attach(self.request_id, entry, msg.vm,
                                     now=timefmt.format_epoch(self.clock.now()),
-                                    lifetime=lifetime, fence=self.fence)
+                                    lifetime=lifetime)
         if not announced and outcome is not AttachOutcome.NOT_PENDING:
             vms.heard_early(msg.vm, None)  # its clone's start may still be on its way
         if outcome is AttachOutcome.ATTACHED:
@@ -140,7 +139,7 @@ class VmEvents:
             self.metrics.increment("vmpooler_errors.permanently_failed", tags={"pool": msg.pool})
             self.host.fail("Max retry attempts exceeded")
             return
-        self.retries = self.store.record_retry(self.request_id, fence=self.fence)
+        self.retries = self.store.record_retry(self.request_id)
         log.info("[!] [%s] '%s' of request '%s' failed (%s); retry %d of %d", msg.pool,
                  msg.vm, self.request_id, msg.reason, self.retries,
                  self.settings.max_vm_retries)

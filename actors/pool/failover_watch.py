@@ -3,7 +3,8 @@ size grown by what it takes over (docs/vsphere.md, "Several vCenters behind one 
 
 :class:`Failover` runs once per cycle of a pool with ``failover: true`` (a pool without it
 gets an inert one). It decides from Redis alone what the siblings can do — each sibling's
-state is what that sibling's own actor, on whichever manager holds its lease, published —
+state is what that sibling's own actor, on whichever manager holds its lease, published
+(read as :class:`~vmpooler.actors.placement.health.Published`, as the API reads it) —
 and from its own cycle what it can do itself. The rule is :mod:`~vmpooler.actors.pool.failover`'s.
 Used only on the pool actor's thread.
 
@@ -21,6 +22,8 @@ from dataclasses import dataclass
 
 from vmpooler.actors.config import Config
 from vmpooler.actors.messages import PoolChanged
+from vmpooler.actors.placement.health import read_published
+from vmpooler.actors.placement.weights import target_weight
 from vmpooler.actors.pool.clones import Clones
 from vmpooler.actors.pool.context import PoolIO, PoolPolicy
 from vmpooler.actors.pool.failover import Health, HealthTracker, Member, State, plan
@@ -47,16 +50,11 @@ class FailoverGroup:
     threshold: int
 
 
-def _weight(config: Config, clone_target: str | None) -> int | None:
-    target = clone_target or config.settings.clone_target
-    return None if target is None else config.settings.backend_weight.get(target)
-
-
 def failover_group(config: Config, pool: str) -> FailoverGroup | None:
     """The group of ``pool``, or None when it has no ``failover: true`` or no sibling."""
     members = {p.name: Member(name=p.name, size=min(p.size, config.max_pool_size(p)),
                               aliases=frozenset(p.alias),
-                              weight=_weight(config, p.clone_target), ceiling=p.size_max)
+                              weight=target_weight(config, p.clone_target), ceiling=p.size_max)
                for p in config.pools if p.failover}
     me = members.get(pool)
     if me is None:
@@ -105,14 +103,14 @@ class Failover:
         changed = health.state is not before
         if changed:
             self._changed(before, health)
-        published = self.store.read(m.name for m in group.siblings)
+        published = read_published(self.store, (m.name for m in group.siblings))
         me = Member(name=group.me.name, size=self.upkeep.base, aliases=group.me.aliases,
                     state=health.state, ready=health.deliverable, weight=group.me.weight,
                     ceiling=group.me.ceiling)
-        members = [me, *(self._member(m, published.get(m.name)) for m in group.siblings)]
+        members = [me, *(published.member(m) for m in group.siblings)]
         cover = plan(members)[me.name]
         extra = max(0, min(cover.extra, self.policy.max_size - self.upkeep.base))
-        self._announce(dict(cover.by_pool), published, self.upkeep.size,
+        self._announce(dict(cover.by_pool), published.states, self.upkeep.size,
                        self.upkeep.base + extra)
         self.upkeep.extra = extra
         self.store.publish(FailoverState(
@@ -122,14 +120,6 @@ class Failover:
         self.io.metrics.gauge("failover.size", self.upkeep.size, tags={"pool": self.policy.name})
         if changed:  # after the write: a sibling woken now reads the new state, not the old
             self._wake_siblings(health.state)
-
-    @staticmethod
-    def _member(configured: Member, state: FailoverState | None) -> Member:
-        if state is None:  # nothing published (yet, or its manager is gone): assumed ok
-            return configured
-        return Member(name=configured.name, size=state.size, aliases=configured.aliases,
-                      state=State(state.state), ready=state.ready, weight=configured.weight,
-                      ceiling=configured.ceiling)
 
     def _changed(self, before: State, health: Health) -> None:
         self.since = self.io.clock.now()

@@ -3,13 +3,16 @@
 (:class:`vmpooler.actors.storage.schema.RequestScripts`).
 
 Used by the API (create, read, delete) and by request actors (claim, attach, fulfil, fail).
-A request actor's writes take the fence of the request's lease (``fence=``): when the lease
-no longer holds the value the fence names, nothing is written and
-:class:`~vmpooler.actors.storage.lease_store.Fenced` is raised.
+A request actor writes through :meth:`RequestStore.with_fence`, a view whose request scripts
+(:data:`FENCED_SCRIPTS`) run behind the fence of the request's lease: when the lease no
+longer holds the value the fence names, nothing is written and
+:class:`~vmpooler.actors.storage.lease_store.Fenced` is raised. The unfenced store (the API,
+the manager's sweeps) writes exactly as before.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any, cast
 
@@ -71,10 +74,20 @@ class RequestStore:
         self._fenced = {name: client.register_script(fenced(getattr(RequestScripts, name)))
                         for name in FENCED_SCRIPTS}
         self.wrong_type = WrongTypeKeys("requests")
+        self.fence: Fence | None = None
 
-    def _run(self, script: str, keys: Sequence[str], args: Sequence[Any],
-             fence: Fence | None = None) -> Any:
-        if fence is None:
+    def with_fence(self, fence: Fence | None) -> RequestStore:
+        """A view of this store (same client and scripts) whose request scripts
+        (:data:`FENCED_SCRIPTS`) run behind ``fence`` and raise
+        :class:`~vmpooler.actors.storage.lease_store.Fenced` when it no longer holds (None:
+        unfenced). The other methods behave as this store's."""
+        view = copy.copy(self)
+        view.fence = fence
+        return view
+
+    def _run(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        fence = self.fence
+        if fence is None or script not in self._fenced:
             return self._scripts[script](keys=list(keys), args=list(args))
         return run_fenced(self._fenced[script], fence, keys, args)
 
@@ -155,13 +168,13 @@ class RequestStore:
         waiting, processing = pipe.execute()
         return list(dict.fromkeys([*processing, *waiting]))
 
-    def claim(self, request_id: str, *, now: float, fence: Fence | None = None) -> Claim:
+    def claim(self, request_id: str, *, now: float) -> Claim:
         """Move the request to processing (keeping its creation time) and read it."""
         r = self._run(
             "CLAIM",
             [schema.odrequest(request_id), schema.provisioning_request(),
              schema.provisioning_processing()],
-            [request_id, int(now)], fence,
+            [request_id, int(now)],
         )
         code = int(r[0])
         if code == 0:
@@ -209,7 +222,7 @@ class RequestStore:
         return found
 
     def attach(self, request_id: str, entry: Entry, vm: str, *, now: str,
-               lifetime: int | None, fence: Fence | None = None) -> AttachOutcome:
+               lifetime: int | None) -> AttachOutcome:
         """Hand a ready VM to the request (pending → running), or retire it if the request
         cannot take it. ``lifetime`` (hours) is written to the VM when the request has a
         token, capped by the request's ``quota_lifetime`` when it has one (written then even
@@ -220,12 +233,11 @@ class RequestStore:
              schema.running(entry.pool), schema.completed(entry.pool),
              schema.request_vms(request_id, entry.alias, entry.pool), schema.active(entry.pool),
              schema.vm(vm)],
-            [vm, now, entry.count, "" if lifetime is None else lifetime], fence,
+            [vm, now, entry.count, "" if lifetime is None else lifetime],
         )))
 
     def take_ready(self, request_id: str, entry: Entry, want: int, *, now: str,
-                   lifetime: int | None, epoch: float | None = None,
-                   fence: Fence | None = None) -> list[str]:
+                   lifetime: int | None, epoch: float | None = None) -> list[str]:
         """Hand up to ``want`` ready VMs of the entry's pool to the request at once
         (``ondemand_from_ready``), as :meth:`attach` hands a finished clone; returns those
         taken (fewer when the pool has fewer, or a checkout took one first). With ``epoch``
@@ -245,11 +257,10 @@ class RequestStore:
              schema.active(entry.pool), schema.demand(entry.pool)],
             [now, entry.count, "" if lifetime is None else lifetime, schema.vm(""),
              request_id, entry.alias, "" if epoch is None else f"{epoch:.3f}",
-             schema.DEMAND_RETENTION, schema.DEMAND_MAX, *candidates], fence,
+             schema.DEMAND_RETENTION, schema.DEMAND_MAX, *candidates],
         ))
 
-    def fulfil(self, request_id: str, entries: Sequence[Entry], *,
-               fence: Fence | None = None) -> tuple[bool, str | None]:
+    def fulfil(self, request_id: str, entries: Sequence[Entry]) -> tuple[bool, str | None]:
         """Mark the request ready if every entry is full and it is still in flight.
 
         Returns ``(True, "ready")``, ``(False, None)`` when not complete yet, or
@@ -259,7 +270,7 @@ class RequestStore:
             "FULFIL",
             [schema.odrequest(request_id), schema.provisioning_processing(),
              *(schema.request_vms(request_id, e.alias, e.pool) for e in entries)],
-            [request_id, READY_TTL, *(e.count for e in entries)], fence,
+            [request_id, READY_TTL, *(e.count for e in entries)],
         )
         code = int(r[0])
         if code == 1:
@@ -267,7 +278,7 @@ class RequestStore:
         return False, (r[1] if code == 0 else None)
 
     def fail(self, request_id: str, entries: Sequence[Entry], *, reason: str,
-             ttl: int, fence: Fence | None = None) -> tuple[bool, str | None]:
+             ttl: int) -> tuple[bool, str | None]:
         """Fail the request if it is still in flight; its delivered VMs go to completed.
 
         Returns ``(True, "failed")`` or ``(False, status it already had)``.
@@ -276,7 +287,7 @@ class RequestStore:
             "FAIL",
             [schema.odrequest(request_id), schema.provisioning_request(),
              schema.provisioning_processing(), *self._vm_keys(request_id, entries)],
-            [request_id, reason, ttl], fence,
+            [request_id, reason, ttl],
         )
         return (True, "failed") if int(r[0]) == 1 else (False, r[1])
 
@@ -287,9 +298,9 @@ class RequestStore:
             return ""
         return maybe_text(fields[1]) or None
 
-    def record_retry(self, request_id: str, *, fence: Fence | None = None) -> int:
+    def record_retry(self, request_id: str) -> int:
         """Count one more clone retry; returns the new count."""
-        return int(self._run("RETRY", [schema.odrequest(request_id)], [], fence))
+        return int(self._run("RETRY", [schema.odrequest(request_id)], []))
 
     def settle_orphan(self, request_id: str, pool: str, vm: str) -> bool:
         """A ready VM whose request has no actor: to completed if the request is finished."""
@@ -335,7 +346,6 @@ class RequestStore:
         """On-demand clones in flight (``tasks__ondemandclone``)."""
         return int(self.client.get(schema.tasks_ondemandclone()) or 0)
 
-    def retire_pending(self, pool: str, vm: str, *, fence: Fence | None = None) -> bool:
+    def retire_pending(self, pool: str, vm: str) -> bool:
         """pending → completed (a finished request's VM still booting)."""
-        return bool(self._run("RETIRE", [schema.pending(pool), schema.completed(pool)], [vm],
-                              fence))
+        return bool(self._run("RETIRE", [schema.pending(pool), schema.completed(pool)], [vm]))

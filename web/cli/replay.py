@@ -2,10 +2,10 @@
 
 It reads the operator's configuration and a CSV trace
 (:mod:`vmpooler.actors.sizing.trace`), starts an embedded redis-server for the run, and for
-each policy runs the real pool actors on a fake clock against the trace
-(:mod:`.replay_run`), from an empty Redis each time; then it prints
-a table per policy, or one JSON document (:mod:`.replay_stats`). Bad input (the trace, the
-configuration, the options) is one line on stderr naming the file, line and column where
+each policy runs the real pool actors on a fake clock against the trace (the simulator,
+:mod:`vmpooler.actors.replay`), from an empty Redis each time; then it prints a table per
+policy, or one JSON document (:mod:`vmpooler.actors.replay.report`). Bad input (the trace,
+the configuration, the options) is one line on stderr naming the file, line and column where
 there is one, and exit status 2.
 """
 
@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from vmpooler.actors.config import ConfigError, ConfigRefusedError, load_config
+from vmpooler.actors.replay.configuration import POLICIES, ReplayInputError, replay_config
+from vmpooler.actors.replay.report import STANDBY_COST, RunResult, as_json, as_table
+from vmpooler.actors.replay.run import RESUME_TIME_S, replay
 from vmpooler.actors.sizing.trace import Checkout, TraceError, parse_moment, read_trace
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, EmbeddedRedisError
-from vmpooler.web.cli.replay_config import POLICIES, ReplayInputError, replay_config
-from vmpooler.web.cli.replay_run import RESUME_TIME_S, replay
-from vmpooler.web.cli.replay_stats import STANDBY_COST, RunResult, as_json, as_table
 
 __all__ = ["add_parser", "run"]
 

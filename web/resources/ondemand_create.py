@@ -39,20 +39,17 @@ from typing import Any
 import falcon
 
 from vmpooler.actors.config.overrides import saturate
+from vmpooler.actors.placement.choose import ondemand_plan
 from vmpooler.actors.storage.request_ids import request_id_problem
 from vmpooler.actors.storage.request_store import Entry
-from vmpooler.web.alias_failover import failover_names
 from vmpooler.web.api_context import ApiContext
 from vmpooler.web.api_errors import ApiError
 from vmpooler.web.body import MAX_BODY, parse_json, read_raw
 from vmpooler.web.input_rules import ruby_to_i
-from vmpooler.web.resources import vm_checkout
 
 __all__ = [
-    "candidates",
     "check_order",
     "check_request_id",
-    "choose_pool",
     "plan",
     "read_payload",
 ]
@@ -142,49 +139,9 @@ def check_order(ctx: ApiContext, payload: Mapping[str, Any], *,
     return counts, chosen
 
 
-def candidates(ctx: ApiContext, name: str) -> list[str]:
-    """The pools that may serve ``name``: itself if it is a configured pool, then the pools
-    it is an alias of (vmpooler's ``evaluate_template_aliases``)."""
-    config = ctx.config
-    found = [name] if name in config.pool_names else []
-    found += [p for p in config.aliases.get(name, ()) if p not in found]
-    return found
-
-
-def choose_pool(ctx: ApiContext, name: str, avoid: frozenset[str] = frozenset()
-                ) -> str | None:
-    """The pool one instance of ``name`` is cloned in; None if ``name`` has no pool.
-
-    With more than one candidate and a ``backend_weight`` for the clone target of every
-    one, the draw is weighted (a weight of 0 never wins; all 0 → uniform); otherwise it is
-    uniform. Unlike checkout
-    (:func:`vmpooler.web.resources.vm_checkout.candidate_pools`), an alias that is not
-    itself a pool is not a candidate, so weights apply to aliases too, as in vmpooler.
-    The pools of ``avoid`` (those that cannot deliver now) are left out unless no other
-    candidate is left.
-    """
-    backends = candidates(ctx, name)
-    if not backends:
-        return None
-    backends = [b for b in backends if b not in avoid] or backends
-    drawn = vm_checkout.weighted_draw(ctx.config, ctx.rng, backends) if len(backends) > 1 else None
-    return drawn or ctx.rng.choice(backends)
-
-
 def plan(ctx: ApiContext, counts: Mapping[str, int]) -> list[Entry]:
-    """One pool drawn per instance, counted per (name, pool) in order of first draw. For a
-    name served by a pool with ``failover: true`` (ours) the draw leaves out the pools that
-    cannot deliver now (:mod:`vmpooler.web.alias_failover`), unless none can."""
-    entries: list[Entry] = []
-    served_by_failover = failover_names(ctx.config)
-    for name, count in counts.items():
-        drawn: dict[str, int] = {}
-        avoid: frozenset[str] = frozenset()
-        if count and name in served_by_failover:
-            avoid = ctx.backends.undeliverable(ctx.config, candidates(ctx, name))
-        for _ in range(count):
-            pool = choose_pool(ctx, name, avoid)
-            if pool is not None:
-                drawn[pool] = drawn.get(pool, 0) + 1
-        entries += [Entry(alias=name, pool=pool, count=n) for pool, n in drawn.items()]
-    return entries
+    """One pool drawn per instance, counted per (name, pool) in order of first draw
+    (:func:`vmpooler.actors.placement.choose.ondemand_plan` with the API's random source and
+    failover health): for a name served by a pool with ``failover: true`` (ours) the draw
+    leaves out the pools that cannot deliver now, unless none can."""
+    return ondemand_plan(ctx.config, ctx.rng, ctx.backends, counts)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from vmpooler.actors.config import Config, PoolConfig
+from vmpooler.actors.placement.choose import failover_pools
 from vmpooler.actors.storage.queues import Queue
-from vmpooler.web.alias_failover import failover_pools
 from vmpooler.web.resources.status_sections import alias_of, demand_pools, standby_pools
 
 __all__ = ["StatusPlan", "StatusPlans", "plan_for"]

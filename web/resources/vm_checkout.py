@@ -1,7 +1,8 @@
 """Checkout of ready VMs for POST ``/vm`` and POST ``/vm/:template`` (reference §1.3).
 
 The Python side reads the request and decides, per requested unit, the ordered candidate
-pools (vmpooler's alias and ``backend_weight`` selection); one Lua script then takes every VM
+pools (vmpooler's alias and ``backend_weight`` selection:
+:func:`vmpooler.actors.placement.choose.checkout_candidates`); one Lua script then takes every VM
 or none (:meth:`CheckoutStore.checkout`). There is no process-local lock, so any number of
 API processes may check out from one Redis.
 
@@ -42,9 +43,7 @@ Divergences from vmpooler 3.9.1 (on purpose):
 from __future__ import annotations
 
 import logging
-import random
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -53,10 +52,10 @@ import falcon
 from vmpooler.actors.config import Config
 from vmpooler.actors.fairness.policy import Requester
 from vmpooler.actors.fairness.quota import QuotaTicket
+from vmpooler.actors.placement.choose import checkout_candidates, names_of
 from vmpooler.actors.storage import timefmt
-from vmpooler.actors.storage.checkout_store import CheckoutStore
+from vmpooler.actors.storage.checkout_store import CheckoutOutcome, CheckoutStore, Taken
 from vmpooler.web import quota_guard
-from vmpooler.web.alias_failover import failover_names
 from vmpooler.web.api_context import ApiContext
 from vmpooler.web.api_errors import ApiError
 from vmpooler.web.identity import client_key, requester
@@ -66,7 +65,6 @@ from vmpooler.web.tokens import presented_token, unauthorized
 __all__ = [
     "MAX_PATH_NAMES",
     "allocate",
-    "backend_weight",
     "body_payload",
     "candidate_pools",
     "fqdn",
@@ -74,7 +72,6 @@ __all__ = [
     "record_usage",
     "template_payload",
     "usage_fields",
-    "weighted_draw",
 ]
 
 log = logging.getLogger(__name__)
@@ -115,100 +112,27 @@ def template_payload(template: str) -> dict[str, int]:
     return payload
 
 
-def backend_weight(config: Config, name: str) -> int | None:
-    """The ``backend_weight`` of the pool's clone target, or None (unknown pool, no target or
-    no weight for it)."""
-    try:
-        pool = config.pool(name)
-    except KeyError:
-        return None
-    target = pool.clone_target or config.settings.clone_target
-    return None if target is None else config.settings.backend_weight.get(target)
-
-
-def weighted_draw(config: Config, rng: random.Random, backends: list[str]) -> str | None:
-    """One of ``backends`` drawn by ``backend_weight`` (a weight of 0 never wins), or None
-    when weights are not configured for every one of them or all are 0."""
-    if not config.settings.backend_weight:
-        return None
-    weights = [backend_weight(config, b) for b in backends]
-    if None in weights:
-        return None
-    positive = [(b, w) for b, w in zip(backends, weights, strict=True) if w and w > 0]
-    total = sum(w for _, w in positive)
-    if total <= 0:
-        return None
-    point = rng.random() * total
-    for backend, weight in positive:
-        point -= weight
-        if point < 0:
-            return backend
-    return positive[-1][0]
-
-
 def candidate_pools(ctx: ApiContext, name: str) -> list[str]:
-    """Pools that may serve one unit of ``name``, best first (vmpooler's fetch_single_vm).
+    """Pools that may serve one unit of ``name``, best first
+    (:func:`vmpooler.actors.placement.choose.checkout_candidates` with the API's random
+    source and failover health)."""
+    return checkout_candidates(ctx.config, ctx.rng, ctx.backends, name)
 
-    Candidates are ``name`` and its alias targets. When every candidate is a pool whose
-    clone target has a ``backend_weight``, one is drawn by weight (0 never wins); otherwise
-    one is drawn uniformly. The drawn one goes first, the others follow as fallbacks. Names
-    that are not pools are dropped. For a name served by a pool with ``failover: true``
-    (ours), the pools that cannot deliver now (:mod:`vmpooler.web.alias_failover`) go last, so
-    they serve only when no other candidate has a ready VM.
-    """
-    config = ctx.config
-    index = _index(config)
-    backends = [name]
-    aliases = index.aliases
-    if aliases:
-        backends += [p for p in aliases.get(name, ()) if p not in backends]
-        first = weighted_draw(config, ctx.rng, backends) or ctx.rng.choice(backends)
-        backends.remove(first)
-        backends.insert(0, first)
-    pools = index.pools
-    found = [b for b in backends if b in pools]
-    if name in index.failover and len(found) > 1:
-        down = ctx.backends.undeliverable(config, found)
-        if down:
-            found = [b for b in found if b not in down] + [b for b in found if b in down]
-    return found
+
+_last_domains: list[tuple[Config, Mapping[str, str | None]]] = []  # of the Config seen last
 
 
 def pool_domain(config: Config, pool: str) -> str | None:
-    """The domain of a configured pool; None without one or when it is not configured."""
-    return _index(config).domains.get(pool)
-
-
-@dataclass(frozen=True, slots=True)
-class _Index:
-    """What a checkout looks up in a :class:`Config`, worked out once per ``Config`` (it is
-    immutable; a reload makes a new one): pool names, the names a client may request (pools
-    and aliases), alias -> pools, pool -> domain (of the first pool of that name)."""
-
-    config: Config
-    pools: frozenset[str]
-    requestable: frozenset[str]
-    aliases: Mapping[str, tuple[str, ...]]
-    domains: Mapping[str, str | None]
-    failover: frozenset[str]  # names served by a pool with failover: true
-
-
-_last_index: list[_Index] = []  # the index of the Config seen last (one entry)
-
-
-def _index(config: Config) -> _Index:
-    cached = _last_index[0] if _last_index else None
-    if cached is not None and cached.config is config:
-        return cached
-    aliases = config.aliases
-    domains: dict[str, str | None] = {}
-    for pool in config.pools:
-        domains.setdefault(pool.name, pool.domain)
-    index = _Index(config=config, pools=frozenset(config.pool_names),
-                   requestable=frozenset(config.pool_names) | frozenset(aliases),
-                   aliases=aliases, domains=domains, failover=failover_names(config))
-    _last_index[:] = [index]
-    return index
+    """The domain of a configured pool (the first of that name); None without one or when it
+    is not configured. Worked out once per ``Config`` (a reload makes a new one)."""
+    cached = _last_domains[0] if _last_domains else None
+    if cached is None or cached[0] is not config:
+        domains: dict[str, str | None] = {}
+        for each in config.pools:
+            domains.setdefault(each.name, each.domain)
+        cached = (config, domains)
+        _last_domains[:] = [cached]
+    return cached[1].get(pool)
 
 
 _last_now: list[tuple[datetime, str]] = []  # (second, its text) of the checkout seen last
@@ -235,24 +159,13 @@ def allocate(req: falcon.Request, ctx: ApiContext, store: CheckoutStore,
              payload: Mapping[str, int]) -> dict[str, Any]:
     """Check out ``payload`` all or nothing; the 200 body, or 404/401/503 raised."""
     started = ctx.clock.monotonic()
-    token = presented_token(req) if ctx.auth_configured else None
-    if token is None and ctx.auth_configured and ctx.config.settings.require_token_for_checkout:
-        raise unauthorized()  # an invalid token is refused by the checkout script below
-    requestable = _requestable(ctx.config)
-    unknown = [name for name in payload if name not in requestable]
-    if not payload:
-        ctx.metrics.increment("checkout.invalid", tags={"pool": "unknown"})
-        raise ApiError(404)
-    if unknown:
-        for name in unknown:
-            ctx.metrics.increment("checkout.invalid", tags={"pool": name})
-        raise ApiError(404)
+    token = _checkout_token(req, ctx)
+    _check_names(ctx, payload)
     if token == "":
         raise unauthorized()
-    lifetime = ctx.config.settings.vm_lifetime_auth
-    usual = lifetime if token is not None and lifetime and lifetime > 0 else None
     requested = [name for name, count in payload.items() for _ in range(count)]
     asker, ticket = _quota(req, ctx, token, len(requested))
+    usual = _usual_lifetime(ctx, token)
     capped = quota_guard.lifetime_cap(ctx, ticket, usual)
     units = [candidate_pools(ctx, name) for name in requested]
     now = ctx.clock.now()
@@ -260,6 +173,47 @@ def allocate(req: falcon.Request, ctx: ApiContext, store: CheckoutStore,
         units, now=_now_text(now), epoch=now, token=token,
         lifetime=usual if capped is None else capped, quota=ticket,
         client=client_key(req, ctx))
+    _refuse_unless_taken(ctx, outcome, asker, requested, units)
+    body = _body(ctx, requested, outcome.taken)
+    _after_checkout(ctx, store, outcome.taken, started)
+    return body
+
+
+def _checkout_token(req: falcon.Request, ctx: ApiContext) -> str | None:
+    """The token presented (None without ``:auth:``, or when none is presented); the 401
+    when ``require_token_for_checkout`` asks for one and none is presented (an invalid one is
+    refused by the checkout script)."""
+    token = presented_token(req) if ctx.auth_configured else None
+    if token is None and ctx.auth_configured and ctx.config.settings.require_token_for_checkout:
+        raise unauthorized()
+    return token
+
+
+def _check_names(ctx: ApiContext, payload: Mapping[str, int]) -> None:
+    """The 404 for no name at all or for names that are neither pools nor aliases, each
+    counted as ``checkout.invalid``."""
+    if not payload:
+        ctx.metrics.increment("checkout.invalid", tags={"pool": "unknown"})
+        raise ApiError(404)
+    requestable = names_of(ctx.config).requestable
+    unknown = [name for name in payload if name not in requestable]
+    if unknown:
+        for name in unknown:
+            ctx.metrics.increment("checkout.invalid", tags={"pool": name})
+        raise ApiError(404)
+
+
+def _usual_lifetime(ctx: ApiContext, token: str | None) -> int | None:
+    """``vm_lifetime_auth`` for a checkout with a token (when set and positive), else None."""
+    lifetime = ctx.config.settings.vm_lifetime_auth
+    return lifetime if token is not None and lifetime and lifetime > 0 else None
+
+
+def _refuse_unless_taken(ctx: ApiContext, outcome: CheckoutOutcome, asker: Requester | None,
+                         requested: list[str], units: list[list[str]]) -> None:
+    """Raise what the checkout script refused: the 401 (a bad token), the quota's refusal,
+    or the 503 (a unit found every candidate empty: ``checkout.empty`` for its name,
+    ``checkout.miss`` for each of its candidate pools)."""
     if outcome.bad_token:
         raise unauthorized()
     if outcome.refused is not None and asker is not None:
@@ -271,10 +225,15 @@ def allocate(req: falcon.Request, ctx: ApiContext, store: CheckoutStore,
         for pool in units[failed] or [requested[failed]]:
             ctx.metrics.increment("checkout.miss", tags={"pool": pool})
         raise ApiError(503)
+
+
+def _body(ctx: ApiContext, requested: list[str], taken: Sequence[Taken]) -> dict[str, Any]:
+    """The 200 body: each requested name's hostname, a list when it got several (counting
+    ``checkout.success`` for each VM's pool)."""
     body: dict[str, Any] = {"ok": True}
-    for name, taken in zip(requested, outcome.taken, strict=True):
-        ctx.metrics.increment("checkout.success", tags={"pool": taken.pool})
-        host = fqdn(ctx.config, taken.pool, taken.vm)
+    for name, one in zip(requested, taken, strict=True):
+        ctx.metrics.increment("checkout.success", tags={"pool": one.pool})
+        host = fqdn(ctx.config, one.pool, one.vm)
         entry = body.setdefault(name, {})
         if "hostname" not in entry:
             entry["hostname"] = host
@@ -282,15 +241,21 @@ def allocate(req: falcon.Request, ctx: ApiContext, store: CheckoutStore,
             entry["hostname"].append(host)
         else:
             entry["hostname"] = [entry["hostname"], host]
+    return body
+
+
+def _after_checkout(ctx: ApiContext, store: CheckoutStore, taken: Sequence[Taken],
+                    started: float) -> None:
+    """Usage statistics (when on), ``pool_changed`` once per pool taken from, and the
+    ``checkout.duration`` timing (ours: one per 200, tagged with the first pool)."""
     if ctx.config.settings.usage_stats:
-        vms = [t.vm for t in outcome.taken]
+        vms = [t.vm for t in taken]
         for vm, values in store.vm_fields(vms, usage_fields).items():
             record_usage(ctx, "allocate", vm, dict(zip(usage_fields, values, strict=True)))
-    for pool in dict.fromkeys(t.pool for t in outcome.taken):
+    for pool in dict.fromkeys(t.pool for t in taken):
         ctx.commands.pool_changed(pool, "checkout")
     ctx.metrics.timing("checkout.duration", max(0.0, ctx.clock.monotonic() - started),
-                       tags={"pool": outcome.taken[0].pool})  # ours: one per 200, first pool
-    return body
+                       tags={"pool": taken[0].pool})
 
 
 def _quota(req: falcon.Request, ctx: ApiContext, token: str | None,
@@ -306,11 +271,6 @@ def _quota(req: falcon.Request, ctx: ApiContext, token: str | None,
     if ticket is not None:
         quota_guard.check_per_request(ctx, asker, ticket, asked)
     return asker, ticket
-
-
-def _requestable(config: Config) -> frozenset[str]:
-    """vmpooler's ``pool_names``: configured pools plus aliases."""
-    return _index(config).requestable
 
 
 # -- usage statistics (reference §4.10) ---------------------------------------------------------

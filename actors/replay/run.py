@@ -33,23 +33,23 @@ import redis
 
 from vmpooler.actors.config import Config
 from vmpooler.actors.metrics.backends import NullMetrics
+from vmpooler.actors.placement.weights import draw_first
 from vmpooler.actors.pool.hostnames import HostnameGenerator
-from vmpooler.actors.runtime.clock import FakeClock
-from vmpooler.actors.sizing.trace import Checkout
-from vmpooler.actors.storage import timefmt
-from vmpooler.actors.storage.checkout_store import CheckoutStore
-from vmpooler.actors.system import PoolerSystem
-from vmpooler.providers.base import ProviderContext
-from vmpooler.web.cli.replay_config import ReplaySetup
-from vmpooler.web.cli.replay_provider import (
+from vmpooler.actors.replay.configuration import ReplaySetup
+from vmpooler.actors.replay.provider import (
     CALL,
     CLONE,
     SUSPEND_TIME_S,
     ReplayProvider,
     SimulatedSleep,
 )
-from vmpooler.web.cli.replay_stats import STANDBY_COST, PoolStats, RunResult
-from vmpooler.web.resources.vm_checkout import weighted_draw
+from vmpooler.actors.replay.report import STANDBY_COST, PoolStats, RunResult
+from vmpooler.actors.runtime.clock import FakeClock
+from vmpooler.actors.sizing.trace import Checkout
+from vmpooler.actors.storage import timefmt
+from vmpooler.actors.storage.checkout_store import CheckoutStore
+from vmpooler.actors.system import PoolerSystem
+from vmpooler.providers.base import ProviderContext
 
 __all__ = ["RESUME_TIME_S", "replay", "warmup_s"]
 
@@ -217,9 +217,7 @@ class _Replay:
     def _units(self, platform: str) -> tuple[str, ...]:
         pools = list(self.setup.candidates[platform])
         if len(pools) > 1:  # an alias: vmpooler's draw, the others as fallbacks
-            first = weighted_draw(self.setup.config, self.rng, pools) or self.rng.choice(pools)
-            pools.remove(first)
-            pools.insert(0, first)
+            pools = draw_first(self.setup.config, self.rng, pools)
         return tuple(pools)
 
     def _take(self, units: tuple[str, ...], now: float, *,
