@@ -8,7 +8,6 @@ the clock, the shared resources). :class:`~vmpooler.actors.system.PoolerSystem` 
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import pykka
 import redis
 
+from vmpooler.actors.cluster.address import Address
 from vmpooler.actors.cluster.granter import GrantLease
 from vmpooler.actors.cluster.heartbeat import Heartbeat
 from vmpooler.actors.cluster.lease_policy import LeasePolicy
@@ -23,6 +23,7 @@ from vmpooler.actors.cluster.membership import Membership
 from vmpooler.actors.cluster.ownership import OwnershipSettings
 from vmpooler.actors.cluster.remote import Remote
 from vmpooler.actors.cluster.request_leases import RequestFence, RequestLeases
+from vmpooler.actors.cluster.router import Router
 from vmpooler.actors.config import Config, PoolConfig
 from vmpooler.actors.messages import PoolChanged
 from vmpooler.actors.metrics.backends import Metrics
@@ -43,7 +44,7 @@ from vmpooler.actors.service.housekeeping import Housekeeper
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, prune_age
 from vmpooler.actors.storage.history_store import HistoryStore
-from vmpooler.actors.storage.lease_store import POOL, LeaseStore
+from vmpooler.actors.storage.lease_store import LeaseStore
 from vmpooler.actors.storage.request_store import RequestStore
 from vmpooler.actors.storage.store import Store
 from vmpooler.actors.storage.upkeep_store import UpkeepStore
@@ -219,15 +220,12 @@ class ActorFactories:
         pools = frozenset(p.name for p in cfg.pools)
         from_ready = frozenset(p.name for p in cfg.pools if p.from_ready(cfg.settings))
 
+        router = Router(self.directory, self.remote)
+
         def refill(pool: str) -> None:
             """Wake the pool's actor (here or in the manager holding its lease)."""
-            message = PoolChanged(pool, "ready VMs taken by an on-demand request")
-            ref = self.directory.get(f"pool:{pool}")
-            if ref is not None:
-                with contextlib.suppress(pykka.ActorDeadError):
-                    ref.tell(message)
-                    return
-            self.remote.to_lease_holder(POOL, pool, f"pool:{pool}", message)
+            router.tell(Address.pool(pool),
+                        PoolChanged(pool, "ready VMs taken by an on-demand request"))
         ceilings = {p.name: cfg.max_pool_size(p) for p in cfg.pools}
 
         def request_factory(request_id: str, manager: pykka.ActorRef[Any],

@@ -29,9 +29,11 @@ from typing import Any
 import pykka
 import redis
 
+from vmpooler.actors.cluster.address import Address
 from vmpooler.actors.cluster.lease_policy import LeasePolicy
 from vmpooler.actors.cluster.membership import Membership, live_managers
 from vmpooler.actors.cluster.relay import Relay
+from vmpooler.actors.cluster.router import tell_here
 from vmpooler.actors.config import Config, PoolConfig
 from vmpooler.actors.factories import ActorFactories, SystemResources
 from vmpooler.actors.fairness.intake import Intake, embedded_applicant
@@ -220,12 +222,13 @@ class PoolerSystem:
             provider = providers.get(name) or self._factories.build_provider(name)
             res.providers[name] = provider
             dns = {p.name: self._factories.dns_plugin(p) for p in cfg.pools if p.provider == name}
-            sup.start_child(f"provider:{name}", self._factories.provider(name, provider, dns,
-                                                                      resolver)).get()
+            sup.start_child(Address.provider(name).name,
+                            self._factories.provider(name, provider, dns, resolver)).get()
         sup.start_child("slots", self._factories.slots()).get()
         for pool in cfg.pools:
-            sup.start_child(f"pool:{pool.name}", self._factories.pool(pool, hostnames)).get()
-        sup.start_child("ondemand", self._factories.ondemand()).get()
+            sup.start_child(Address.pool(pool.name).name,
+                            self._factories.pool(pool, hostnames)).get()
+        sup.start_child(Address.ondemand().name, self._factories.ondemand()).get()
         sup.start_child("tasks", self._factories.tasks(task_interval)).get()
         sup.start_child("housekeeping", self._factories.housekeeper()).get()
         sup.start_child("heartbeat", self._factories.heartbeat()).get()
@@ -236,7 +239,7 @@ class PoolerSystem:
             sup.start_child("commands", consumer_factory(
                 res.client, notify=self.notify, notify_tasks=self.notify_tasks,
                 notify_request=self.notify_request, clock=self.clock)).get()
-        self._children = tuple(n for n in self.directory.names() if not n.startswith("request:"))
+        self._children = tuple(n for n in self.directory.names() if not Address.is_request(n))
         log.info("[*] [manager] started: %d pools, %d providers", len(cfg.pools),
                  len(res.providers))
 
@@ -254,10 +257,10 @@ class PoolerSystem:
         # pooled ones share the executor's threads: one by one, each stop would wait for
         # its turn behind every other actor's mail).
         groups = [
-            ["heartbeat"], ["history"], ["commands"], ["housekeeping"], ["ondemand"],
-            [n for n in names if n.startswith("request:")],
-            [n for n in names if n.startswith("pool:")], ["tasks"], ["slots"],
-            [n for n in names if n.startswith("provider:")],
+            ["heartbeat"], ["history"], ["commands"], ["housekeeping"], [Address.ondemand().name],
+            [n for n in names if Address.is_request(n)],
+            [n for n in names if Address.is_pool(n)], ["tasks"], ["slots"],
+            [n for n in names if Address.is_provider(n)],
         ]
         # The blocking asks and stops below run on the caller's thread, never in a mailbox.
         if self._supervisor is not None:  # it restarts nothing while its children stop
@@ -335,16 +338,16 @@ class PoolerSystem:
 
         Returns False if the pool has no running actor.
         """
-        return self._tell(f"pool:{pool}", PoolChanged(pool, reason))
+        return tell_here(self.directory, Address.pool(pool), PoolChanged(pool, reason))
 
     def drain(self, pool: str, reason: str = "") -> bool:
         """Ask the pool's actor to move every ready and pending VM to completed."""
-        return self._tell(f"pool:{pool}", StartDrain(pool, reason))
+        return tell_here(self.directory, Address.pool(pool), StartDrain(pool, reason))
 
     def notify_request(self, request_id: str, reason: str = "") -> bool:
         """Tell the on-demand manager a request was created or deleted in Redis: it starts
         the request's actor, or passes the news on to it."""
-        return self._tell("ondemand", RequestChanged(request_id, reason))
+        return tell_here(self.directory, Address.ondemand(), RequestChanged(request_id, reason))
 
     def request_ondemand(self, pools: Mapping[str, int], *, request_id: str | None = None,
                          token: str | None = None, user: str | None = None,
@@ -397,7 +400,7 @@ class PoolerSystem:
 
     def notify_tasks(self) -> bool:
         """Tell the task actor that disk/snapshot tasks were queued."""
-        return self._tell("tasks", TasksQueued())
+        return tell_here(self.directory, Address("tasks"), TasksQueued())
 
     def actor_ref(self, name: str) -> pykka.ActorRef[Any] | None:
         """The live actor named ``pool:<name>``, ``provider:<name>`` or ``tasks``."""
@@ -411,7 +414,7 @@ class PoolerSystem:
     def _call_counts(self) -> list[CallCounts]:
         found = []
         for name in self.directory.names():
-            ref = self.directory.get(name) if name.startswith("provider:") else None
+            ref = self.directory.get(name) if Address.is_provider(name) else None
             if ref is None:
                 continue
             cached = self._proxies.get(name)
@@ -443,17 +446,6 @@ class PoolerSystem:
                 return False
             return not clones or all_asleep(clones, parked(), sum(c.clone_workers for c in counts))
         wait_idle(refs, settled=settled, executor=self._res.executor, timeout=timeout)
-
-    def _tell(self, name: str, message: Any) -> bool:
-        ref = self.directory.get(name)
-        if ref is None:
-            return False
-        try:
-            ref.tell(message)
-        except pykka.ActorDeadError:
-            return False
-        return True
-
 
 def _published(pool: PoolConfig) -> dict[str, str]:
     """The pool's keys as vmpooler publishes them in ``vmpooler__pool__<pool>``."""

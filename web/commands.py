@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
 from typing import TYPE_CHECKING, Protocol
 
 import redis
 
+from vmpooler.actors.messages import Command, CommandKind
 from vmpooler.actors.service.command_stream import GROUP, STREAM, ensure_group
 from vmpooler.actors.storage.replies import fields as as_fields
 
@@ -92,9 +92,9 @@ class DirectCommands:
 class StreamCommands:
     """Appends commands to the Redis stream the managers' consumer group reads.
 
-    Each entry is ``{"id": <uuid4>, "kind": "pool_changed" | "tasks_queued" |
-    "request_changed", "pool": <pool or request id>, "reason": ...}``; the stream is
-    trimmed to about ``maxlen`` entries (``MAXLEN ~``).
+    Each entry is a :class:`~vmpooler.actors.messages.Command`'s fields (``id``, ``kind``,
+    ``pool``: the pool or request id, ``reason``); the stream is trimmed to about ``maxlen``
+    entries (``MAXLEN ~``).
     Before its first command it creates the consumer group if no manager has yet (so a
     command sent before any manager ever ran is delivered too). A Redis error is logged
     and the command dropped: commands are wake-ups, the manager's cycle catches up.
@@ -113,29 +113,29 @@ class StreamCommands:
         self._group_ready = False
         self._background = background
         self._cond = threading.Condition()
-        self._waiting: dict[tuple[str, str], str] = {}
+        self._waiting: dict[tuple[CommandKind, str], str] = {}
         self._thread: threading.Thread | None = None
         self._sending = False
         self._idle = False  # the sender thread waits for a first command (needs a notify)
         self.coalesce_interval = 0.01  # seconds; bounds the delay a command may get
 
     def pool_changed(self, pool: str, reason: str) -> None:
-        self._submit("pool_changed", pool, reason)
+        self._submit(CommandKind.POOL_CHANGED, pool, reason)
 
     def tasks_queued(self) -> None:
-        self._submit("tasks_queued", "", "")
+        self._submit(CommandKind.TASKS_QUEUED, "", "")
 
     def request_changed(self, request_id: str, reason: str) -> None:
         # Sent at once, on the caller's thread: every request id is new, so there is
         # nothing to coalesce, and waiting would only delay the request's first clone.
-        self._send("request_changed", request_id, reason)
+        self._send(Command(CommandKind.REQUEST_CHANGED, request_id, reason))
 
-    def _submit(self, kind: str, pool: str, reason: str) -> None:
+    def _submit(self, kind: CommandKind, subject: str, reason: str) -> None:
         if not self._background:
-            self._send(kind, pool, reason)
+            self._send(Command(kind, subject, reason))
             return
         with self._cond:
-            self._waiting.setdefault((kind, pool), reason)
+            self._waiting.setdefault((kind, subject), reason)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="vmpooler-commands",
                                                 daemon=True)
@@ -155,8 +155,8 @@ class StreamCommands:
                 self._idle = False
                 batch, self._waiting = self._waiting, {}
                 self._sending = True
-            for (kind, pool), reason in batch.items():
-                self._send(kind, pool, reason)
+            for (kind, subject), reason in batch.items():
+                self._send(Command(kind, subject, reason))
             with self._cond:
                 self._sending = False
                 self._cond.notify_all()
@@ -169,15 +169,16 @@ class StreamCommands:
             return self._cond.wait_for(lambda: not self._waiting and not self._sending,
                                        timeout)
 
-    def _send(self, kind: str, pool: str, reason: str) -> None:
-        fields = {"id": str(uuid.uuid4()), "kind": kind, "pool": pool, "reason": reason}
+    def _send(self, command: Command) -> None:
         try:
             if not self._group_ready:
                 ensure_group(self.client, self.stream, self.group)
                 self._group_ready = True
-            self.client.xadd(self.stream, as_fields(fields),
+            self.client.xadd(self.stream, as_fields(command.to_fields()),
                              maxlen=self.maxlen, approximate=True)
         except redis.RedisError as exc:
-            log.warning("[!] [commands] could not send %s '%s': %s", kind, pool, exc)
+            log.warning("[!] [commands] could not send %s '%s': %s", command.kind,
+                        command.subject, exc)
         except Exception:
-            log.exception("[!] [commands] could not send %s '%s'", kind, pool)
+            log.exception("[!] [commands] could not send %s '%s'", command.kind,
+                          command.subject)

@@ -19,6 +19,15 @@ What a caller may rely on:
 * **The reader never crashes**: undecodable entries are logged and skipped; Redis errors
   are retried with back-off; stopping unblocks a read in progress (``CLIENT UNBLOCK``:
   :class:`~vmpooler.actors.storage.stream_reader.StreamReader`).
+* **Hops.** An entry's ``hops`` field says how many times its message has been relayed;
+  the receiving actor gets the message in a :class:`~vmpooler.actors.messages.Relayed`
+  envelope carrying it, and the :class:`~vmpooler.actors.cluster.router.Router` relays no
+  message further that already hopped once. An entry of a manager of the previous release
+  has no ``hops`` and marks such a message with ``"forwarded": true`` in its body (read as
+  one hop); entries written here still carry that mark for it (:data:`MARKED_FORWARDED`).
+
+An inbox entry's fields: ``to`` (the receiving actor's registry name), ``type`` (a name of
+:data:`WIRE_TYPES`), ``body`` (the message's fields as a JSON object), ``hops``.
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ from vmpooler.actors.messages import (
     CloneForRequest,
     PoolChanged,
     PoolHandedOver,
+    Relayed,
     RequestChanged,
     RequestCloneAnswered,
     RequestPoolBlocked,
@@ -52,7 +62,7 @@ from vmpooler.actors.storage.inbox_store import InboxStore
 from vmpooler.actors.storage.lease_store import LeaseStore
 from vmpooler.actors.storage.stream_reader import StreamReader
 
-__all__ = ["BLOCK_MS", "WIRE_TYPES", "Relay", "decode", "encode"]
+__all__ = ["BLOCK_MS", "MARKED_FORWARDED", "WIRE_TYPES", "Relay", "decode", "encode"]
 
 log = logging.getLogger(__name__)
 
@@ -67,25 +77,44 @@ WIRE_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
 """The messages that may travel between managers, by class name."""
 
 
-def encode(name: str, message: Any) -> dict[str, str]:
-    """The inbox fields carrying ``message`` to the actor ``name``. Raises ``TypeError`` for
-    a message not in :data:`WIRE_TYPES`."""
+MARKED_FORWARDED: frozenset[type] = frozenset(
+    {CloneForRequest, PoolChanged, RequestChanged, WantRequestVms})
+"""The messages whose body a manager of the previous release marks ``"forwarded": true``
+once relayed (its loop stop; here the entry's ``hops``). Written for such a manager to read
+and read from one; the messages themselves have no such field."""
+
+_FORWARDED = "forwarded"
+
+
+def encode(name: str, message: Any, hops: int = 1) -> dict[str, str]:
+    """The inbox fields carrying ``message`` to the actor ``name``, relayed ``hops`` times
+    once it arrives. Raises ``TypeError`` for a message not in :data:`WIRE_TYPES`."""
     kind = type(message).__name__
     if WIRE_TYPES.get(kind) is not type(message) or not dataclasses.is_dataclass(message) \
             or isinstance(message, type):
         raise TypeError(f"{kind} does not travel between managers")
-    return {"to": name, "type": kind, "body": json.dumps(dataclasses.asdict(message))}
+    body = dataclasses.asdict(message)
+    if type(message) in MARKED_FORWARDED and hops >= 1:
+        body[_FORWARDED] = True
+    return {"to": name, "type": kind, "body": json.dumps(body), "hops": str(hops)}
 
 
-def decode(fields: dict[str, str]) -> tuple[str, Any]:
-    """``(actor name, message)`` of inbox fields. Raises ``ValueError`` when they name no
+def decode(fields: dict[str, str]) -> tuple[str, Any, int]:
+    """``(actor name, message, hops)`` of inbox fields (``hops`` 0 when they do not say,
+    at least 1 for a body marked ``forwarded``). Raises ``ValueError`` when they name no
     message of :data:`WIRE_TYPES` or do not fit it."""
     cls = WIRE_TYPES.get(fields.get("type", ""))
     if cls is None or "to" not in fields:
         raise ValueError(f"not a message: {fields!r}")
     try:
-        return fields["to"], cls(**json.loads(fields.get("body") or "{}"))
-    except (TypeError, json.JSONDecodeError) as exc:
+        body = json.loads(fields.get("body") or "{}")
+        hops = int(fields.get("hops") or 0)
+        if not isinstance(body, dict):
+            raise TypeError("the body is not an object")
+        if cls in MARKED_FORWARDED and body.pop(_FORWARDED, False):
+            hops = max(hops, 1)
+        return fields["to"], cls(**body), max(hops, 0)
+    except (TypeError, ValueError) as exc:
         raise ValueError(f"bad {cls.__name__}: {exc}") from exc
 
 
@@ -115,12 +144,13 @@ class Relay:
         return self._member
 
     # -- sending --------------------------------------------------------------------------------
-    def to_manager(self, manager: str, name: str, message: Any) -> bool:
+    def to_manager(self, manager: str, name: str, message: Any, *, hops: int = 1) -> bool:
         if not manager or manager == self._member:
             return False
-        return self._send([(manager, name, message)])
+        return self._send([(manager, name, message)], hops)
 
-    def to_lease_holder(self, kind: str, thing: str, name: str, message: Any) -> bool:
+    def to_lease_holder(self, kind: str, thing: str, name: str, message: Any, *,
+                        hops: int = 1) -> bool:
         try:
             holder = self.leases.holder(kind, thing)
         except redis.RedisError as exc:
@@ -128,20 +158,21 @@ class Relay:
             return False
         if holder is None:
             return False
-        return self.to_manager(holder.holder, name, message)
+        return self.to_manager(holder.holder, name, message, hops=hops)
 
-    def to_others(self, name: str, message: Any) -> None:
+    def to_others(self, name: str, message: Any, *, hops: int = 1) -> None:
         try:
             others = sorted(self.live() - {self._member})
         except redis.RedisError as exc:
             log.debug("[relay] live managers unknown: %s", exc)
             return
         if others:
-            self._send([(m, name, message) for m in others])
+            self._send([(m, name, message) for m in others], hops)
 
-    def _send(self, batch: list[tuple[str, str, Any]]) -> bool:
+    def _send(self, batch: list[tuple[str, str, Any]], hops: int) -> bool:
         try:
-            entries = [(manager, encode(name, message)) for manager, name, message in batch]
+            entries = [(manager, encode(name, message, hops))
+                       for manager, name, message in batch]
         except TypeError as exc:
             log.error("[!] [relay] not sent: %s", exc)
             return False
@@ -188,7 +219,7 @@ class Relay:
 
     def _deliver(self, fields: dict[str, str]) -> None:
         try:
-            name, message = decode(fields)
+            name, message, hops = decode(fields)
         except ValueError as exc:
             log.error("[!] [relay] entry skipped: %s", exc)
             return
@@ -198,5 +229,5 @@ class Relay:
                       name)
             return
         with contextlib.suppress(pykka.ActorDeadError):
-            ref.tell(message)
+            ref.tell(Relayed(message, hops))
             self.delivered += 1

@@ -9,7 +9,12 @@ manager's inbox in Redis; :class:`LocalOnly` reaches nobody (a manager alone, an
 
 Every method answers at once and never raises: a message that cannot be sent is reported
 (False) and dropped. Delivery is at most once, so only messages whose loss is repaired
-(sent again, or rebuilt from Redis by the receiver) travel this way.
+(sent again, or rebuilt from Redis by the receiver) travel this way. ``hops`` is how many
+times the message will have been relayed once it arrives (1 for a message sent from the
+actor that made it); the receiver hears it in a
+:class:`~vmpooler.actors.messages.Relayed` envelope carrying that count. Actors do not call
+a ``Remote`` themselves: they tell an address through the
+:class:`~vmpooler.actors.cluster.router.Router`.
 """
 
 from __future__ import annotations
@@ -27,17 +32,18 @@ class Remote(Protocol):
         """This manager's id (its heartbeat member)."""
         ...
 
-    def to_manager(self, manager: str, name: str, message: Any) -> bool:
+    def to_manager(self, manager: str, name: str, message: Any, *, hops: int = 1) -> bool:
         """Tell the actor registered as ``name`` in ``manager``. False when ``manager`` is
         this one (tell it locally) or the message could not be sent."""
         ...
 
-    def to_lease_holder(self, kind: str, thing: str, name: str, message: Any) -> bool:
+    def to_lease_holder(self, kind: str, thing: str, name: str, message: Any, *,
+                        hops: int = 1) -> bool:
         """Tell ``name`` in the manager holding the lease of ``kind`` ``thing`` (a pool, a
         request). False when nobody or this manager holds it, or on a Redis error."""
         ...
 
-    def to_others(self, name: str, message: Any) -> None:
+    def to_others(self, name: str, message: Any, *, hops: int = 1) -> None:
         """Tell ``name`` in every other live manager."""
         ...
 
@@ -52,11 +58,12 @@ class LocalOnly:
     def member(self) -> str:
         return self._member
 
-    def to_manager(self, manager: str, name: str, message: Any) -> bool:
+    def to_manager(self, manager: str, name: str, message: Any, *, hops: int = 1) -> bool:
         return False
 
-    def to_lease_holder(self, kind: str, thing: str, name: str, message: Any) -> bool:
+    def to_lease_holder(self, kind: str, thing: str, name: str, message: Any, *,
+                        hops: int = 1) -> bool:
         return False
 
-    def to_others(self, name: str, message: Any) -> None:
+    def to_others(self, name: str, message: Any, *, hops: int = 1) -> None:
         return None

@@ -5,15 +5,19 @@ Durations are seconds. Messages carry ids and values, plus, where an answer is e
 the ``reply_to`` ActorRef the answer goes to — never clients or provider objects.
 Actors find each other by name in the actor directory at send time; the names are
 ``pool:<pool>``, ``provider:<provider>``, ``tasks``, ``ondemand`` and
-:func:`request_actor_name`.
+:func:`request_actor_name`, built by :class:`vmpooler.actors.cluster.address.Address`,
+and a message for an actor that may run in another manager goes through
+:class:`vmpooler.actors.cluster.router.Router`.
 
 The modules group them by who talks: :mod:`.provider_calls`, :mod:`.pool_commands`,
-:mod:`.request_flow`, :mod:`.supervision`, :mod:`.timers`. Import from this package: every
-message is re-exported here.
+:mod:`.request_flow`, :mod:`.supervision`, :mod:`.timers`, :mod:`.relayed` (the envelope of
+a message from another manager), :mod:`.commands` (the API's commands to the managers).
+Import from this package: every message is re-exported here.
 """
 
 from __future__ import annotations
 
+from vmpooler.actors.messages.commands import Command, CommandKind
 from vmpooler.actors.messages.pool_commands import (
     CloneSlotFreed,
     PoolChanged,
@@ -53,6 +57,7 @@ from vmpooler.actors.messages.provider_calls import (
     RunningCheckResult,
     SuspendVm,
 )
+from vmpooler.actors.messages.relayed import Relayed
 from vmpooler.actors.messages.request_flow import (
     ClaimRequest,
     CloneForRequest,
@@ -99,6 +104,8 @@ __all__ = [
     "CloneResult",
     "CloneSlotFreed",
     "CloneVm",
+    "Command",
+    "CommandKind",
     "CreateDisk",
     "CreateSnapshot",
     "DestroyVm",
@@ -120,6 +127,7 @@ __all__ = [
     "ReadyCheckResult",
     "RecordHistory",
     "RefillPool",
+    "Relayed",
     "RenewLease",
     "RenewRequestLeases",
     "RequestChanged",

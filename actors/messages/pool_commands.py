@@ -38,11 +38,10 @@ class PoolChanged:
     override, a reset). The actor runs a cycle at once (coalescing bursts), and that cycle
     reads the pool's override keys: whoever writes one must send this, or the change waits
     for the periodic read (docs/compatibility.md). A pool actor whose manager does not hold
-    the pool's lease passes it on to the holder's (``forwarded``: it went on once already)."""
+    the pool's lease passes it on to the holder's (once: a relayed one goes no further)."""
 
     pool: str
     reason: str = ""
-    forwarded: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,6 @@ class RequestChanged:
 
     request_id: str
     reason: str = ""
-    forwarded: bool = False  # it already went on from another manager: never again
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +66,8 @@ class WantRequestVms:
     say who asked (docs/fairness.md); ``user`` '' counts the request as a user of its own.
     The granter keeps, per request, the ``fence`` with the highest token heard: an older
     one is ignored, a newer one (the request's new holder) replaces what the request had
-    queued, and its grants carry it."""
+    queued, and its grants carry it. One heard from another manager (through the relay)
+    was passed on by the manager running the request, which set its ``fence``."""
 
     request_id: str
     wants: tuple[tuple[str, str], ...]
@@ -76,7 +76,6 @@ class WantRequestVms:
     share: float = 1.0
     whole: bool = False  # ``wants`` is all the request has queued: replaces what was
     fence: str = ""  # the request's lease value (set by the manager running it; '': none)
-    forwarded: bool = False  # passed on by the manager running the request to the granter
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +105,9 @@ class CloneForRequest:
     actor hears :class:`RequestVmCloning`, then :class:`RequestVmReady` or
     :class:`RequestVmFailed`. ``grant`` numbers the manager's grants; ``reply_to`` is the
     granting manager's id ('' = the pool actor's own manager), ``fence`` the value of the
-    request's lease the grant was made under ('' = none: the clone is not fenced by it), and
-    ``forwarded`` says it already went on from a manager not owning the pool."""
+    request's lease the grant was made under ('' = none: the clone is not fenced by it). A
+    pool actor whose manager does not hold the pool's lease passes it on to the holder's
+    once; one that cannot answers it unstarted."""
 
     request_id: str
     alias: str
@@ -115,7 +115,6 @@ class CloneForRequest:
     grant: int = 0
     reply_to: str = ""
     fence: str = ""
-    forwarded: bool = False
 
 
 @dataclass(frozen=True, slots=True)

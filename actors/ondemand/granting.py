@@ -27,9 +27,11 @@ from dataclasses import replace
 import pykka
 import redis
 
+from vmpooler.actors.cluster.address import Address
 from vmpooler.actors.cluster.granter import GrantRole
 from vmpooler.actors.cluster.remote import Remote
 from vmpooler.actors.cluster.request_leases import RequestOwnership
+from vmpooler.actors.cluster.router import Router
 from vmpooler.actors.fairness.fair_share import Owner
 from vmpooler.actors.messages import ResendWants, WantRequestVms, WithdrawRequest
 from vmpooler.actors.ondemand.slots import CloneSlots
@@ -48,7 +50,7 @@ class Granting:
                  leases: RequestOwnership, tracked: Tracker) -> None:
         self.role = role
         self.slots = slots
-        self.remote = remote
+        self.router = Router(slots.directory, remote)
         self.leases = leases
         self.tracked = tracked
         self.changes = 0  # how many times the granter changed (read by tests)
@@ -57,7 +59,7 @@ class Granting:
     def here(self) -> bool:
         """Whether this manager holds the granter's role (it queues every request's wants;
         it grants while its lease is fresh: :attr:`GrantLease.granting`)."""
-        return self.role.granter == self.remote.member
+        return self.role.granter == self.router.member
 
     @property
     def renew_interval(self) -> float | None:
@@ -95,15 +97,16 @@ class Granting:
             self.slots.freed()
 
     # -- wants ----------------------------------------------------------------------------------
-    def want(self, message: WantRequestVms) -> tuple[tuple[tuple[str, str], ...], Owner] | None:
-        """A request actor here (``forwarded`` False) or the manager running it asks. The
-        wants and owner when they were queued here (this is the granter), else None."""
-        if not message.forwarded:
+    def want(self, message: WantRequestVms, *, relayed: bool = False,
+             ) -> tuple[tuple[tuple[str, str], ...], Owner] | None:
+        """A request actor here or (``relayed``: from another manager) the manager running
+        the request asks; that manager set the want's ``fence``. The wants and owner when
+        they were queued here (this is the granter), else None."""
+        if not relayed:
             if not self.leases.holds(message.request_id):
                 return None  # its actor is being stopped: the request's new holder asks
             fence = self.leases.fence(message.request_id)
-            message = replace(message, fence="" if fence is None else fence.value,
-                              forwarded=True)
+            message = replace(message, fence="" if fence is None else fence.value)
             if not self.here:
                 self._to_granter(message)
                 return None
@@ -135,4 +138,4 @@ class Granting:
     def _to_granter(self, message: object) -> None:
         granter = self.role.granter
         if granter:  # none known: the wants go again once one is seen
-            self.remote.to_manager(granter, "ondemand", message)
+            self.router.to_manager(granter, Address.ondemand(), message)

@@ -47,15 +47,16 @@ from typing import Any
 import pykka
 import redis
 
+from vmpooler.actors.cluster.address import Address
 from vmpooler.actors.cluster.granter import GrantRole, SoleGranter
 from vmpooler.actors.cluster.remote import LocalOnly, Remote
 from vmpooler.actors.cluster.request_leases import (
-    KIND,
     RequestFence,
     RequestLeases,
     RequestOwnership,
     SoleRequests,
 )
+from vmpooler.actors.cluster.router import Router
 from vmpooler.actors.messages import (
     ActorCrashed,
     ActorStopped,
@@ -117,8 +118,9 @@ class OnDemandManager(SupervisedActor):
         remote: Remote | None = None,
         granter: GrantRole | None = None,
     ) -> None:
-        super().__init__(name="ondemand", supervisor=supervisor)
+        super().__init__(name=Address.ondemand().name, supervisor=supervisor)
         self.remote: Remote = remote or LocalOnly()
+        self.router = Router(directory, self.remote)
         self.leases: RequestOwnership = (  # without leases, this manager runs every request
             leases if leases is not None else SoleRequests(self.remote.member))
         self.policy = policy or RestartPolicy()
@@ -172,13 +174,17 @@ class OnDemandManager(SupervisedActor):
                         "%.0fs", exc, self.leases.ttl)
 
     # -- mailbox --------------------------------------------------------------------------------
-    def handle(self, message: object) -> None:
+    def handle_relayed(self, message: object, hops: int) -> None:
+        self.handle(message, hops)
+
+    def handle(self, message: object, hops: int | None = None) -> None:
+        """``hops``: None for a message of this manager, else how many times it was relayed."""
         match message:
             case RequestChanged():
-                self._changed(message)
+                self._changed(message, hops or 0)
             case WantRequestVms():
-                if (queued := self.granting.want(message)) is not None:  # we grant: learn it
-                    self.waits.arrived(message.request_id, *queued)
+                if (queued := self.granting.want(message, relayed=hops is not None)) is not None:
+                    self.waits.arrived(message.request_id, *queued)  # we grant: learn it
             case WithdrawRequest():
                 self.granting.withdrawn(message)
             case RequestCloneAnswered():
@@ -222,7 +228,7 @@ class OnDemandManager(SupervisedActor):
         except redis.RedisError as exc:  # the next change (or the sweep) publishes again
             log.debug("[ondemand] waits not published: %s", exc)
 
-    def _changed(self, message: RequestChanged) -> None:
+    def _changed(self, message: RequestChanged, hops: int = 0) -> None:
         if message.reason == _RESTART and (record := self.tracked.get(message.request_id)):
             record.backing_off = False  # the back-off after a crash is over
             self.tracked.tidy(message.request_id)
@@ -232,24 +238,24 @@ class OnDemandManager(SupervisedActor):
                 ref.tell(message)
             return
         try:
-            if self._elsewhere(message):
+            if self._elsewhere(message, hops):
                 return
             self._start(message.request_id)
         except redis.RedisError as exc:  # the sweep finds it once Redis is back
             log.error("[!] [ondemand] request '%s' not started: %s: %s",
                       message.request_id, redis_failure(exc), exc)
 
-    def _elsewhere(self, message: RequestChanged) -> bool:
+    def _elsewhere(self, message: RequestChanged, hops: int) -> bool:
         """True when another manager runs (or should take) the request: told it there."""
         if self.leases.holds(message.request_id):
             return False
-        forwarded = RequestChanged(message.request_id, message.reason, forwarded=True)
-        if self.remote.to_lease_holder(KIND, message.request_id, "ondemand", forwarded):
+        address = Address.ondemand(message.request_id)
+        if self.router.to_holder(address, message, hops=hops):
             return True
         owner = self.leases.owner(message.request_id)
-        if owner == self.remote.member or message.forwarded:
+        if owner == self.router.member:
             return False
-        return self.remote.to_manager(owner, "ondemand", forwarded)
+        return self.router.to_manager(owner, address, message, hops=hops)
 
     def _sweep(self) -> None:
         try:

@@ -22,10 +22,11 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import pykka
 import redis
 
+from vmpooler.actors.cluster.address import Address
 from vmpooler.actors.cluster.remote import Remote
+from vmpooler.actors.cluster.router import Router
 from vmpooler.actors.fairness.fair_share import FairShareQueue, Owner
 from vmpooler.actors.messages import CloneForRequest, RequestCloneAnswered
 from vmpooler.actors.metrics.backends import Metrics
@@ -92,7 +93,7 @@ class CloneSlots:
         self.clone_limit = clone_limit
         self.clock = clock
         self.metrics = metrics
-        self.remote = remote
+        self.router = Router(directory, remote)
         self.granting = granting
         self.wants: FairShareQueue[str, Want] = FairShareQueue()  # request -> its VMs
         self.known: dict[str, str] = {}  # request -> the fence it was last heard under
@@ -207,22 +208,16 @@ class CloneSlots:
             if popped is None:
                 break
             request_id, want = popped
-            ref = self.directory.get(f"pool:{want.pool}")
-            if ref is None:  # the pool actor is restarting: try again at the next sweep
+            number, fence = self.grants + 1, self.known.get(request_id, "")
+            grant = CloneForRequest(request_id, want.alias, want.pool, grant=number,
+                                    reply_to=self.router.member, fence=fence)
+            if not self.router.here(Address.pool(want.pool), grant):
+                # the pool actor is restarting: try again at the next sweep
                 self.wants.push_front(request_id, want)
                 self.blocked = True
                 return
-            self.grants += 1
-            fence = self.known.get(request_id, "")
-            self.granted[self.grants] = Grant(request_id, want, self.clock.monotonic(), fence)
-            try:
-                ref.tell(CloneForRequest(request_id, want.alias, want.pool, grant=self.grants,
-                                         reply_to=self.remote.member, fence=fence))
-            except pykka.ActorDeadError:
-                del self.granted[self.grants]
-                self.wants.push_front(request_id, want)
-                self.blocked = True
-                return
+            self.grants = number
+            self.granted[number] = Grant(request_id, want, self.clock.monotonic(), fence)
             free -= 1
 
     def answered(self, message: RequestCloneAnswered) -> None:

@@ -38,14 +38,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import pykka
 import redis
 
+from vmpooler.actors.cluster.address import Address
 from vmpooler.actors.cluster.ownership import OwnershipSettings
-from vmpooler.actors.cluster.remote import LocalOnly, Remote
+from vmpooler.actors.cluster.remote import Remote
+from vmpooler.actors.cluster.router import Router
 from vmpooler.actors.config import GlobalSettings, PoolConfig
 from vmpooler.actors.messages import (
     CloneForRequest,
@@ -79,7 +80,7 @@ from vmpooler.actors.pool.upkeep import PoolUpkeep
 from vmpooler.actors.runtime.clock import Clock, Scheduler, Timer
 from vmpooler.actors.runtime.executor import ActorExecutor
 from vmpooler.actors.runtime.supervisor import ActorDirectory, PooledSupervisedActor
-from vmpooler.actors.storage.lease_store import POOL, Fenced
+from vmpooler.actors.storage.lease_store import Fenced
 from vmpooler.actors.storage.queues import Queue
 from vmpooler.actors.storage.request_store import RequestStore
 from vmpooler.actors.storage.store import Store
@@ -122,8 +123,10 @@ class PoolActor(PooledSupervisedActor):
         failover: FailoverGroup | None = None,
         standby_modes: frozenset[Capability] = frozenset(),
     ) -> None:
-        super().__init__(name=f"pool:{pool.name}", supervisor=supervisor, executor=executor)
-        self.remote: Remote = remote or LocalOnly()
+        address = Address.pool(pool.name)
+        super().__init__(name=address.name, supervisor=supervisor, executor=executor)
+        self.address = address
+        self.router = Router(directory, remote)
         policy = PoolPolicy.of(pool, settings, data_ttl_hours=data_ttl_hours,
                                max_size=max_size)
         parts = build(policy=policy, store=store,
@@ -135,11 +138,11 @@ class PoolActor(PooledSupervisedActor):
         self.renew_timer: Timer | None = None
         # the new owner takes the lease as soon as it is free
         def hand_over(owner: str) -> None:
-            self.remote.to_manager(owner, f"pool:{pool.name}", PoolHandedOver(pool.name))
+            self.router.to_manager(owner, self.address, PoolHandedOver(pool.name))
         io.ownership.on_handed_over = hand_over
         self.ondemand = OnDemandVms(
             pool=pool.name, store=io.store, requests=io.requests, directory=directory,
-            busy=calls.busy, forget=vms.forget, lost=io.lost, remote=self.remote)
+            busy=calls.busy, forget=vms.forget, lost=io.lost, router=self.router)
         dead_letters = DeadLetters(policy, io, self.ondemand)
         brake = Brake(policy, io, calls=calls, vms=vms)
         self.standby = standby = Standby(policy, io, calls=calls, vms=vms,
@@ -190,6 +193,15 @@ class PoolActor(PooledSupervisedActor):
             self.renew_timer.cancel()
         self.io.ownership.release()  # the next owner need not wait for the TTL
 
+    def handle_relayed(self, message: object, hops: int) -> None:
+        match message:
+            case PoolChanged():  # the holder's actor passes it on no further
+                self._changed(message, hops)
+            case CloneForRequest():
+                self._clone_for_request(message, hops)
+            case _:
+                self.handle(message)
+
     def handle(self, message: object) -> None:
         match message:
             case ProviderCallFinished():
@@ -228,20 +240,17 @@ class PoolActor(PooledSupervisedActor):
                     self._guard(self.purge.purge, message)
                 self.purge.answer(message)  # always: the housekeeper waits for every pool
 
-    def _changed(self, message: PoolChanged) -> None:
+    def _changed(self, message: PoolChanged, hops: int = 0) -> None:
         log.debug("[%s] woken: %s", self.policy.name, message.reason)
         self.upkeep.changed()  # the override keys may have changed: read them
         self.cycle.request()
-        if not self._acting() and not message.forwarded:  # the news is for its owner
-            self.remote.to_lease_holder(POOL, self.policy.name, f"pool:{self.policy.name}",
-                                        replace(message, forwarded=True))
+        if not self._acting():  # the news is for its owner
+            self.router.to_holder(self.address, message, hops=hops)
 
-    def _clone_for_request(self, message: CloneForRequest) -> None:
+    def _clone_for_request(self, message: CloneForRequest, hops: int = 0) -> None:
         if self._acting():
             self._guard(self.clones.for_request, message)
-        elif message.forwarded or not self.remote.to_lease_holder(
-                POOL, self.policy.name, f"pool:{self.policy.name}",
-                replace(message, forwarded=True)):
+        elif not self.router.to_holder(self.address, message, hops=hops):
             self.ondemand.clone_answered(message, None)  # nobody here owns the pool
 
     def _answered(self, msg: ProviderCallFinished) -> None:

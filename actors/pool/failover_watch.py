@@ -20,6 +20,8 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from vmpooler.actors.cluster.address import Address
+from vmpooler.actors.cluster.router import tell_here
 from vmpooler.actors.config import Config
 from vmpooler.actors.messages import PoolChanged
 from vmpooler.actors.placement.health import read_published
@@ -139,9 +141,8 @@ class Failover:
         old one would wait a whole cycle (up to ``check_loop_delay_max``) to take over."""
         assert self.group is not None
         for sibling in self.group.siblings:
-            ref = self.io.directory.get(f"pool:{sibling.name}")
-            if ref is not None:
-                ref.tell(PoolChanged(sibling.name, f"failover: {self.policy.name} {state.value}"))
+            tell_here(self.io.directory, Address.pool(sibling.name),
+                      PoolChanged(sibling.name, f"failover: {self.policy.name} {state.value}"))
 
     def _announce(self, covering: dict[str, int], published: Mapping[str, FailoverState],
                   old: int, new: int) -> None:

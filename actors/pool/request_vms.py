@@ -12,8 +12,8 @@ request's actor is back.
 
 With several managers on one Redis, the request's actor may run in another manager (the
 holder of the request's lease) and the clone may have been granted by another manager's
-on-demand manager: those messages go through the ``Remote``
-(:mod:`vmpooler.actors.cluster.remote`). A ready VM is reported again at every pool check
+on-demand manager: those messages go through the pool actor's
+:class:`~vmpooler.actors.cluster.router.Router`. A ready VM is reported again at every pool check
 until its request takes it, so a message lost with a dead manager is repaired.
 
 Used only on the pool actor's thread.
@@ -21,14 +21,12 @@ Used only on the pool actor's thread.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable, Container, Iterable
 from typing import Any
 
-import pykka
-
-from vmpooler.actors.cluster.remote import LocalOnly, Remote
+from vmpooler.actors.cluster.address import Address
+from vmpooler.actors.cluster.router import Router
 from vmpooler.actors.messages import (
     CloneForRequest,
     RequestCloneAnswered,
@@ -37,11 +35,9 @@ from vmpooler.actors.messages import (
     RequestVmCloning,
     RequestVmFailed,
     RequestVmReady,
-    request_actor_name,
 )
 from vmpooler.actors.pool.wait_times import PoolWaitTimes
 from vmpooler.actors.runtime.supervisor import ActorDirectory
-from vmpooler.actors.storage.lease_store import REQUEST
 from vmpooler.actors.storage.request_store import RequestStore
 from vmpooler.actors.storage.store import Store
 from vmpooler.actors.storage.wait_store import WaitStore
@@ -62,9 +58,9 @@ class OnDemandVms:
     def __init__(self, *, pool: str, store: Store, requests: RequestStore,
                  directory: ActorDirectory, busy: Container[str],
                  forget: Callable[[str], None], lost: Callable[[str], None],
-                 remote: Remote | None = None) -> None:
+                 router: Router | None = None) -> None:
         self.name = pool
-        self.remote: Remote = remote or LocalOnly()
+        self.router = router if router is not None else Router(directory)
         self.store = store
         self.requests = requests
         self.directory = directory
@@ -120,10 +116,10 @@ class OnDemandVms:
                                RequestVmCloning(msg.request_id, msg.alias, self.name, vm))
         answer = RequestCloneAnswered(msg.request_id, msg.alias, self.name, vm,
                                       grant=msg.grant)
-        if msg.reply_to and msg.reply_to != self.remote.member:
-            self.remote.to_manager(msg.reply_to, "ondemand", answer)
+        if msg.reply_to and msg.reply_to != self.router.member:
+            self.router.to_manager(msg.reply_to, Address.ondemand(), answer)
         else:
-            self._tell("ondemand", answer)
+            self.router.here(Address.ondemand(), answer)
 
     def ready(self, vm: str) -> None:
         """A request's VM passed its readiness check: its request's actor attaches it."""
@@ -144,7 +140,7 @@ class OnDemandVms:
         wait out the pending timeout. A running request (here or in another manager) keeps
         it."""
         request_id, _alias = self.owners[vm]
-        if self.directory.get(request_actor_name(request_id)) is not None:
+        if self.directory.get(Address.request(request_id).name) is not None:
             return False
         if not self.requests.settle_orphan(request_id, self.name, vm):
             return False
@@ -176,20 +172,8 @@ class OnDemandVms:
     def slot_freed(self) -> None:
         """An on-demand clone slot was released: the on-demand managers (every manager's
         counts against one limit) may hand it on."""
-        self._tell("ondemand", RequestSlotFreed())
-        self.remote.to_others("ondemand", RequestSlotFreed())
+        self.router.everywhere(Address.ondemand(), RequestSlotFreed())
 
     def _tell_request(self, request_id: str, message: Any) -> bool:
         """Tell the request's actor, here or in the manager holding the request's lease."""
-        name = request_actor_name(request_id)
-        return self._tell(name, message) or self.remote.to_lease_holder(
-            REQUEST, request_id, name, message)
-
-    def _tell(self, name: str, message: Any) -> bool:
-        ref = self.directory.get(name)
-        if ref is None:
-            return False
-        with contextlib.suppress(pykka.ActorDeadError):
-            ref.tell(message)
-            return True
-        return False
+        return self.router.tell(Address.request(request_id), message)

@@ -16,6 +16,8 @@ from typing import Any
 
 import pykka
 
+from vmpooler.actors.cluster.address import Address
+from vmpooler.actors.cluster.router import tell_here
 from vmpooler.actors.messages import CloneSlotFreed, RefillPool, WantCloneSlot
 from vmpooler.actors.runtime.supervisor import ActorDirectory, SupervisedActor
 
@@ -45,11 +47,5 @@ class SlotBroker(SupervisedActor):
         for _ in range(count):
             while self.waiting:
                 pool, _ = self.waiting.popitem(last=False)
-                ref = self.directory.get(f"pool:{pool}")
-                if ref is None:
-                    continue
-                try:
-                    ref.tell(RefillPool(pool))
-                except pykka.ActorDeadError:
-                    continue
-                break
+                if tell_here(self.directory, Address.pool(pool), RefillPool(pool)):
+                    break

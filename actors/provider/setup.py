@@ -11,6 +11,7 @@ from typing import Any
 import pykka
 import redis
 
+from vmpooler.actors.cluster.address import Address
 from vmpooler.actors.config import Config
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.provider.actor import ProviderActor, ProviderRuntime
@@ -77,7 +78,7 @@ def provider_actor_factory(
             clock=clock, scheduler=scheduler, metrics=metrics,
             breaker=breaker, clone_workers=s.task_limit,
             call_timeout=cap,
-            resolve_reply_to=lambda pool: directory.get(f"pool:{pool}"),
+            resolve_reply_to=lambda pool: directory.get(Address.pool(pool).name),
             resolver=resolver, supervisor=supervisor, runtime=runtime,
             timeouts=timeouts, publish_health=publish, monitor_interval=interval,
             monitor_gauges=gauges,

@@ -30,7 +30,7 @@ from typing import Any
 
 import pykka
 
-from vmpooler.actors.messages import ActorCrashed, RestartActor, StopSupervising
+from vmpooler.actors.messages import ActorCrashed, Relayed, RestartActor, StopSupervising
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.runtime.clock import Clock, Scheduler
 from vmpooler.actors.runtime.executor import ActorExecutor
@@ -89,6 +89,12 @@ class _Supervised:
         stops this actor and reports it to the supervisor."""
         raise NotImplementedError
 
+    def handle_relayed(self, message: object, hops: int) -> Any:
+        """Handle a message an actor of another manager sent (it arrived in a
+        :class:`~vmpooler.actors.messages.Relayed` envelope, relayed ``hops`` times). By
+        default, as any other message."""
+        return self.handle(message)
+
     def setup(self) -> None:
         """Run once on the actor's thread before its first message (instead of
         ``on_start``); raising is reported to the supervisor like a crash."""
@@ -102,6 +108,8 @@ class _Supervised:
 
     def on_receive(self, message: object) -> Any:
         try:
+            if isinstance(message, Relayed):
+                return self.handle_relayed(message.message, message.hops)
             return self.handle(message)
         except Exception:
             raise

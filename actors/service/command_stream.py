@@ -1,7 +1,8 @@
 """The manager's end of the API's command stream: :class:`CommandConsumer`.
 
-``vmpooler api`` processes append commands to the stream ``vmpooler__commands``
-(:class:`vmpooler.web.commands.StreamCommands`); managers read it through one consumer group,
+``vmpooler api`` processes append commands (:class:`~vmpooler.actors.messages.Command`) to
+the stream ``vmpooler__commands`` (:class:`vmpooler.web.commands.StreamCommands`); managers
+read it through one consumer group,
 so each command reaches one manager, which calls ``notify(pool, reason)`` (the pool actor is
 told ``PoolChanged``), ``notify_tasks()`` or ``notify_request(request_id, reason)`` (an
 on-demand request was created or deleted). A caller may rely on:
@@ -35,6 +36,7 @@ from typing import Any
 import pykka
 import redis
 
+from vmpooler.actors.messages import Command, CommandKind
 from vmpooler.actors.runtime.clock import Clock, RealClock
 from vmpooler.actors.runtime.supervisor import SupervisedActor
 from vmpooler.actors.storage import schema
@@ -243,8 +245,16 @@ class CommandConsumer(SupervisedActor):
 
     def _process(self, entries: tuple[Entry, ...]) -> None:
         for entry_id, fields in entries:  # trimmed entries and duplicates are only acked
-            if fields is not None and self.seen.add(fields.get("id") or entry_id):
-                self._dispatch(fields)
+            if fields is None:
+                continue
+            try:
+                command = Command.from_fields(fields, entry_id=entry_id)
+            except ValueError as exc:
+                log.info("[*] [commands] %s '%s' not delivered: %s", fields.get("kind"),
+                         fields.get("pool", ""), exc)
+                continue
+            if self.seen.add(command.id):
+                self._dispatch(command)
         try:
             self.client.xack(self.options.stream, self.options.group,
                              *(eid for eid, _ in entries))
@@ -252,20 +262,21 @@ class CommandConsumer(SupervisedActor):
             log.warning("[!] [commands] could not acknowledge %d commands: %s",
                         len(entries), exc)
 
-    def _dispatch(self, fields: Mapping[str, str]) -> None:
-        kind, pool = fields.get("kind"), fields.get("pool", "")
+    def _dispatch(self, command: Command) -> None:
+        kind, subject, reason = command.kind, command.subject, command.reason
         try:
-            reason = fields.get("reason", "")
-            told = (self.notify(pool, reason) if kind == "pool_changed"
-                    else self.notify_tasks() if kind == "tasks_queued"
-                    else self.notify_request(pool, reason) if kind == "request_changed"
-                    else False)
+            match kind:
+                case CommandKind.POOL_CHANGED:
+                    told = self.notify(subject, reason)
+                case CommandKind.TASKS_QUEUED:
+                    told = self.notify_tasks()
+                case CommandKind.REQUEST_CHANGED:
+                    told = self.notify_request(subject, reason)
         except Exception:
-            log.exception("[!] [commands] could not dispatch %s '%s'", kind, pool)
+            log.exception("[!] [commands] could not dispatch %s '%s'", kind, subject)
             return
         if not told:
-            log.info("[*] [commands] %s '%s' not delivered: unknown command or no running "
-                     "actor", kind, pool)
+            log.info("[*] [commands] %s '%s' not delivered: no running actor", kind, subject)
 
 
 def consumer_factory(

@@ -19,7 +19,6 @@ again. Nothing here blocks on another actor.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -28,6 +27,8 @@ from typing import Any
 import pykka
 import redis
 
+from vmpooler.actors.cluster.address import Address
+from vmpooler.actors.cluster.router import tell_here
 from vmpooler.actors.config import GlobalSettings
 from vmpooler.actors.messages import (
     PoolPurged,
@@ -130,13 +131,11 @@ class Housekeeper(SupervisedActor):
         self.round_started = self.clock.monotonic()
         log.debug("[*] [purge] starting stale queue entry purge cycle %d", self.round)
         for pool in self.pools:
-            ref = self.directory.get(f"pool:{pool}")
-            if ref is None:
-                log.warning("[!] [purge] [%s] pool actor not running; skipped", pool)
-                continue
-            with contextlib.suppress(pykka.ActorDeadError):
-                ref.tell(PurgeStaleVms(self.round, dry_run, self.actor_ref))
+            if tell_here(self.directory, Address.pool(pool),
+                         PurgeStaleVms(self.round, dry_run, self.actor_ref)):
                 self.outstanding.add(pool)
+            else:
+                log.warning("[!] [purge] [%s] pool actor not running; skipped", pool)
         self.purged += self._purge_orphans(dry_run)
         if not self.outstanding:
             self._finish_purge()
