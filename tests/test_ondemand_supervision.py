@@ -9,6 +9,7 @@ crashes or stops.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -212,3 +213,54 @@ def test_the_system_owns_its_executor_and_leaves_an_injected_one_running(
         system.stop()
     assert not injected.stopped and injected.threads_alive() == 2
     injected.stop(timeout=WAIT)
+
+
+def test_a_backing_off_request_is_started_by_its_timer_only(
+    rig: Rig, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """After a crash the request waits out the policy's back-off: neither the sweeps that
+    come due meanwhile nor a ``RequestChanged`` start its actor before the timer does."""
+    rig.crashes.append(RuntimeError("bug 0"))
+    policy = RestartPolicy(backoff=30.0, max_backoff=60.0, intensity=5, period=100.0)
+    with caplog.at_level(logging.ERROR, logger="vmpooler.actors.ondemand.manager"):
+        manager = rig.start_manager(policy)
+        wait_until(lambda: len(rig.starts) == 1, WAIT, "the first start")
+        wait_until(lambda: [due for due, m in rig.clock.pending()
+                            if isinstance(m, RequestChanged)] == [pytest.approx(30.0)],
+                   WAIT, "the restart after the back-off")
+    assert [r.getMessage() for r in caplog.records
+            if r.name == "vmpooler.actors.ondemand.manager"] == [
+        "[!] request 'r1' crashed (RuntimeError: bug 0); restarting in 30s"]
+    manager.tell(RequestChanged(RID, "created"))
+    for _ in range(5):  # the sweeps of the next 25 s
+        rig.clock.advance(5.0)
+        rig.sync()
+    rig.sync()
+    assert len(rig.starts) == 1, "a backing-off request was started before its timer"
+    assert rig.directory.get(request_actor_name(RID)) is None
+    rig.clock.advance(5.0)
+    wait_until(lambda: len(rig.starts) == 2, WAIT, "the restart")
+    actor = wait_until(lambda: rig.directory.get(request_actor_name(RID)), WAIT)
+    assert actor.ask("ping", timeout=WAIT) == "pong"
+    assert rig.metrics.counts("vmpooler_actor.crashed", actor="request") == 1
+
+
+def test_a_request_given_up_logs_and_counts_as_the_supervisor_does(
+    rig: Rig, caplog: pytest.LogCaptureFixture,
+) -> None:
+    rig.crashes.extend(RuntimeError(f"bug {n}") for n in range(2))
+    policy = RestartPolicy(backoff=1.0, max_backoff=60.0, intensity=1, period=100.0)
+    with caplog.at_level(logging.ERROR, logger="vmpooler.actors.ondemand.manager"):
+        rig.start_manager(policy)
+        wait_until(lambda: any(isinstance(m, RequestChanged) for _, m in rig.clock.pending()),
+                   WAIT, "a restart")
+        rig.clock.advance(1.0)
+        wait_until(lambda: rig.status() == "failed", WAIT, "the request to be failed")
+    assert [r.getMessage() for r in caplog.records
+            if r.name == "vmpooler.actors.ondemand.manager"] == [
+        "[!] request 'r1' crashed (RuntimeError: bug 0); restarting in 1s",
+        "[!] request 'r1' crashed 2 times within 100s (RuntimeError: bug 1); failing it",
+    ]
+    assert rig.metrics.counts("vmpooler_actor.crashed", actor="request") == 2
+    assert rig.metrics.counts("vmpooler_actor.given_up", actor="request") == 1
+    assert rig.metrics.counts("vmpooler_actor.restarted") == 0

@@ -30,8 +30,7 @@ from vmpooler.actors.ondemand.lifecycle import (
     check_transition,
 )
 from vmpooler.actors.ondemand.request import verify_interval
-from vmpooler.actors.ondemand.tracking import Tracker
-from vmpooler.actors.runtime.restart_policy import RestartHistory
+from vmpooler.actors.ondemand.tracking import Standing, Tracker
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.lease_store import Fence
 from vmpooler.actors.storage.request_store import Claim, Entry, RequestStore
@@ -60,17 +59,15 @@ def test_backoff_doubles_up_to_its_bound() -> None:
 
 def test_a_record_is_kept_while_it_holds_anything() -> None:
     tracker = Tracker()
-    record = tracker.of(RID)
-    assert tracker.get(RID) is record and not tracker.runs(RID)
-    record.retiring.add("urn:old")
-    record.restarts = RestartHistory()
-    tracker.tidy(RID)
-    assert tracker.get(RID) is record and tracker.running() == set()
-    record.retiring.clear()
-    tracker.tidy(RID)
-    assert tracker.get(RID) is record  # its crashes are still remembered
-    record.restarts = None
-    tracker.tidy(RID)
+    assert tracker.get(RID) is None and tracker.state(RID) is Standing.IDLE
+    assert tracker.retire(RID, "urn:old") and not tracker.retire(RID, "urn:old")
+    record = tracker.get(RID)
+    assert record is not None and not tracker.runs(RID) and tracker.running() == set()
+    tracker.to(RID, Standing.BACKING_OFF)
+    assert not tracker.retired(RID, "urn:other")
+    assert tracker.retired(RID, "urn:old")
+    assert tracker.get(RID) is record  # it still backs off
+    tracker.to(RID, Standing.IDLE)  # the change that leaves it holding nothing drops it
     assert tracker.get(RID) is None and len(tracker) == 0
 
 

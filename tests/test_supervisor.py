@@ -7,6 +7,7 @@ Children are :class:`Toy` actors that crash on command. Time is a :class:`FakeCl
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,16 +17,22 @@ import pytest
 import redis
 
 from tests.harness import make_config, pool, started, wait_until
-from vmpooler.actors.messages import RestartActor, StopSupervising
+from vmpooler.actors.messages import ActorCrashed, RestartActor, StopSupervising
 from vmpooler.actors.metrics.backends import RecordingMetrics
 from vmpooler.actors.runtime.clock import FakeClock
-from vmpooler.actors.runtime.restart_policy import RestartHistory, RestartPolicy
+from vmpooler.actors.runtime.restart_policy import (
+    CrashLines,
+    RestartHistory,
+    RestartPolicy,
+    Restarts,
+)
 from vmpooler.actors.runtime.supervisor import ActorDirectory, SupervisedActor, Supervisor
 
 BACKOFF = 1.0
 INTENSITY = 3
 PERIOD = 100.0
 WAIT = 5.0
+SUPERVISOR_LOG = "vmpooler.actors.runtime.supervisor"
 
 
 class Toy(SupervisedActor):
@@ -164,6 +171,26 @@ def test_supervisor_gives_up_after_intensity_restarts_within_period(tree: Tree) 
     assert tree.starts["other"] == 1
 
 
+def test_crash_lines_and_counts_through_the_give_up(
+    tree: Tree, caplog: pytest.LogCaptureFixture,
+) -> None:
+    tree.start_child("toy")
+    with caplog.at_level(logging.ERROR, logger=SUPERVISOR_LOG):
+        for n in range(INTENSITY):
+            _crash_and_wait_for_report(tree, "toy", n)
+            _restart_after(tree, "toy", BACKOFF * 2**n, generation=n + 2)
+        _crash_and_wait_for_report(tree, "toy", INTENSITY)
+    assert [r.getMessage() for r in caplog.records if r.name == SUPERVISOR_LOG] == [
+        *(f"[!] [supervisor] 'toy' crashed (RuntimeError: boom); restarting in {d:.1f}s"
+          for d in (1, 2, 4)),
+        "[!] [supervisor] 'toy' crashed 4 times within 100s (RuntimeError: boom); "
+        "not restarting it",
+    ]
+    assert tree.supervisor.proxy().restart_counts().get(timeout=WAIT) == {"toy": INTENSITY}
+    assert tree.metrics.counts("vmpooler_actor.crashed", actor="toy") == INTENSITY + 1
+    assert tree.metrics.counts("vmpooler_actor.given_up", actor="toy") == 1
+
+
 @pytest.mark.parametrize("error", [SystemExit(1), KeyboardInterrupt()],
                          ids=["SystemExit", "KeyboardInterrupt"])
 def test_base_exception_stops_only_the_actor_that_raised_it(
@@ -279,6 +306,27 @@ def test_policy_waits_out_an_outage_without_spending_the_budget() -> None:
     assert policy.on_crash(history, 6, "RuntimeError") == 8
     assert policy.on_crash(history, 7, "RuntimeError") == 8
     assert policy.on_crash(history, 8, "RuntimeError") is None  # two real crashes: spent
+
+
+def test_restarts_keep_each_childs_crashes_and_hand_a_give_up_to_the_hook() -> None:
+    clock, metrics = FakeClock(), RecordingMetrics()
+    given: list[tuple[str, str]] = []
+    restarts = Restarts(RestartPolicy(backoff=1.0, max_backoff=60.0, intensity=1,
+                                      period=100.0),
+                        clock=clock, metrics=metrics, log=logging.getLogger("test.restarts"),
+                        lines=CrashLines("child '%s'", "gone"), actor_tag="kind",
+                        on_given_up=lambda key, crash: given.append((key, crash.error)))
+    crash = ActorCrashed("a", "boom", "RuntimeError")
+    assert restarts.crashed("a", crash) == 1.0
+    assert restarts.crashed("b", crash) == 1.0  # each child its own history
+    assert restarts.count("a") == 1 and given == []
+    assert restarts.crashed("a", crash) is None
+    assert given == [("a", "boom")] and restarts.count("a") == 1
+    restarts.forget("a")
+    assert restarts.count("a") == 0
+    assert restarts.crashed("a", crash) == 1.0  # a fresh history
+    assert metrics.counts("vmpooler_actor.crashed", actor="kind") == 4
+    assert metrics.counts("vmpooler_actor.given_up", actor="kind") == 1
 
 
 def test_supervisor_restarts_through_outage_crashes(tree: Tree) -> None:

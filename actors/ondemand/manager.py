@@ -27,8 +27,10 @@ clone slots among them.
   in one round trip every third of the TTL (an actor whose lease was lost is stopped), and
   releases a lease when its request finishes. A request another manager holds, or should
   take, is not started here: a ``RequestChanged`` for it goes on to that manager.
-* **One record per request** (:class:`.tracking.Tracked`): its actor, its recent crashes,
-  a predecessor's actors being stopped, whether it waits for them or for the back-off.
+* **One record per request** (:class:`.tracking.Tracked`): where it stands (running,
+  waiting for a predecessor's actors to stop, backing off after a crash), its actor, the
+  predecessor's actors being stopped. Its actor's recent crashes are in the manager's
+  :class:`~vmpooler.actors.runtime.restart_policy.Restarts`, the Supervisor's bookkeeping.
 * **Fair clone slots** (:class:`.slots.CloneSlots`, :class:`.granting.Granting`). One
   manager, the granter (a lease's holder; a manager alone always), queues every manager's
   requests' wants (docs/fairness.md) and grants while ``tasks__ondemandclone`` plus grants
@@ -74,11 +76,11 @@ from vmpooler.actors.messages import (
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.ondemand.granting import Granting
 from vmpooler.actors.ondemand.slots import CloneSlots
-from vmpooler.actors.ondemand.tracking import Tracker
+from vmpooler.actors.ondemand.tracking import Standing, Tracker
 from vmpooler.actors.ondemand.waits import WaitBoard
 from vmpooler.actors.runtime.clock import Clock, Scheduler, Timer
 from vmpooler.actors.runtime.pooled import notify_when_stopped
-from vmpooler.actors.runtime.restart_policy import RestartHistory, RestartPolicy
+from vmpooler.actors.runtime.restart_policy import CrashLines, RestartPolicy, Restarts
 from vmpooler.actors.runtime.supervisor import ActorDirectory, SupervisedActor
 from vmpooler.actors.storage.lease_store import Fenced
 from vmpooler.actors.storage.redis_errors import redis_failure
@@ -134,6 +136,9 @@ class OnDemandManager(SupervisedActor):
         self.scheduler = scheduler
         self.metrics = metrics
         self.tracked = Tracker()  # one record per request this manager knows of
+        self.restarts = Restarts(self.policy, clock=clock, metrics=metrics, log=log,
+                                 lines=CrashLines("request '%s'", "failing it", "%.0f"),
+                                 on_given_up=self._given_up, actor_tag="request")
         role = granter if granter is not None else SoleGranter(self.remote.member)
         self.slots = CloneSlots(store=store, directory=directory, clone_limit=clone_limit,
                                 clock=clock, metrics=metrics, remote=self.remote,
@@ -229,9 +234,9 @@ class OnDemandManager(SupervisedActor):
             log.debug("[ondemand] waits not published: %s", exc)
 
     def _changed(self, message: RequestChanged, hops: int = 0) -> None:
-        if message.reason == _RESTART and (record := self.tracked.get(message.request_id)):
-            record.backing_off = False  # the back-off after a crash is over
-            self.tracked.tidy(message.request_id)
+        if (message.reason == _RESTART
+                and self.tracked.state(message.request_id) is Standing.BACKING_OFF):
+            self.tracked.to(message.request_id, Standing.IDLE)  # the back-off is over
         ref = self.tracked.ref(message.request_id)
         if ref is not None and ref.is_alive():
             with contextlib.suppress(pykka.ActorDeadError):
@@ -277,16 +282,16 @@ class OnDemandManager(SupervisedActor):
 
     # -- request actors -------------------------------------------------------------------------
     def _start(self, request_id: str) -> None:
-        record = self.tracked.get(request_id)
-        ours = None if record is None else record.ref
-        if (ours is not None and ours.is_alive()) or (record and record.backing_off):
+        ours = self.tracked.ref(request_id)
+        if ((ours is not None and ours.is_alive())
+                or self.tracked.state(request_id) is Standing.BACKING_OFF):
             return
         name = request_actor_name(request_id)
         current = self.directory.get(name)
         if current is not None and current is not ours:
             # Another manager's actor for this request is still alive: never run two.
             self._retire(request_id, current)
-            self.tracked.of(request_id).deferred = True
+            self.tracked.to(request_id, Standing.WAITING)
             return
         try:
             if not self.leases.take(request_id):  # another live manager runs it
@@ -295,40 +300,31 @@ class OnDemandManager(SupervisedActor):
             log.error("[!] [ondemand] request '%s' not started: %s: %s",
                       request_id, redis_failure(exc), exc)
             return
-        record = self.tracked.of(request_id)
-        record.deferred = False
-        ref = record.ref = self.request_factory(request_id, self.actor_ref,
-                                                self.leases.fence(request_id))
+        ref = self.request_factory(request_id, self.actor_ref, self.leases.fence(request_id))
+        self.tracked.to(request_id, Standing.RUNNING, ref)
         self.directory.put(name, ref)
 
     def _retire(self, request_id: str, ref: pykka.ActorRef[Any]) -> None:
         """Tell a predecessor's request actor to stop, and ask to hear when it has."""
-        record = self.tracked.of(request_id)
-        if ref.actor_urn in record.retiring:
+        if not self.tracked.retire(request_id, ref.actor_urn):
             return
-        record.retiring.add(ref.actor_urn)
         notify_when_stopped(ref, self.actor_ref,
                             ActorStopped(request_actor_name(request_id), ref.actor_urn))
         ref.stop(block=False)
 
     def _stopped(self, message: ActorStopped) -> None:
         request_id = message.name.removeprefix(_PREFIX)
-        record = self.tracked.get(request_id)
-        if record is None or message.urn not in record.retiring:
+        if not self.tracked.retired(request_id, message.urn):
             return
-        record.retiring.discard(message.urn)
-        if record.ref is None:
+        if self.tracked.ref(request_id) is None:
             self.directory.remove(message.name)  # the stopped predecessor's entry
-        if record.deferred:
+        if self.tracked.state(request_id) is Standing.WAITING:
             self._start(request_id)
-        self.tracked.tidy(request_id)
 
     def _finished(self, request_id: str) -> None:
         self.granting.withdraw(request_id, self.granting.fence(request_id))
-        if record := self.tracked.get(request_id):
-            record.ref = record.restarts = None
-            record.backing_off = False
-            self.tracked.tidy(request_id)
+        self.tracked.end(request_id)
+        self.restarts.forget(request_id)
         self.directory.remove(request_actor_name(request_id))
         try:
             self.leases.release(request_id)
@@ -354,39 +350,27 @@ class OnDemandManager(SupervisedActor):
             return
         for request_id, fence in lost.items():
             self.granting.withdraw(request_id, fence)
-            record = self.tracked.get(request_id)
-            if record is None:
-                continue
-            ref, record.ref, record.backing_off = record.ref, None, False
+            ref = self.tracked.end(request_id)
             if ref is not None:  # its entry goes once it is seen stopped (never two actors)
                 self._retire(request_id, ref)
-            self.tracked.tidy(request_id)
 
     def _crashed(self, message: ActorCrashed) -> None:
         request_id = message.name.removeprefix(_PREFIX)
         # the restarted actor asks again for what it misses
         self.granting.withdraw(request_id, self.granting.fence(request_id))
-        record = self.tracked.of(request_id)
-        record.ref = None
         self.directory.remove(message.name)
-        self.metrics.increment("vmpooler_actor.crashed", tags={"actor": "request"})
-        if record.restarts is None:
-            record.restarts = RestartHistory()
-        history = record.restarts
-        delay = self.policy.on_crash(history, self.clock.monotonic(), message.error_class)
+        delay = self.restarts.crashed(request_id, message)
         if delay is None:
-            record.restarts = None
-            self.tracked.tidy(request_id)
-            self.metrics.increment("vmpooler_actor.given_up", tags={"actor": "request"})
-            log.error("[!] request '%s' crashed %d times within %ds (%s: %s); failing it",
-                      request_id, len(history) + 1, int(self.policy.period),
-                      message.error_class, message.error)
-            self._fail_crashed(request_id, message.error)
             return
-        log.error("[!] request '%s' crashed (%s: %s); restarting in %.0fs", request_id,
-                  message.error_class, message.error, delay)
-        record.backing_off = True  # not even the sweep starts it before the timer
+        # not even the sweep starts it before the timer
+        self.tracked.to(request_id, Standing.BACKING_OFF)
         self.scheduler.tell_later(delay, self.actor_ref, RequestChanged(request_id, _RESTART))
+
+    def _given_up(self, request_id: str, crash: ActorCrashed) -> None:
+        """The request's actor spent its restart budget: forget its crashes and actor."""
+        self.restarts.forget(request_id)
+        self.tracked.end(request_id)
+        self._fail_crashed(request_id, crash.error)
 
     def _fail_crashed(self, request_id: str, error: str) -> None:
         """Escalation: the request's actor spent its restart budget; fail the request."""

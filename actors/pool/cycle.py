@@ -1,16 +1,34 @@
 """A pool cycle (reference §4.2): the provider's inventory, then one pass over every queue.
 
 :class:`PoolCycle` owns the cycle's timing: the back-off delay, the safety-net timer (its
-generation), whether an inventory (``LIST_VMS``) is outstanding and since when, whether a
-wake-up arrived meanwhile, and the count of failed inventories in a row. The timer is only
-a safety net: :class:`~vmpooler.actors.messages.PoolChanged` starts a cycle at once. A cycle
-runs the pool's collaborators in vmpooler's order (docs/architecture.md, "A pool cycle").
-Used only on the pool actor's thread.
+generation), where the inventory stands (:class:`Listing`, moved along one table,
+:data:`TRANSITIONS`) and since when the last ``LIST_VMS`` was sent, and the count of failed
+inventories in a row. The timer is only a safety net:
+:class:`~vmpooler.actors.messages.PoolChanged` starts a cycle at once. A cycle runs the
+pool's collaborators in vmpooler's order (docs/architecture.md, "A pool cycle"). Used only
+on the pool actor's thread.
+
+::
+
+    IDLE    -> LISTING (sent), IDLE (a late answer)
+    LISTING -> AGAIN (requested meanwhile), LISTING (overdue: asked again), IDLE (answered)
+    AGAIN   -> AGAIN, LISTING (overdue: asked again), IDLE (answered)
+
+* ``IDLE``: no ``LIST_VMS`` outstanding; a cycle request sends one.
+* ``LISTING``: a ``LIST_VMS`` is outstanding; its answer runs the cycle.
+* ``AGAIN``: a cycle was requested while listing: once the answer's cycle has run, another
+  cycle is requested at once (once, however many requests came meanwhile).
+
+An answer outstanding longer than ``lost_after`` is presumed lost: a request then asks
+again (``LISTING``). An answer that comes while ``IDLE`` (to a listing asked again) still
+runs a cycle. A move not in the table raises
+:class:`~vmpooler.actors.runtime.transitions.IllegalTransitionError`.
 """
 
 from __future__ import annotations
 
 import logging
+from enum import Enum
 
 import redis
 
@@ -32,14 +50,34 @@ from vmpooler.actors.pool.standby import Standby
 from vmpooler.actors.pool.upkeep import PoolUpkeep
 from vmpooler.actors.pool.vm_cache import VmCache
 from vmpooler.actors.runtime.clock import Timer
+from vmpooler.actors.runtime.transitions import check_transition
 from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.lease_store import Fenced
 from vmpooler.actors.storage.pool_snapshot import PoolSnapshot
 from vmpooler.actors.storage.redis_errors import redis_failure
 
-__all__ = ["PoolCycle"]
+__all__ = ["TRANSITIONS", "Listing", "PoolCycle"]
 
 log = logging.getLogger(__name__)
+
+
+class Listing(Enum):
+    """Where a pool's inventory stands (see the module's picture)."""
+
+    IDLE = "idle"
+    LISTING = "listing"
+    AGAIN = "again"
+
+
+TRANSITIONS: dict[Listing, frozenset[Listing]] = {
+    # IDLE -> IDLE: the answer to a listing asked again, the first answer already in
+    Listing.IDLE: frozenset({Listing.LISTING, Listing.IDLE}),
+    # LISTING -> LISTING: the answer is overdue, asked again
+    Listing.LISTING: frozenset({Listing.LISTING, Listing.AGAIN, Listing.IDLE}),
+    # AGAIN -> AGAIN: requested again while listing
+    Listing.AGAIN: frozenset({Listing.AGAIN, Listing.LISTING, Listing.IDLE}),
+}
+"""Every allowed move: ``TRANSITIONS[old]`` holds the states ``old`` may become."""
 
 
 class PoolCycle:
@@ -56,26 +94,32 @@ class PoolCycle:
         self.migrations = migrations
         self.failover = failover
         self.standby = standby
-        self.refused = False  # the last listing was refused by the provider's open breaker
         self.delay = self.policy.backoff.min
         self.generation = 0  # of the armed timer; an older RunPoolCycle is ignored
         self.timer: Timer | None = None
-        self.listing = False  # a LIST_VMS is outstanding
-        self.list_sent_at = 0.0  # monotonic
+        self.listing = Listing.IDLE
+        self.list_sent_at = 0.0  # monotonic, of the last LIST_VMS
         self.listings = 0  # listings sent: numbers them
-        self.cycle_again = False  # woken while listing: cycle again when the answer comes
         self.inventory_failures = 0  # consecutive failed listings (an outage is logged once)
+
+    def to(self, listing: Listing) -> None:
+        """Move the inventory to ``listing``; raise
+        :class:`~vmpooler.actors.runtime.transitions.IllegalTransitionError` if
+        :data:`TRANSITIONS` does not allow it."""
+        self.listing = check_transition(TRANSITIONS, f"pool '{self.policy.name}'",
+                                        self.listing, listing)
 
     # -- timing -------------------------------------------------------------------------------
     def request(self) -> None:
         """Start a cycle: send ``LIST_VMS`` (the cycle runs when the inventory arrives), or,
         if a listing is outstanding, cycle again once it is answered."""
         mono = self.io.clock.monotonic()
-        if self.listing and mono - self.list_sent_at <= self.policy.lost_after:
-            self.cycle_again = True
+        outstanding = self.listing is not Listing.IDLE
+        if outstanding and mono - self.list_sent_at <= self.policy.lost_after:
+            self.to(Listing.AGAIN)
             self.schedule()  # in case the answer never comes
             return
-        if self.listing:
+        if outstanding:
             log.warning("[!] [%s] no inventory answer for %.0fs; asking again", self.policy.name,
                         mono - self.list_sent_at)
         self.calls.expire_lost(mono)
@@ -92,10 +136,9 @@ class PoolCycle:
                         self.policy.pool.provider)
             self.schedule()
             return
-        self.listing = True
+        self.to(Listing.LISTING)
         self.list_sent_at = self.io.clock.monotonic()
         self.listings += 1
-        self.cycle_again = False
         provider.tell(self.calls.call(ListVms(), None))
         self.schedule()  # a safety net, replaced when the inventory arrives
 
@@ -133,15 +176,18 @@ class PoolCycle:
     # -- the inventory ---------------------------------------------------------------------------
     def listed(self, msg: ProviderCallFinished) -> None:
         """The answer to ``LIST_VMS`` (a ``busy`` refusal counts as a failed inventory)."""
-        self.refused = msg.failure is not None and msg.failure.circuit_open
         if msg.failure is not None:
-            self.on_inventory(None, msg.failure.message)
+            self.on_inventory(None, msg.failure.message, refused=msg.failure.circuit_open)
         else:
             self.on_inventory(msg.result_of(tuple), None)
 
-    def on_inventory(self, inventory: tuple[str, ...] | None, error: str | None) -> None:
-        """Run one cycle over the inventory (None: the listing failed with ``error``)."""
-        self.listing = False
+    def on_inventory(self, inventory: tuple[str, ...] | None, error: str | None, *,
+                     refused: bool = False) -> None:
+        """Run one cycle over the inventory (None: the listing failed with ``error``;
+        ``refused``: by the provider's open circuit breaker); then, if a cycle was
+        requested while listing, request one now."""
+        again = self.listing is Listing.AGAIN
+        self.to(Listing.IDLE)
         if inventory is None:
             if not self.inventory_failures:  # one line per outage, not one per cycle
                 log.error("[!] [%s] inventory failed: %s (logged again when it recovers)",
@@ -149,7 +195,7 @@ class PoolCycle:
             else:
                 log.debug("[%s] inventory failed again: %s", self.policy.name, error)
             self.inventory_failures += 1
-            self._failover_down()
+            self._failover_down(refused)
             self.delay = self.policy.backoff.next(self.delay, busy=False)
             self.schedule()
             return
@@ -173,7 +219,7 @@ class PoolCycle:
         self.io.metrics.gauge("vmpooler_performance.check_pool",
                           self.io.clock.monotonic() - started, tags={"pool": self.policy.name})
         self.delay = self.policy.backoff.next(self.delay, busy=busy)
-        if self.cycle_again:
+        if again:
             self.request()
         else:
             self.schedule()
@@ -246,14 +292,14 @@ class PoolCycle:
         self.io.metrics.gauge("size", size, tags={"pool": name})
         return activity
 
-    def _failover_down(self) -> None:
+    def _failover_down(self, refused: bool) -> None:
         """Alias failover after a failed inventory (the pool's own state is published even
-        though the cycle does not run)."""
+        though the cycle does not run; ``refused``: by the open circuit breaker)."""
         if not self.failover.enabled or not self.io.ownership.acting:
             return
         try:
             self.failover.cycle(inventory_ok=False, inventory_failures=self.inventory_failures,
-                                breaker_open=self.refused, ready=0)
+                                breaker_open=refused, ready=0)
         except redis.RedisError as exc:
             log.debug("[%s] failover state not published: %s", self.policy.name, exc)
         except Fenced as exc:

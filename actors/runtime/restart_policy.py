@@ -1,10 +1,12 @@
-"""``RestartPolicy``: when a crashed actor is started again, and when its supervisor gives up.
+"""``RestartPolicy``: when a crashed actor is started again, and when its supervisor gives up;
+:class:`Restarts`: a supervisor's bookkeeping of its children's crashes under it.
 
 One policy for every supervised actor in the system: the :class:`Supervisor` applies it to
 its children (pools, providers, the on-demand manager, ...), and the on-demand manager
-applies the very same object to the request actors it starts. Only what "giving up" means
-differs by supervisor: the Supervisor stops restarting the child and removes it from the
-directory; the on-demand manager fails the request.
+applies the very same object to the request actors it starts, each through a
+:class:`Restarts` (the same histories, metrics and log lines). Only what "giving up" means
+differs by supervisor (the ``on_given_up`` hook): the Supervisor stops restarting the child
+and removes it from the directory; the on-demand manager fails the request.
 
 The rules (OTP's intensity and period, with exponential back-off):
 
@@ -19,9 +21,15 @@ The rules (OTP's intensity and period, with exponential back-off):
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["OUTAGE_ERRORS", "RestartHistory", "RestartPolicy"]
+from vmpooler.actors.messages import ActorCrashed
+from vmpooler.actors.metrics.backends import Metrics
+from vmpooler.actors.runtime.clock import Clock
+
+__all__ = ["OUTAGE_ERRORS", "CrashLines", "RestartHistory", "RestartPolicy", "Restarts"]
 
 OUTAGE_ERRORS = frozenset({"ConnectionError", "TimeoutError", "BusyLoadingError"})
 """Error class names (redis-py's) that mean Redis is away, not that the actor is broken."""
@@ -75,3 +83,69 @@ class RestartPolicy:
         history.times.append(now)
         history.counted.append(counts)
         return delay
+
+
+@dataclass(frozen=True, slots=True)
+class CrashLines:
+    """How one supervisor's crash lines read: ``who`` names the child (a %-format of its
+    key, e.g. ``"[supervisor] '%s'"``), ``giving_up`` ends the line of a give-up (e.g.
+    ``"not restarting it"``), ``delay`` formats the back-off's seconds (e.g. ``"%.1f"``)."""
+
+    who: str
+    giving_up: str
+    delay: str = "%.1f"
+
+
+class Restarts:
+    """One supervisor's restart bookkeeping: each child's recent crashes (a
+    :class:`RestartHistory` by key) under the system's :class:`RestartPolicy`, and what a
+    crash counts and logs. Owned by the supervisor's actor; not thread-safe.
+
+    Every crash counts ``vmpooler_actor.crashed`` tagged ``actor`` (``actor_tag``, else the
+    child's key). A restart logs ``[!] <who> crashed (<class>: <error>); restarting in
+    <delay>s``. A give-up counts ``vmpooler_actor.given_up`` (same tag), logs ``[!] <who>
+    crashed <n> times within <period>s (<class>: <error>); <giving_up>``, then calls
+    ``on_given_up(key, crash)``: what giving up means is the supervisor's. Lines go to
+    ``log``, the supervisor's logger, at error level.
+    """
+
+    def __init__(self, policy: RestartPolicy, *, clock: Clock, metrics: Metrics,
+                 log: logging.Logger, lines: CrashLines,
+                 on_given_up: Callable[[str, ActorCrashed], None],
+                 actor_tag: str | None = None) -> None:
+        self.policy = policy
+        self.clock = clock
+        self.metrics = metrics
+        self.log = log
+        self.lines = lines
+        self.on_given_up = on_given_up
+        self.actor_tag = actor_tag
+        self._histories: dict[str, RestartHistory] = {}
+
+    def crashed(self, key: str, crash: ActorCrashed) -> float | None:
+        """Count and log the crash of child ``key`` and decide: the seconds before its
+        restart (the caller schedules it), or None once ``on_given_up`` has run."""
+        tags = {"actor": self.actor_tag if self.actor_tag is not None else key}
+        self.metrics.increment("vmpooler_actor.crashed", tags=tags)
+        history = self._histories.setdefault(key, RestartHistory())
+        delay = self.policy.on_crash(history, self.clock.monotonic(), crash.error_class)
+        lines = self.lines
+        if delay is None:
+            self.metrics.increment("vmpooler_actor.given_up", tags=tags)
+            self.log.error(f"[!] {lines.who} crashed %d times within %ds (%s: %s); "
+                           f"{lines.giving_up}", key, len(history) + 1,
+                           int(self.policy.period), crash.error_class, crash.error)
+            self.on_given_up(key, crash)
+            return None
+        self.log.error(f"[!] {lines.who} crashed (%s: %s); restarting in {lines.delay}s",
+                       key, crash.error_class, crash.error, delay)
+        return delay
+
+    def count(self, key: str) -> int:
+        """Restarts of child ``key`` within the window, as of its last crash."""
+        history = self._histories.get(key)
+        return 0 if history is None else len(history)
+
+    def forget(self, key: str) -> None:
+        """Forget child ``key``'s crashes (its next crash starts a fresh history)."""
+        self._histories.pop(key, None)

@@ -12,7 +12,9 @@ decision, one policy for the whole system: the :class:`Supervisor` restarts its 
 (a fresh instance from the child's factory) after the policy's back-off, and gives up on a
 child that spent its restart budget within the window (logged, counted, removed from the
 directory): the rest of the system keeps running. The on-demand manager supervises the
-request actors with the same policy object (there, giving up fails the request).
+request actors with the same policy object and the same bookkeeping
+(:class:`~vmpooler.actors.runtime.restart_policy.Restarts`: histories, metrics, log lines;
+there, giving up fails the request).
 
 The Supervisor itself never dies of its own handlers: an exception in one is logged and
 the message dropped. ``PoolerSystem.stop`` stops it last.
@@ -24,7 +26,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
@@ -35,7 +37,7 @@ from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.runtime.clock import Clock, Scheduler
 from vmpooler.actors.runtime.executor import ActorExecutor
 from vmpooler.actors.runtime.pooled import PooledActor
-from vmpooler.actors.runtime.restart_policy import RestartHistory, RestartPolicy
+from vmpooler.actors.runtime.restart_policy import CrashLines, RestartPolicy, Restarts
 
 __all__ = ["ActorDirectory", "ChildSpec", "PooledSupervisedActor", "SupervisedActor",
            "Supervisor"]
@@ -154,7 +156,6 @@ class ChildSpec:
 
     name: str
     factory: Callable[[pykka.ActorRef[Any]], pykka.ActorRef[Any]]
-    restarts: RestartHistory = field(default_factory=RestartHistory)
     given_up: bool = False
 
 
@@ -185,6 +186,9 @@ class Supervisor(pykka.ThreadingActor):
         self.metrics = metrics
         self.policy = policy or RestartPolicy(backoff=backoff, max_backoff=max_backoff,
                                               intensity=intensity, period=period)
+        self.restarts = Restarts(self.policy, clock=clock, metrics=metrics, log=log,
+                                 lines=CrashLines("[supervisor] '%s'", "not restarting it"),
+                                 on_given_up=self._given_up)
         self.children: dict[str, ChildSpec] = {}
         self.stopping = False  # after StopSupervising: restart nothing
 
@@ -194,6 +198,7 @@ class Supervisor(pykka.ThreadingActor):
         """Start a child now and supervise it. Call through ``proxy().start_child(...).get()``."""
         spec = ChildSpec(name=name, factory=factory)
         self.children[name] = spec
+        self.restarts.forget(name)  # a child started anew starts with no crashes
         ref = factory(self.actor_ref)
         self.directory.put(name, ref)
         return ref
@@ -204,7 +209,7 @@ class Supervisor(pykka.ThreadingActor):
 
     def restart_counts(self) -> dict[str, int]:
         """Restarts of each child within the current period."""
-        return {n: len(s.restarts) for n, s in self.children.items()}
+        return {n: self.restarts.count(n) for n in self.children}
 
     def on_receive(self, message: object) -> Any:
         try:
@@ -228,23 +233,14 @@ class Supervisor(pykka.ThreadingActor):
         spec = self.children.get(message.name)
         if spec is None or spec.given_up:
             return
-        self.metrics.increment("vmpooler_actor.crashed", tags={"actor": message.name})
-        delay = self.policy.on_crash(spec.restarts, self.clock.monotonic(), message.error_class)
-        if delay is None:
-            spec.given_up = True
-            self.directory.remove(message.name)
-            self.metrics.increment("vmpooler_actor.given_up", tags={"actor": message.name})
-            log.error(
-                "[!] [supervisor] '%s' crashed %d times within %ss (%s: %s); not restarting it",
-                message.name, len(spec.restarts) + 1, int(self.policy.period),
-                message.error_class, message.error,
-            )
-            return
-        log.error(
-            "[!] [supervisor] '%s' crashed (%s: %s); restarting in %.1fs",
-            message.name, message.error_class, message.error, delay,
-        )
-        self.scheduler.tell_later(delay, self.actor_ref, RestartActor(message.name))
+        delay = self.restarts.crashed(message.name, message)
+        if delay is not None:
+            self.scheduler.tell_later(delay, self.actor_ref, RestartActor(message.name))
+
+    def _given_up(self, name: str, _crash: ActorCrashed) -> None:
+        """The child spent its restart budget: restart it no more."""
+        self.children[name].given_up = True
+        self.directory.remove(name)
 
     def _restart(self, message: RestartActor) -> None:
         spec = self.children.get(message.name)
