@@ -15,7 +15,6 @@ from typing import Any
 import pykka
 import redis
 
-from vmpooler.actors.cluster.address import Address
 from vmpooler.actors.cluster.granter import GrantLease
 from vmpooler.actors.cluster.heartbeat import Heartbeat
 from vmpooler.actors.cluster.lease_policy import LeasePolicy
@@ -26,6 +25,7 @@ from vmpooler.actors.cluster.request_leases import RequestFence, RequestLeases
 from vmpooler.actors.cluster.router import Router
 from vmpooler.actors.config import Config, PoolConfig
 from vmpooler.actors.messages import PoolChanged
+from vmpooler.actors.messages.address import Address
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.ondemand.manager import OnDemandManager
 from vmpooler.actors.ondemand.request import RequestActor

@@ -29,7 +29,6 @@ from typing import Any
 import pykka
 import redis
 
-from vmpooler.actors.cluster.address import Address
 from vmpooler.actors.cluster.lease_policy import LeasePolicy
 from vmpooler.actors.cluster.membership import Membership, live_managers
 from vmpooler.actors.cluster.relay import Relay
@@ -44,6 +43,7 @@ from vmpooler.actors.messages import (
     StopSupervising,
     TasksQueued,
 )
+from vmpooler.actors.messages.address import Address
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.metrics.factory import create_metrics
 from vmpooler.actors.pool.hostnames import HostnameGenerator

@@ -1,10 +1,10 @@
-"""Alias failover's rule (actors/pool/failover.py): pure functions, no Redis, no clock."""
+"""Alias failover's rule (actors/placement/failover.py): pure functions, no Redis, no clock."""
 
 from __future__ import annotations
 
 import pytest
 
-from vmpooler.actors.pool.failover import (
+from vmpooler.actors.placement.failover import (
     HealthTracker,
     Member,
     State,

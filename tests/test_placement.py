@@ -20,9 +20,9 @@ from vmpooler.actors.placement.choose import (
     names_of,
     ondemand_plan,
 )
+from vmpooler.actors.placement.failover import Member, State
 from vmpooler.actors.placement.health import Published, read_published
 from vmpooler.actors.placement.weights import backend_weight, draw_first, weighted_draw
-from vmpooler.actors.pool.failover import Member, State
 from vmpooler.actors.storage.failover_store import FailoverState, FailoverStore
 from vmpooler.actors.storage.request_records import Entry
 

@@ -13,7 +13,6 @@ import pytest
 import redis
 
 from tests.harness import wait_until
-from vmpooler.actors.cluster.address import Address
 from vmpooler.actors.cluster.relay import Relay, decode, encode
 from vmpooler.actors.cluster.router import Router
 from vmpooler.actors.messages import (
@@ -24,6 +23,7 @@ from vmpooler.actors.messages import (
     WantRequestVms,
     request_actor_name,
 )
+from vmpooler.actors.messages.address import Address
 from vmpooler.actors.runtime.supervisor import ActorDirectory, SupervisedActor
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.inbox_store import InboxStore
@@ -179,3 +179,12 @@ def test_entries_written_keep_the_previous_release_s_fields() -> None:
         "ondemand", RequestChanged("r1"), 0)
     with pytest.raises(ValueError):
         decode({"to": "pool:a", "type": "PoolChanged", "body": '{"pool": "a"}', "hops": "x"})
+
+
+def test_an_addresses_lease_kinds_are_the_lease_stores() -> None:
+    """The router hands an address's lease kind to the lease store as is."""
+    from vmpooler.actors.messages.address import LeaseKind
+    from vmpooler.actors.storage import lease_store
+
+    assert {kind.value for kind in LeaseKind} == {lease_store.POOL, lease_store.REQUEST}
+    assert LeaseKind.POOL == lease_store.POOL and LeaseKind.REQUEST == lease_store.REQUEST

@@ -2,7 +2,7 @@
 
 Several managers may share one Redis; a pool is served by the manager holding its lease,
 an on-demand request by the one holding the request's lease. An actor that must reach
-another tells an :class:`~vmpooler.actors.cluster.address.Address` through its router, which
+another tells an :class:`~vmpooler.actors.messages.address.Address` through its router, which
 delivers to the actor registered here when it is alive, and otherwise relays the message
 (:class:`~vmpooler.actors.cluster.remote.Remote`) to the manager holding the address's lease.
 
@@ -25,14 +25,11 @@ safe to share between threads.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from typing import Any
 
-import pykka
-
-from vmpooler.actors.cluster.address import Address
 from vmpooler.actors.cluster.remote import LocalOnly, Remote
+from vmpooler.actors.messages.address import Address
 from vmpooler.actors.runtime.supervisor import ActorDirectory
 
 __all__ = ["MAX_HOPS", "Router", "tell_here"]
@@ -46,13 +43,7 @@ MAX_HOPS = 1
 def tell_here(directory: ActorDirectory, address: Address, message: Any) -> bool:
     """Tell the actor registered at ``address`` in ``directory``; False when none is or it
     is dead."""
-    ref = directory.get(address.name)
-    if ref is None:
-        return False
-    with contextlib.suppress(pykka.ActorDeadError):
-        ref.tell(message)
-        return True
-    return False
+    return directory.tell(address.name, message)
 
 
 class Router:

@@ -369,7 +369,7 @@ class PoolConfig:
     max_unhealthy_window: float | None = None  # seconds; None: the global one
     # Alias failover (ours, docs/vsphere.md): the pool grows by the share of a sibling of its
     # aliases that cannot deliver, up to ``size_max`` (None: its size plus the largest
-    # sibling's, see actors/pool/failover.py).
+    # sibling's, see actors/placement/failover.py).
     failover: bool = False
     size_max: int | None = None
     # Demand sizing (ours, docs/sizing.md): None for a pool of fixed ``size``.

@@ -26,7 +26,6 @@ from dataclasses import dataclass, fields
 from enum import Enum
 
 from vmpooler.actors.fairness.policy import LIMIT_NAMES, Limits, QuotaPolicy, Requester
-from vmpooler.actors.storage import schema
 
 __all__ = ["PER_USER_REQUESTS", "CreateOutcome", "CreateVerdict", "QuotaRefusal",
            "QuotaTicket", "lifetime_cap", "lifetime_refusal", "limits_text", "parse_limits",
@@ -47,10 +46,6 @@ class QuotaTicket:
     def index_text(self) -> str:
         """The limits as the users index records them."""
         return limits_text(self.limits)
-
-    def keys(self) -> list[str]:
-        """The held set, the users index and the label counter (scripts' trailing KEYS)."""
-        return [schema.quota_held(self.user), schema.quota_users(), schema.quota_labels()]
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ Durations are seconds. Messages carry ids and values, plus, where an answer is e
 the ``reply_to`` ActorRef the answer goes to — never clients or provider objects.
 Actors find each other by name in the actor directory at send time; the names are
 ``pool:<pool>``, ``provider:<provider>``, ``tasks``, ``ondemand`` and
-:func:`request_actor_name`, built by :class:`vmpooler.actors.cluster.address.Address`,
+:func:`request_actor_name`, built by :class:`vmpooler.actors.messages.address.Address`,
 and a message for an actor that may run in another manager goes through
 :class:`vmpooler.actors.cluster.router.Router`.
 

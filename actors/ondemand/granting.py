@@ -27,13 +27,13 @@ from dataclasses import replace
 import pykka
 import redis
 
-from vmpooler.actors.cluster.address import Address
 from vmpooler.actors.cluster.granter import GrantRole
 from vmpooler.actors.cluster.remote import Remote
 from vmpooler.actors.cluster.request_leases import RequestOwnership
 from vmpooler.actors.cluster.router import Router
 from vmpooler.actors.fairness.fair_share import Owner
 from vmpooler.actors.messages import ResendWants, WantRequestVms, WithdrawRequest
+from vmpooler.actors.messages.address import Address
 from vmpooler.actors.ondemand.slots import CloneSlots
 from vmpooler.actors.ondemand.tracking import Tracker
 from vmpooler.actors.storage.redis_errors import redis_failure

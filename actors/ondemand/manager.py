@@ -49,7 +49,6 @@ from typing import Any
 import pykka
 import redis
 
-from vmpooler.actors.cluster.address import Address
 from vmpooler.actors.cluster.granter import GrantRole, SoleGranter
 from vmpooler.actors.cluster.remote import LocalOnly, Remote
 from vmpooler.actors.cluster.request_leases import (
@@ -73,6 +72,7 @@ from vmpooler.actors.messages import (
     WithdrawRequest,
     request_actor_name,
 )
+from vmpooler.actors.messages.address import Address
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.ondemand.granting import Granting
 from vmpooler.actors.ondemand.slots import CloneSlots

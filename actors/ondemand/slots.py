@@ -24,11 +24,11 @@ from dataclasses import dataclass
 
 import redis
 
-from vmpooler.actors.cluster.address import Address
 from vmpooler.actors.cluster.remote import Remote
 from vmpooler.actors.cluster.router import Router
 from vmpooler.actors.fairness.fair_share import FairShareQueue, Owner
 from vmpooler.actors.messages import CloneForRequest, RequestCloneAnswered
+from vmpooler.actors.messages.address import Address
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.runtime.clock import Clock
 from vmpooler.actors.runtime.supervisor import ActorDirectory

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import redis
 
 from vmpooler.actors.config import Config
-from vmpooler.actors.pool.failover import Member, State
+from vmpooler.actors.placement.failover import Member, State
 from vmpooler.actors.runtime.clock import Clock
 from vmpooler.actors.storage.failover_store import FailoverState, FailoverStore
 from vmpooler.actors.storage.provider_store import ProviderStore

@@ -43,7 +43,6 @@ from typing import Any
 import pykka
 import redis
 
-from vmpooler.actors.cluster.address import Address
 from vmpooler.actors.cluster.ownership import OwnershipSettings
 from vmpooler.actors.cluster.remote import Remote
 from vmpooler.actors.cluster.router import Router
@@ -61,6 +60,7 @@ from vmpooler.actors.messages import (
     RunPoolCycle,
     StartDrain,
 )
+from vmpooler.actors.messages.address import Address
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.pool.brake import Brake
 from vmpooler.actors.pool.checks import PoolChecks

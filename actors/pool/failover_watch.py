@@ -5,7 +5,8 @@ size grown by what it takes over (docs/vsphere.md, "Several vCenters behind one 
 gets an inert one). It decides from Redis alone what the siblings can do — each sibling's
 state is what that sibling's own actor, on whichever manager holds its lease, published
 (read as :class:`~vmpooler.actors.placement.health.Published`, as the API reads it) —
-and from its own cycle what it can do itself. The rule is :mod:`~vmpooler.actors.pool.failover`'s.
+and from its own cycle what it can do itself. The rule is
+:mod:`~vmpooler.actors.placement.failover`'s.
 Used only on the pool actor's thread.
 
 Writes: ``vmpooler__failover__<pool>`` behind the pool's lease, every cycle. Logs one line
@@ -20,15 +21,15 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from vmpooler.actors.cluster.address import Address
 from vmpooler.actors.cluster.router import tell_here
 from vmpooler.actors.config import Config
 from vmpooler.actors.messages import PoolChanged
+from vmpooler.actors.messages.address import Address
+from vmpooler.actors.placement.failover import Health, HealthTracker, Member, State, plan
 from vmpooler.actors.placement.health import read_published
 from vmpooler.actors.placement.weights import target_weight
 from vmpooler.actors.pool.clones import Clones
 from vmpooler.actors.pool.context import PoolIO, PoolPolicy
-from vmpooler.actors.pool.failover import Health, HealthTracker, Member, State, plan
 from vmpooler.actors.pool.upkeep import PoolUpkeep
 from vmpooler.actors.storage.failover_store import FailoverState, FailoverStore
 

@@ -25,7 +25,6 @@ import logging
 from collections.abc import Callable, Container, Iterable
 from typing import Any
 
-from vmpooler.actors.cluster.address import Address
 from vmpooler.actors.cluster.router import Router
 from vmpooler.actors.messages import (
     CloneForRequest,
@@ -36,6 +35,7 @@ from vmpooler.actors.messages import (
     RequestVmFailed,
     RequestVmReady,
 )
+from vmpooler.actors.messages.address import Address
 from vmpooler.actors.pool.wait_times import PoolWaitTimes
 from vmpooler.actors.runtime.supervisor import ActorDirectory
 from vmpooler.actors.storage.request_store import RequestStore

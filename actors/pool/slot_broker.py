@@ -16,9 +16,9 @@ from typing import Any
 
 import pykka
 
-from vmpooler.actors.cluster.address import Address
 from vmpooler.actors.cluster.router import tell_here
 from vmpooler.actors.messages import CloneSlotFreed, RefillPool, WantCloneSlot
+from vmpooler.actors.messages.address import Address
 from vmpooler.actors.runtime.supervisor import ActorDirectory, SupervisedActor
 
 __all__ = ["SlotBroker"]

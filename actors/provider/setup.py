@@ -11,8 +11,8 @@ from typing import Any
 import pykka
 import redis
 
-from vmpooler.actors.cluster.address import Address
 from vmpooler.actors.config import Config
+from vmpooler.actors.messages.address import Address
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.provider.actor import ProviderActor, ProviderRuntime
 from vmpooler.actors.runtime.adaptive_timeout import CallTimeouts

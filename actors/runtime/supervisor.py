@@ -62,6 +62,17 @@ class ActorDirectory:
         with self._lock:
             self._refs[name] = ref
 
+    def tell(self, name: str, message: Any) -> bool:
+        """Tell the actor registered as ``name`` here; False when none is or it is dead."""
+        ref = self.get(name)
+        if ref is None:
+            return False
+        try:
+            ref.tell(message)
+        except pykka.ActorDeadError:
+            return False
+        return True
+
     def remove(self, name: str) -> None:
         with self._lock:
             self._refs.pop(name, None)

@@ -27,8 +27,6 @@ from typing import Any
 import pykka
 import redis
 
-from vmpooler.actors.cluster.address import Address
-from vmpooler.actors.cluster.router import tell_here
 from vmpooler.actors.config import GlobalSettings
 from vmpooler.actors.messages import (
     PoolPurged,
@@ -37,6 +35,7 @@ from vmpooler.actors.messages import (
     RunHealthCheck,
     RunPurge,
 )
+from vmpooler.actors.messages.address import Address
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.runtime.clock import Clock, Scheduler
 from vmpooler.actors.runtime.supervisor import ActorDirectory, SupervisedActor
@@ -131,8 +130,8 @@ class Housekeeper(SupervisedActor):
         self.round_started = self.clock.monotonic()
         log.debug("[*] [purge] starting stale queue entry purge cycle %d", self.round)
         for pool in self.pools:
-            if tell_here(self.directory, Address.pool(pool),
-                         PurgeStaleVms(self.round, dry_run, self.actor_ref)):
+            if self.directory.tell(Address.pool(pool).name,
+                                   PurgeStaleVms(self.round, dry_run, self.actor_ref)):
                 self.outstanding.add(pool)
             else:
                 log.warning("[!] [purge] [%s] pool actor not running; skipped", pool)

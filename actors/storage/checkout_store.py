@@ -27,6 +27,7 @@ from vmpooler.actors.storage.redis_errors import WrongTypeKeys, is_wrong_type, t
 from vmpooler.actors.storage.replies import text_dict
 from vmpooler.actors.storage.schema import CheckoutScripts, UserQuotaScripts
 from vmpooler.actors.storage.store import read_vm_fields
+from vmpooler.actors.storage.user_quota import ticket_keys
 
 __all__ = ["CheckoutOutcome", "CheckoutStore", "ModifyOutcome", "ReturnOutcome", "Taken"]
 
@@ -161,7 +162,7 @@ class CheckoutStore:
             reply = self._run("CHECKOUT", [token_key, *enc.keys], args)
         else:
             held = quota.limits.vms_held
-            reply = self._run("CHECKOUT_WITHIN_QUOTA", [token_key, *enc.keys, *quota.keys()],
+            reply = self._run("CHECKOUT_WITHIN_QUOTA", [token_key, *enc.keys, *ticket_keys(quota)],
                               [*args, quota.user, "" if held is None else held,
                                quota.index_text, schema.odrequest("")])
         code = int(reply[0])

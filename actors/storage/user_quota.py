@@ -42,8 +42,14 @@ from vmpooler.actors.storage.request_store import (
 )
 from vmpooler.actors.storage.schema import UserQuotaScripts
 
-__all__ = ["UsageSnapshot", "UserQuotaStore", "UserUsage"]
+__all__ = ["UsageSnapshot", "UserQuotaStore", "UserUsage", "ticket_keys"]
 
+
+
+def ticket_keys(ticket: QuotaTicket) -> list[str]:
+    """The keys a quota'd write of ``ticket``'s user touches, as the scripts' trailing KEYS:
+    the user's held set, the users index and the label counter."""
+    return [schema.quota_held(ticket.user), schema.quota_users(), schema.quota_labels()]
 
 @dataclass(frozen=True, slots=True)
 class UserUsage:
@@ -92,7 +98,7 @@ class UserQuotaStore:
         asked = sum(entry.count for entry in entries)
         reply = self._create(
             keys=[schema.odrequest(request_id), schema.provisioning_request(),
-                  *ticket.keys()],
+                  *ticket_keys(ticket)],
             args=[request_id, created, format_requested(entries), token or "",
                   token_user or "", *origin_args(origin),
                   _arg(ticket.limits.ondemand_in_flight), _arg(ticket.limits.vms_held), asked,

@@ -18,11 +18,23 @@ other. Addresses are frozen, hashable and compare by value.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
-from vmpooler.actors.messages import request_actor_name
-from vmpooler.actors.storage.lease_store import POOL, REQUEST
+from vmpooler.actors.messages.request_flow import request_actor_name
 
-__all__ = ["Address", "LeaseKey"]
+__all__ = ["Address", "LeaseKey", "LeaseKind"]
+
+
+class LeaseKind(StrEnum):
+    """The kinds of lease an actor's address may name; the values are the lease kinds of
+    :mod:`vmpooler.actors.storage.lease_store` (``POOL``, ``REQUEST``: a test holds them
+    equal)."""
+
+    POOL = "pool"
+    REQUEST = "request"
+
+
+POOL, REQUEST = LeaseKind.POOL, LeaseKind.REQUEST
 
 _POOL = "pool:"
 _PROVIDER = "provider:"
@@ -34,7 +46,7 @@ _ONDEMAND = "ondemand"
 class LeaseKey:
     """A lease: its ``kind`` (``pool``, ``request``) and the ``thing`` it is of."""
 
-    kind: str
+    kind: LeaseKind
     thing: str
 
 
