@@ -17,7 +17,6 @@ FOLDERS = ("actors", "web", "providers", "bench")
 LONG: dict[str, str] = {
     "actors/config/model.py": "the catalogue of every setting, one frozen dataclass per section",
     "actors/config/validate.py": "one rule per configuration key, read as a list",
-    "actors/storage/schema/__init__.py": "the catalogue of key names, one function each",
     "actors/storage/store.py": "the manager's pool transitions, one method per Lua script",
     "actors/storage/status_store.py": "one round trip per status answer: its script and "
                                       "the decoding of its reply belong together",
