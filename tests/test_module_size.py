@@ -15,8 +15,6 @@ LIMIT = 400
 FOLDERS = ("actors", "web", "providers", "bench")
 
 LONG: dict[str, str] = {
-    "actors/config/model.py": "the catalogue of every setting, one frozen dataclass per section",
-    "actors/config/validate.py": "one rule per configuration key, read as a list",
     "actors/system.py": "the public facade: one method per documented operation",
     "web/worker.py": "the gunicorn worker's connection handling, one state machine",
     "providers/dummy.py": "the whole provider contract in one file, the template for new "
