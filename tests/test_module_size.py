@@ -15,14 +15,9 @@ LIMIT = 400
 FOLDERS = ("actors", "web", "providers", "bench")
 
 LONG: dict[str, str] = {
-    "actors/config/model.py": "the catalogue of every setting, one frozen dataclass per section",
-    "actors/config/validate.py": "one rule per configuration key, read as a list",
-    "actors/storage/schema/__init__.py": "the catalogue of key names, one function each",
-    "actors/storage/store.py": "the manager's pool transitions, one method per Lua script",
-    "actors/storage/status_store.py": "one round trip per status answer: its script and "
-                                      "the decoding of its reply belong together",
     "actors/system.py": "the public facade: one method per documented operation",
-    "web/worker.py": "the gunicorn worker's connection handling, one state machine",
+    "web/worker.py": "the gunicorn worker's connection handling, one state machine over "
+                     "gthread's internals (fenced in tests/test_upgrade_traps.py)",
     "providers/dummy.py": "the whole provider contract in one file, the template for new "
                           "providers",
     "providers/vsphere/provider.py": "the provider contract's methods on vCenter, each a "

@@ -4,7 +4,6 @@ reports both."""
 
 from __future__ import annotations
 
-import subprocess
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,15 +13,15 @@ import redis
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.api_manager import Stack, api_and_manager_stack, http
 from tests.harness import wait_until
-from tests.test_api_processes import call
-from tests.test_manager_process import full, spawn, write_config
-from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, free_port
+from tests.test_manager_process import full, write_config
+from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 
 pytestmark = pytest.mark.integration
 
-Stack = tuple[str, list[subprocess.Popen[str]], Path]
-"""The API's root URL, the processes (manager first), the multiprocess directory."""
+Running = tuple[Stack, Path]
+"""The manager and the API, and their multiprocess directory."""
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
@@ -48,48 +47,28 @@ def total(samples: Samples, name: str, **labels: str) -> float:
 
 @pytest.fixture
 def stack(tmp_path: Path, redis_server: EmbeddedRedis,
-          redis_client: redis.Redis) -> Iterator[Stack]:
-    started: list[subprocess.Popen[str]] = []
+          redis_client: redis.Redis) -> Iterator[Running]:
     config = write_config(tmp_path / "f.yaml", redis_port=redis_server.port,
                           pools={"alpha": 3, "beta": 2}, dummy={})
     document = yaml.safe_load(config.read_text())
     document[":prometheus"] = {"prefix": "east",
                                "multiprocess_dir": str(tmp_path / "prometheus")}
     config.write_text(yaml.safe_dump(document))
-    port = free_port()
-    spawn(started, "manager", "--config", str(config), log=tmp_path / "manager.log")
-    spawn(started, "api", "--config", str(config), "--bind", f"127.0.0.1:{port}",
-          "--workers", "2", log=tmp_path / "api.log")
-    root = f"http://127.0.0.1:{port}"
-
-    def answering() -> bool:
-        try:
-            return call("GET", f"{root}/api/v3/vm")[0] == 200
-        except OSError:
-            return False
-
-    wait_until(answering, 30, "the API to answer")
-    yield root, started, tmp_path / "prometheus"
-    for process in started:
-        process.terminate()
-    for process in started:
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
+    with api_and_manager_stack(tmp_path, config, debug=False) as running:
+        yield running, tmp_path / "prometheus"
     assert "Traceback" not in (tmp_path / "api.log").read_text()
     assert "Traceback" not in (tmp_path / "manager.log").read_text()
 
 
 def test_one_scrape_reports_every_worker_and_the_manager(
-    stack: Stack, redis_client: redis.Redis,
+    stack: Running, redis_client: redis.Redis,
 ) -> None:
-    root, started, directory = stack
-    base = f"{root}/api/v3"
-    manager_pid = started[0].pid
+    running, directory = stack
+    root, base = running.root, running.url
+    manager_pid = running.manager.pid
 
     def both_workers_counted() -> bool:
-        assert call("GET", f"{base}/vm")[0] == 200
+        assert http("GET", f"{base}/vm")[0] == 200
         pids = {int(f.stem.split("_")[-1]) for f in directory.glob("counter_*.db")}
         return len(pids - {manager_pid}) >= 2
 
@@ -97,12 +76,12 @@ def test_one_scrape_reports_every_worker_and_the_manager(
     wait_until(lambda: full(redis_client, {"alpha": 3, "beta": 2}), 30, "the pools to fill")
     hosts = []
     for _ in range(3):
-        status, body = call("POST", f"{base}/vm/alpha")
+        status, body = http("POST", f"{base}/vm/alpha")
         assert status == 200, body
         hosts.append(body["alpha"]["hostname"].split(".")[0])
-    assert call("POST", f"{base}/vm/nosuchpool")[0] == 404
+    assert http("POST", f"{base}/vm/nosuchpool")[0] == 404
     for vm in hosts:
-        assert call("DELETE", f"{base}/vm/{vm}")[0] == 200
+        assert http("DELETE", f"{base}/vm/{vm}")[0] == 200
     wait_until(lambda: full(redis_client, {"alpha": 3}), 30, "alpha to refill")
 
     def reported() -> bool:

@@ -9,15 +9,12 @@ keeps running, restarts no actor, creates no VM twice and loses no record.
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +22,12 @@ import pytest
 import redis
 import yaml
 
+from tests.api_manager import exchange, spawn, start_api, status_code, stopped_after
 from tests.harness import wait_until
-from tests.test_manager_process import accounted, full, spawn, write_config
+from tests.test_manager_process import accounted, full, write_config
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.connection import connect
-from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, find_redis_server, free_port
+from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, find_redis_server
 
 pytestmark = pytest.mark.integration
 
@@ -54,39 +52,13 @@ def client(own_redis: EmbeddedRedis) -> Iterator[redis.Redis]:
 
 @pytest.fixture
 def processes() -> Iterator[list[subprocess.Popen[str]]]:
-    started: list[subprocess.Popen[str]] = []
-    yield started
-    for process in started:
-        if process.poll() is None:
-            process.terminate()
-    for process in started:
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+    with stopped_after() as started:
+        yield started
 
 
 def call(method: str, url: str, body: Any = None) -> tuple[int, dict[str, str], Any]:
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=20) as answer:
-            return answer.status, _lower(answer.headers.items()), json.load(answer)
-    except urllib.error.HTTPError as error:
-        return error.code, _lower(error.headers.items()), json.load(error)
-
-
-def _lower(headers: Iterable[tuple[str, str]]) -> dict[str, str]:
-    return {name.lower(): value for name, value in headers}
-
-
-def status_code(url: str) -> int:
-    try:
-        return call("GET", url)[0]
-    except OSError:
-        return 0
+    """The status, headers and JSON body of one request (:func:`exchange`, 20 s)."""
+    return exchange(method, url, body, timeout=20)
 
 
 def with_redis_settings(path: Path, **settings: Any) -> Path:
@@ -102,10 +74,7 @@ def test_api_answers_503_while_redis_is_down_and_200_when_it_is_back(
     config = with_redis_settings(
         write_config(tmp_path / "f.yaml", redis_port=own_redis.port, pools={"alpha": 1},
                      dummy={}), reconnect_attempts=1)
-    port = free_port()
-    api = spawn(processes, "api", "--config", str(config), "--bind", f"127.0.0.1:{port}",
-                "--workers", "2", log=tmp_path / "api.log")
-    base = f"http://127.0.0.1:{port}/api/v3"
+    api, base = start_api(processes, config, log=tmp_path / "api.log")
     wait_until(lambda: status_code(f"{base}/status") == 200, 30, "the API to answer")
 
     own_redis.stop()

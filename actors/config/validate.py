@@ -7,26 +7,23 @@ files and lines and raises one ``ConfigError`` listing them all.
 from __future__ import annotations
 
 import ipaddress
-import os
 import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import fields
-from pathlib import PurePath
 from typing import Any, cast
 
 from vmpooler.actors.config._check import Checker
 from vmpooler.actors.config._data import freeze
+from vmpooler.actors.config._metrics import metrics_settings
 from vmpooler.actors.config._pools import build_dns_configs, build_pools, build_providers
 from vmpooler.actors.config._quotas import quota_policy
-from vmpooler.actors.config._values import coerce, show
+from vmpooler.actors.config._redis_settings import redis_settings
+from vmpooler.actors.config._values import show
 from vmpooler.actors.config.model import (
     DEFAULT_HEALTH_THRESHOLDS,
     DEFAULT_RATE_LIMITS,
     Config,
     GlobalSettings,
-    MetricsSettings,
-    PrometheusSettings,
-    RedisSettings,
 )
 from vmpooler.actors.config.problems import DOMAIN_REMOVED, Issue
 
@@ -74,7 +71,7 @@ def validate_document(
         if key not in KNOWN_SECTIONS:
             chk.note(f"unknown top-level section :{key}: (carried through, unused)")
     settings = _settings(chk.mapping(doc.get("config"), ("config",)), chk)
-    redis = _redis(chk.mapping(doc.get("redis"), ("redis",)), chk)
+    redis = redis_settings(chk.mapping(doc.get("redis"), ("redis",)), chk)
     providers = build_providers(
         chk.mapping(doc.get("providers"), ("providers",)), chk, known_provider_classes
     )
@@ -99,7 +96,7 @@ def validate_document(
         dns_configs=freeze(dns_configs),
         auth=_auth(doc, chk, debug),
         tagfilter=_tagfilter(chk.mapping(doc.get("tagfilter"), ("tagfilter",)), chk),
-        metrics=_metrics(doc, chk, redis.data_dir),
+        metrics=metrics_settings(doc, chk, redis.data_dir),
         raw=freeze(doc),
         rate_limits=_rate_limits(chk.mapping(doc.get("rate_limits"), ("rate_limits",)), chk),
         debug=debug,
@@ -212,94 +209,6 @@ def _replace(settings: GlobalSettings, changes: Mapping[str, Any]) -> GlobalSett
     return GlobalSettings(**{**values, **changes})
 
 
-def _redis(section: Mapping[str, Any], chk: Checker) -> RedisSettings:
-    effective = dict(section)
-    if effective.get("server") == "":
-        effective["server"] = None
-    sentinels = _sentinels(effective.get("sentinels"), chk)
-    settings = chk.build(RedisSettings, effective, ("redis",), sentinels=sentinels)
-    if sentinels or effective.get("sentinels") not in (None, []):
-        if settings.sentinel_master is None and "sentinel_master" not in effective:
-            chk.fail(("redis", "sentinel_master"), "required with sentinels: the name of "
-                     "the master the sentinels monitor (their `sentinel monitor <name> ...`)")
-        if settings.server is not None:
-            chk.fail(("redis", "server"), "set either server or sentinels, not both (with "
-                     "sentinels the master's address is asked of them)")
-    else:
-        for key in ("sentinel_master", "sentinel_password"):
-            if effective.get(key) is not None:
-                chk.fail(("redis", key), "has no effect without sentinels; add :redis: "
-                         "sentinels (a list of host:port) or remove it")
-    _redis_access(settings, chk)
-    return settings
-
-
-_TLS_FILES = ("ssl_ca_file", "ssl_cert_file", "ssl_key_file")
-
-
-def _redis_access(settings: RedisSettings, chk: Checker) -> None:
-    """``username`` and TLS need a Redis of the site's; the TLS files need ``ssl`` and must
-    be readable files; a client certificate needs its key and the other way round."""
-    if settings.embedded:
-        if settings.username is not None:
-            chk.fail(("redis", "username"), "needs :redis: server or sentinels: the embedded "
-                     "redis-server has only its default user (its password is :redis: "
-                     "password, or the one it generates)")
-        if settings.ssl:
-            chk.fail(("redis", "ssl"), "needs :redis: server or sentinels: the embedded "
-                     "redis-server listens on loopback without TLS")
-    for key in _TLS_FILES:
-        path = getattr(settings, key)
-        if path is None:
-            continue
-        if not settings.ssl:
-            chk.fail(("redis", key), "has no effect without ssl: true")
-        elif not os.path.isfile(path) or not os.access(path, os.R_OK):
-            chk.fail(("redis", key), f"{path!r} is not a readable file")
-    if settings.ssl and (settings.ssl_cert_file is None) != (settings.ssl_key_file is None):
-        missing = "ssl_key_file" if settings.ssl_key_file is None else "ssl_cert_file"
-        chk.fail(("redis", missing), "required with "
-                 f"{'ssl_cert_file' if missing == 'ssl_key_file' else 'ssl_key_file'}: a "
-                 "client certificate and its private key")
-
-
-def _sentinels(value: Any, chk: Checker) -> tuple[str, ...]:
-    """``:redis: sentinels`` as ``"host:port"`` strings: a list of ``host:port`` strings or
-    ``{host, port}`` mappings (port 26379 when omitted from a mapping)."""
-    path: tuple[str | int, ...] = ("redis", "sentinels")
-    if value is None:
-        return ()
-    if not isinstance(value, list):
-        chk.fail(path, f"expected a list of host:port, got {show(value)}")
-        return ()
-    out: list[str] = []
-    for index, entry in enumerate(value):
-        where = (*path, index)
-        if isinstance(entry, Mapping):
-            host, port = entry.get("host"), entry.get("port", 26379)
-            unknown = sorted(str(k) for k in entry if k not in ("host", "port"))
-            if unknown:
-                chk.fail(where, f"unknown key(s) {', '.join(unknown)} (host and port only)")
-                continue
-        elif isinstance(entry, str) and ":" in entry:
-            host, _, port = entry.strip().rpartition(":")
-            host = host.strip("[]")
-        else:
-            chk.fail(where, f"expected host:port or a mapping of host and port, got "
-                     f"{show(entry)}")
-            continue
-        if not isinstance(host, str) or not host:
-            chk.fail(where, f"expected a host name, got {show(host)}")
-            continue
-        try:
-            number = int(coerce(port, "int", minimum=1, maximum=65535))
-        except ValueError as exc:
-            chk.fail(where, f"port: {exc}")
-            continue
-        out.append(f"[{host}]:{number}" if ":" in host else f"{host}:{number}")
-    return tuple(out)
-
-
 def _auth(doc: Mapping[str, Any], chk: Checker, debug: bool) -> Mapping[str, Any] | None:
     if doc.get("auth") is None:
         return None
@@ -338,42 +247,6 @@ def _tagfilter(section: Mapping[str, Any], chk: Checker) -> Mapping[str, str]:
     return cast("Mapping[str, str]", freeze(filters))
 
 
-def _metrics(doc: Mapping[str, Any], chk: Checker, data_dir: str) -> MetricsSettings:
-    chosen = [name for name in ("datadog", "statsd", "graphite", "prometheus")
-              if name in doc and (name in ("datadog", "prometheus") or doc[name] is not None)]
-    for name in chosen[1:]:
-        chk.note(f":{name}: is ignored because :{chosen[0]}: takes precedence")
-    if not chosen:
-        return MetricsSettings()
-    backend = chosen[0]
-    path = (backend,)
-    section = chk.mapping(doc[backend], path)
-    if backend == "prometheus":
-        return _prometheus(section, chk, data_dir)
-    port_limits = {"minimum": 1, "maximum": 65535}
-    if backend == "datadog":
-        prefix = chk.get(section, "prefix", path, "str") or chk.get(
-            section, "namespace", path, "str", "vmpooler")
-        tags = section.get("tags")
-        if isinstance(tags, Mapping):
-            tags = [f"{key}:{value}" for key, value in tags.items()]
-        return MetricsSettings(
-            backend=backend,
-            host=chk.get(section, "host", path, "str", "127.0.0.1"),
-            port=chk.get(section, "port", path, "int", 8125, **port_limits),
-            prefix=prefix,
-            tags=chk.get({"tags": tags}, "tags", path, "strs", ()),
-        )
-    host = chk.require(section, "server", path, "str")
-    return MetricsSettings(
-        backend=backend,
-        host=host if isinstance(host, str) else None,
-        port=chk.get(section, "port", path, "int", 8125 if backend == "statsd" else 2003,
-                     **port_limits),
-        prefix=chk.get(section, "prefix", path, "str", "vmpooler"),
-    )
-
-
 def _rate_limits(section: Mapping[str, Any], chk: Checker) -> Mapping[str, Mapping[str, int]]:
     limits = {name: dict(value) for name, value in DEFAULT_RATE_LIMITS.items()}
     for name, value in section.items():
@@ -387,24 +260,3 @@ def _rate_limits(section: Mapping[str, Any], chk: Checker) -> Mapping[str, Mappi
         limits[name]["period"] = chk.get(entry, "period", path, "int", limits[name]["period"],
                                          minimum=1)
     return cast("Mapping[str, Mapping[str, int]]", freeze(limits))
-
-
-def _prometheus(section: Mapping[str, Any], chk: Checker, data_dir: str) -> MetricsSettings:
-    """``:prometheus:``: ``prefix`` (the ``vmpooler_instance`` label), ``prometheus_prefix``
-    (the metric name prefix), ``prometheus_endpoint``, and ours, ``multiprocess_dir``."""
-    path = ("prometheus",)
-    instance = chk.get(section, "prefix", path, "str", "vmpooler")
-    namespace = chk.get(section, "prometheus_prefix", path, "str", "vmpooler")
-    if isinstance(namespace, str) and not re.fullmatch(r"[a-zA-Z_:][a-zA-Z0-9_:]*", namespace):
-        chk.fail((*path, "prometheus_prefix"),
-                 f"{namespace!r} is not a Prometheus metric name prefix ([a-zA-Z_:][a-zA-Z0-9_:]*)")
-    endpoint = chk.get(section, "prometheus_endpoint", path, "str", "/prometheus")
-    if isinstance(endpoint, str) and not endpoint.startswith("/"):
-        chk.fail((*path, "prometheus_endpoint"),
-                 f"expected a path starting with /, got {endpoint!r}")
-    directory = chk.get(section, "multiprocess_dir", path, "str",
-                        str(PurePath(data_dir) / "prometheus"))
-    return MetricsSettings(
-        backend="prometheus", prefix=namespace, tags=(f"vmpooler_instance:{instance}",),
-        prometheus=PrometheusSettings(endpoint=endpoint, multiprocess_dir=directory),
-    )

@@ -9,6 +9,10 @@ Fencing: :meth:`Store.with_fence` gives a view whose writes of a pool's state (i
 its VM hashes, its empty flag) run behind a lease's fence and raise
 :class:`~vmpooler.actors.storage.lease_store.Fenced` (nothing written) once the lease is no
 longer held. The unfenced store writes exactly as before (the API and the task actor).
+
+The single commands outside a pool's transitions (override acknowledgements, template
+records, task queues, dead letters) are inherited from
+:class:`~vmpooler.actors.storage.side_writes.SideWrites`.
 """
 
 from __future__ import annotations
@@ -26,10 +30,11 @@ from vmpooler.actors.storage.pool_snapshot import PoolSnapshot, read_snapshot, r
 from vmpooler.actors.storage.queues import Queue
 from vmpooler.actors.storage.redis_errors import WrongTypeKeys
 from vmpooler.actors.storage.replies import fields as as_fields
-from vmpooler.actors.storage.replies import maybe_text, text_list, text_set
+from vmpooler.actors.storage.replies import text_list, text_set
 from vmpooler.actors.storage.schema import Scripts
 from vmpooler.actors.storage.schema.lease_scripts import fenced
 from vmpooler.actors.storage.schema.pool_scripts import RELEASE_SLOT_BODY
+from vmpooler.actors.storage.side_writes import SideWrites
 
 __all__ = ["FENCED_SCRIPTS", "CloneReservation", "PoolSnapshot", "Store", "read_vm_fields"]
 
@@ -63,7 +68,7 @@ STANDALONE = "standalone"
 """The slot owner of a store not given a manager's id (tests, tools)."""
 
 
-class Store:
+class Store(SideWrites):
     """vmpooler's Redis schema as methods. One instance is shared by every actor.
 
     Clone slots are taken in the name of ``slot_owner`` (the manager's id, see
@@ -353,56 +358,6 @@ class Store:
         else:
             self.client.delete(schema.empty(pool))
 
-    def ack_reset(self, pool: str) -> bool:
-        """Take the pool out of the reset set; True if it was there (the reset is ours)."""
-        return bool(self.client.srem(schema.poolreset(), pool))
-
-    def ack_undo(self, pool: str, *, size: bool = False, template: bool = False) -> None:
-        """Acknowledge undo-override markers."""
-        if size:
-            self.client.srem(schema.undo_size_override(), pool)
-        if template:
-            self.client.srem(schema.undo_template_override(), pool)
-
-    def set_prepared_template(self, pool: str, template: str) -> None:
-        """Record the template last prepared for the pool."""
-        self.client.hset(schema.template_prepared(), pool, template)
-
-    def has_delta_disks(self, template: str) -> bool:
-        """Whether delta disks were created for ``template``."""
-        return bool(self.client.sismember(schema.template_deltas(), template))
-
-    def add_delta_disks(self, template: str) -> None:
-        """Record that ``template`` has delta disks."""
-        self.client.sadd(schema.template_deltas(), template)
-
-    def pop_task(self, kind: str) -> str | None:
-        """SPOP one ``disk``, ``snapshot`` or ``snapshot-revert`` task."""
-        return maybe_text(self.client.spop(_task_key(kind)))
-
-    def push_task(self, kind: str, task: str) -> None:
-        """Queue a task again (SADD), e.g. one that met another call on its VM."""
-        self.client.sadd(_task_key(kind), task)
-
-    def vm_field(self, vm: str, field: str) -> str | None:
-        """HGET one field of a VM hash."""
-        return maybe_text(self.client.hget(schema.vm(vm), field))
-
-    def append_disk(self, vm: str, size_gb: int) -> None:
-        """Append ``+<n>gb`` to the VM's ``disk`` field."""
-        current = maybe_text(self.client.hget(schema.vm(vm), "disk"))
-        entry = f"+{size_gb}gb"
-        self.client.hset(schema.vm(vm), "disk", f"{current}:{entry}" if current else entry)
-
-    def dlq_add(self, queue: str, member: str, score: float, *, ttl: int, max_entries: int) -> None:
-        """Add a dead-letter entry, trim to ``max_entries`` oldest-first, refresh the TTL."""
-        key = schema.dlq(queue)
-        pipe = self.client.pipeline(transaction=True)
-        pipe.zadd(key, {member: score})
-        pipe.zremrangebyrank(key, 0, -(max_entries + 1))
-        pipe.expire(key, ttl)
-        pipe.execute()
-
     def queue_sizes(self, pool: str) -> dict[Queue, int]:
         """SCARD of each of the pool's queues (every :class:`Queue`), in one round trip."""
         return self.counts(pool, tuple(Queue))
@@ -422,9 +377,3 @@ class Store:
 def _clone_counter(ondemand: bool) -> str:
     return schema.tasks_ondemandclone() if ondemand else schema.tasks_clone()
 
-
-def _task_key(kind: str) -> str:
-    return {
-        "disk": schema.tasks_disk(), "snapshot": schema.tasks_snapshot(),
-        "snapshot-revert": schema.tasks_snapshot_revert(),
-    }[kind]

@@ -18,6 +18,7 @@ import helm_python
 import pytest
 import redis
 
+from tests.api_manager import spawn, stopped_after
 from tests.harness import wait_until
 from tests.helm.chart import container, environ_of, render, write_configmaps
 from vmpooler.actors.storage.embedded_redis import find_redis_server, free_port
@@ -27,17 +28,9 @@ pytestmark = pytest.mark.integration  # the rendered pods' commands, run as proc
 # The rendered pods run ------------------------------------------------------------------------
 
 @pytest.fixture
-def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for process in started:
-        process.terminate()
-    for process in started:
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+def processes() -> Iterator[list[subprocess.Popen[Any]]]:
+    with stopped_after() as started:
+        yield started
 
 
 def probe_passes(c: Mapping[str, Any], kind: str, environ: Mapping[str, str]) -> bool:
@@ -49,7 +42,7 @@ def probe_passes(c: Mapping[str, Any], kind: str, environ: Mapping[str, str]) ->
 
 @pytest.mark.integration
 def test_the_rendered_pods_run(chart: helm_python.Chart, tmp_path: Path,
-                               processes: list[subprocess.Popen[bytes]]) -> None:
+                               processes: list[subprocess.Popen[Any]]) -> None:
     """The built-in Redis's command line, and the API's and manager's arguments and
     environment, run here on loopback (Services become 127.0.0.1; each pod its own /tmp), and
     their exec probes pass."""
@@ -87,10 +80,7 @@ def test_the_rendered_pods_run(chart: helm_python.Chart, tmp_path: Path,
                    "REDIS_SERVER": "127.0.0.1", "HOME": str(pod_tmp)}
         environ["VMPOOLER_MANAGER_BIND"] = f"127.0.0.1:{free_port()}"
         args = [arg.replace("0.0.0.0:", "127.0.0.1:") for arg in c["args"]]
-        with open(tmp_path / f"{deployment}.log", "wb") as log:
-            processes.append(subprocess.Popen([sys.executable, "-m", "vmpooler.web.cli", *args],
-                                              env=environ, cwd=pod_tmp, stdout=log,
-                                              stderr=subprocess.STDOUT))
+        spawn(processes, *args, cwd=pod_tmp, log=tmp_path / f"{deployment}.log", env=environ)
         pods[deployment] = (c, environ)
     api, api_env = pods["vmpooler-api"]
     wait_until(lambda: probe_passes(api, "readinessProbe", api_env), 40,
