@@ -209,13 +209,18 @@ def command_counts(commands: list[tuple[bool, list[str]]], norm: Normaliser
     follows thread timing, not behaviour: a blocking read (``BLOCK`` or a ``B*POP``: the
     wall clock), ``SCRIPT LOAD`` (which thread first ran a script), and a command on lease
     keys only (taking and renewing leases, the fence check inside a fenced script: the
-    fenced writes themselves are counted)."""
+    fenced writes themselves are counted). An ``EVALSHA`` that ran no command is left
+    out: it is the one refused with NOSCRIPT that redis-py sends again after loading the
+    script, once per thread that raced to run a script first (a script's commands follow
+    its ``EVALSHA`` in the monitor's stream, nothing runs between)."""
     counts: collections.Counter[str] = collections.Counter()
     polls: set[str] = set()
-    for from_script, args in commands:
+    for n, (from_script, args) in enumerate(commands):
         if not args:
             continue
         name = args[0].upper()
+        if name == "EVALSHA" and not (n + 1 < len(commands) and commands[n + 1][0]):
+            continue  # ran nothing: NOSCRIPT, sent again after SCRIPT LOAD
         if name in _SUBCOMMAND and len(args) > 1:
             name = f"{name} {args[1].upper()}"
         if name in _CONNECTION_SETUP:
