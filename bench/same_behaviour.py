@@ -36,9 +36,10 @@ SCENARIOS = ("replay", "facade", "managers")
 COUNTED = ("redis_commands", "messages", "metrics", "final_state")
 """Multisets (entry -> count) compared entry by entry."""
 PRESENCE = {("replay", "redis_commands")}
-"""Compared as sets of entries, counts aside: in the replay, how many clones (and their
-scripts) the on-demand fallbacks and the pools' refills start varies from run to run by ten
-percent and more on one build, while its output does not."""
+"""Compared as sets of entries, counts aside: in the replay, the pools race for clone slots
+(``task_limit``), and the attempts to take one (the slot script, refused when none is free)
+vary from run to run by ten percent and more on one build, as do the replay's own reads of
+the ready counts, while the clones started and the output do not."""
 EXACT = ("output", "answers")
 """Compared whole: the replay's JSON, the API's answers in order."""
 
