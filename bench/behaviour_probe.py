@@ -322,9 +322,11 @@ class MessageTap:
         self._local = threading.local()
         self._saved = (pykka.ActorRef.tell, pykka.ActorRef.ask)
 
-    @staticmethod
-    def name(message: Any) -> str:
+    @classmethod
+    def name(cls, message: Any) -> str:
         kind = type(message).__name__
+        if kind == "Relayed":  # the relay's envelope (builds before it delivered bare)
+            return cls.name(message.message)
         if kind in ("ProxyCall", "ProxyGetAttr", "ProxySetAttr"):
             return f"{kind}:{'.'.join(getattr(message, 'attr_path', ()))}"
         if isinstance(message, str):
