@@ -29,9 +29,9 @@ from vmpooler.actors.messages.address import Address
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.ondemand.manager import OnDemandManager
 from vmpooler.actors.ondemand.request import RequestActor
-from vmpooler.actors.pool.actor import PoolActor
 from vmpooler.actors.pool.failover_watch import failover_group
 from vmpooler.actors.pool.hostnames import HostnameGenerator
+from vmpooler.actors.pool.pool_actor import PoolActor
 from vmpooler.actors.pool.slot_broker import SlotBroker
 from vmpooler.actors.pool.task_actor import TaskActor
 from vmpooler.actors.provider.setup import provider_actor_factory
@@ -39,7 +39,7 @@ from vmpooler.actors.runtime.clock import Clock, Scheduler
 from vmpooler.actors.runtime.executor import ActorExecutor
 from vmpooler.actors.runtime.restart_policy import RestartPolicy
 from vmpooler.actors.runtime.supervisor import ActorDirectory
-from vmpooler.actors.service.history import HistoryRecorder
+from vmpooler.actors.service.history_recorder import HistoryRecorder
 from vmpooler.actors.service.housekeeping import Housekeeper
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, prune_age

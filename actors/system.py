@@ -224,12 +224,12 @@ class PoolerSystem:
             dns = {p.name: self._factories.dns_plugin(p) for p in cfg.pools if p.provider == name}
             sup.start_child(Address.provider(name).name,
                             self._factories.provider(name, provider, dns, resolver)).get()
-        sup.start_child("slots", self._factories.slots()).get()
+        sup.start_child(Address.slot_broker().name, self._factories.slots()).get()
         for pool in cfg.pools:
             sup.start_child(Address.pool(pool.name).name,
                             self._factories.pool(pool, hostnames)).get()
         sup.start_child(Address.ondemand().name, self._factories.ondemand()).get()
-        sup.start_child("tasks", self._factories.tasks(task_interval)).get()
+        sup.start_child(Address.tasks().name, self._factories.tasks(task_interval)).get()
         sup.start_child("housekeeping", self._factories.housekeeper()).get()
         sup.start_child("heartbeat", self._factories.heartbeat()).get()
         sup.start_child("history", self._factories.history()).get()
@@ -259,7 +259,8 @@ class PoolerSystem:
         groups = [
             ["heartbeat"], ["history"], ["commands"], ["housekeeping"], [Address.ondemand().name],
             [n for n in names if Address.is_request(n)],
-            [n for n in names if Address.is_pool(n)], ["tasks"], ["slots"],
+            [n for n in names if Address.is_pool(n)], [Address.tasks().name],
+            [Address.slot_broker().name],
             [n for n in names if Address.is_provider(n)],
         ]
         # The blocking asks and stops below run on the caller's thread, never in a mailbox.
@@ -400,7 +401,7 @@ class PoolerSystem:
 
     def notify_tasks(self) -> bool:
         """Tell the task actor that disk/snapshot tasks were queued."""
-        return tell_here(self.directory, Address("tasks"), TasksQueued())
+        return tell_here(self.directory, Address.tasks(), TasksQueued())
 
     def actor_ref(self, name: str) -> pykka.ActorRef[Any] | None:
         """The live actor named ``pool:<name>``, ``provider:<name>`` or ``tasks``."""

@@ -6,15 +6,13 @@
   ``AbstractConnection.connect``), so servers a scenario does not start itself (the replay's
   private one) are recorded too.
 * :class:`MessageTap`: the messages told or asked of pykka actors (a hook on
-  ``pykka.ActorRef.tell`` and ``ask``), by type name; proxy calls by method name. Messages
-  sent while a driver waits for the actors to go idle (:func:`MessageTap.quiet`) are not
-  counted: how many pings that takes depends on thread timing.
+  ``pykka.ActorRef.tell`` and ``ask``), by type name (a relayed one by what it carries);
+  proxy calls by method name. Not counted: messages sent while a driver waits for the
+  actors to go idle (:func:`MessageTap.quiet`; how many pings that takes is timing).
 * :class:`MetricSink`: a metrics backend keeping ``(kind, name, tags)`` counts.
 * :class:`Normaliser` and :func:`redis_state`: the run-specific parts (VM names, request
   ids, tokens, times, manager ids, lease values) replaced by placeholders.
-
-Everything here uses redis-py, pykka and the metrics duck type only, never the package's
-internals, so the same probe records any build.
+Only redis-py, pykka and the metrics duck type are used, so the probe records any build.
 """
 
 from __future__ import annotations
@@ -325,7 +323,7 @@ class MessageTap:
     @classmethod
     def name(cls, message: Any) -> str:
         kind = type(message).__name__
-        if kind == "Relayed":  # the relay's envelope (builds before it delivered bare)
+        if kind == "Relayed":
             return cls.name(message.message)
         if kind in ("ProxyCall", "ProxyGetAttr", "ProxySetAttr"):
             return f"{kind}:{'.'.join(getattr(message, 'attr_path', ()))}"

@@ -27,7 +27,7 @@ from vmpooler.actors.cluster.request_leases import SoleRequests  # noqa: E402
 from vmpooler.actors.fairness.fair_share import Owner  # noqa: E402
 from vmpooler.actors.metrics.backends import NullMetrics  # noqa: E402
 from vmpooler.actors.ondemand.arrivals import Arrivals  # noqa: E402
-from vmpooler.actors.ondemand.slots import CloneSlots, Want  # noqa: E402
+from vmpooler.actors.ondemand.clone_grants import CloneGrants, Want  # noqa: E402
 from vmpooler.actors.ondemand.waits import estimate  # noqa: E402
 from vmpooler.actors.runtime.clock import FakeClock  # noqa: E402
 from vmpooler.actors.runtime.supervisor import ActorDirectory  # noqa: E402
@@ -40,7 +40,7 @@ from vmpooler.actors.storage.wait_store import PoolTimes  # noqa: E402
 def measure(client: object, queued: int, repeat: int) -> dict[str, float]:
     """Milliseconds per play (median of ``repeat``), without and with arrivals."""
     clock = FakeClock()
-    slots = CloneSlots(store=RequestStore(client), directory=ActorDirectory(),  # type: ignore[arg-type]
+    slots = CloneGrants(store=RequestStore(client), directory=ActorDirectory(),  # type: ignore[arg-type]
                        clone_limit=4, clock=clock, metrics=NullMetrics(), remote=LocalOnly(),
                        leases=SoleRequests(), runs=lambda _r: True)
     rng = random.Random(1)

@@ -27,8 +27,8 @@ from pathlib import Path
 
 from sizing_sim import PoolRun, run_demand, smallest_fixed
 
+from vmpooler.actors.sizing.demand_sizer import DemandSizer, SizingPolicy
 from vmpooler.actors.sizing.forecast import DemandForecast
-from vmpooler.actors.sizing.policy import DemandSizer, SizingPolicy
 from vmpooler.actors.sizing.trace import read_trace
 
 TARGETS = (0.90, 0.95, 0.98, 0.99)

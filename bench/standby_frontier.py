@@ -35,7 +35,7 @@ from pathlib import Path
 from sizing_sim import smallest_fixed
 from tier_sim import TierRun, cheapest_fixed, run_demand, run_fixed
 
-from vmpooler.actors.sizing.policy import DemandSizer, SizingPolicy
+from vmpooler.actors.sizing.demand_sizer import DemandSizer, SizingPolicy
 from vmpooler.actors.sizing.tier_forecast import TierForecast
 from vmpooler.actors.sizing.trace import read_trace
 

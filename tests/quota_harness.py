@@ -12,7 +12,7 @@ import redis
 from tests.api_harness import Api, api, api_config, api_pool
 from vmpooler.actors.config._check import Checker
 from vmpooler.actors.config._quotas import quota_policy
-from vmpooler.actors.fairness.policy import QuotaPolicy
+from vmpooler.actors.fairness.quota_policy import QuotaPolicy
 
 P = "/api/v3"
 ALICE = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"

@@ -12,7 +12,7 @@ import redis
 from tests.test_waits import A, slots
 from vmpooler.actors.fairness.fair_share import Owner
 from vmpooler.actors.ondemand.arrivals import HALF_LIFE, Arrival, Arrivals
-from vmpooler.actors.ondemand.slots import Want
+from vmpooler.actors.ondemand.clone_grants import Want
 from vmpooler.actors.ondemand.waits import FORESEEN_PER_QUEUED, WaitBoard, estimate
 from vmpooler.actors.runtime.clock import FakeClock
 from vmpooler.actors.storage.wait_store import WaitStore

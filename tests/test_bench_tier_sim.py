@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from vmpooler.actors.sizing.policy import DemandSizer, SizingPolicy
+from vmpooler.actors.sizing.demand_sizer import DemandSizer, SizingPolicy
 from vmpooler.actors.sizing.tier_forecast import TierForecast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))

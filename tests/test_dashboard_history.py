@@ -13,7 +13,7 @@ from tests.harness import make_config, started
 from tests.harness import pool as dummy_pool
 from vmpooler.actors.config import load_config
 from vmpooler.actors.runtime.clock import FakeClock
-from vmpooler.actors.service.history import HistoryRecorder, next_delay
+from vmpooler.actors.service.history_recorder import HistoryRecorder, next_delay
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.dlq_store import DeadLetter
 from vmpooler.actors.storage.history_store import RETENTION, HistoryStore, Point, rates

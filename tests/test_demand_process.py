@@ -40,7 +40,7 @@ BURST = 4
 CEILING = 6
 FLOOR = 1
 SLOT = 1800  # the forecast's time-of-week slot (actors/sizing/forecast.SLOT_SECONDS)
-HOLD = 300  # the shortest shrink hold (actors/sizing/policy.HOLD_MIN_SECONDS)
+HOLD = 300  # the shortest shrink hold (actors/sizing/demand_sizer.HOLD_MIN_SECONDS)
 
 
 class ProcessClock:

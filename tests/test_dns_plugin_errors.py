@@ -17,7 +17,7 @@ from vmpooler.actors.messages import (
     ProviderCallFinished,
 )
 from vmpooler.actors.metrics.backends import RecordingMetrics
-from vmpooler.actors.provider.actor import ProviderActor
+from vmpooler.actors.provider.provider_actor import ProviderActor
 from vmpooler.actors.runtime.breaker import CircuitBreaker
 from vmpooler.actors.runtime.clock import FakeClock
 from vmpooler.providers.dns import DnsPlugin

@@ -11,7 +11,7 @@ from tests.harness import log_checkout
 from vmpooler.actors.sizing.trace import Checkout, read_trace
 from vmpooler.actors.storage import schema, timefmt
 from vmpooler.actors.storage.demand_export import DemandLog
-from vmpooler.web.cli.history import write_rows
+from vmpooler.web.cli.history_export import write_rows
 
 T0 = 1_757_000_000.0
 

@@ -155,7 +155,7 @@ def test_the_package_has_no_import_cycle() -> None:
 def test_only_the_composition_root_imports_the_pool_actor() -> None:
     graph = import_graph(package_dirs())
     importers = sorted(name for name, deps in graph.items()
-                       if "vmpooler.actors.pool.actor" in deps
+                       if "vmpooler.actors.pool.pool_actor" in deps
                        and name.startswith("vmpooler.actors."))
     assert importers == ["vmpooler.actors.factories"]
 

@@ -35,7 +35,7 @@ from tests.test_ldap_auth import (
     free_port,
     ldap_conf,
 )
-from vmpooler.actors.fairness.policy import LdapGroups
+from vmpooler.actors.fairness.quota_policy import LdapGroups
 from vmpooler.actors.storage import schema
 from vmpooler.web.auth import ldap_login
 from vmpooler.web.ldap_groups import group_name, under

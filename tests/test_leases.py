@@ -14,7 +14,7 @@ from vmpooler.actors.cluster.leases import LeaseHolder
 from vmpooler.actors.cluster.ownership import Ownership, SoleOwner
 from vmpooler.actors.cluster.request_leases import RequestLeases, SoleRequests
 from vmpooler.actors.metrics.backends import RecordingMetrics
-from vmpooler.actors.pool.context import PoolPolicy, build
+from vmpooler.actors.pool.context import PoolSettings, build
 from vmpooler.actors.runtime.clock import FakeClock
 from vmpooler.actors.runtime.supervisor import ActorDirectory
 from vmpooler.actors.storage import schema
@@ -90,7 +90,7 @@ def test_a_pool_context_without_leases_is_its_sole_owner(redis_client: redis.Red
 
     ref = _Nobody.start()
     try:
-        policy = PoolPolicy.of(config.pools[0], config.settings, data_ttl_hours=1)
+        policy = PoolSettings.of(config.pools[0], config.settings, data_ttl_hours=1)
         io = build(policy=policy, store=Store(redis_client),
                    requests=RequestStore(redis_client), directory=ActorDirectory(),
                    clock=clock, scheduler=clock, metrics=RecordingMetrics(), self_ref=ref).io

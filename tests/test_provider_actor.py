@@ -31,7 +31,7 @@ from vmpooler.actors.messages import (
     ProviderOp,
 )
 from vmpooler.actors.metrics.backends import RecordingMetrics
-from vmpooler.actors.provider.actor import ProviderActor
+from vmpooler.actors.provider.provider_actor import ProviderActor
 from vmpooler.actors.runtime.breaker import BreakerState, CircuitBreaker
 from vmpooler.actors.runtime.clock import FakeClock
 from vmpooler.providers.base import Provider, ProviderContext, VmInfo

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 
 import pytest
 
+from vmpooler.actors.sizing.demand_sizer import DemandSizer, SizingPolicy
 from vmpooler.actors.sizing.forecast import Forecast
-from vmpooler.actors.sizing.policy import DemandSizer, SizingPolicy
 from vmpooler.actors.sizing.schedule import parse_schedule
 
 MONDAY = datetime(2024, 1, 1, tzinfo=UTC).timestamp()

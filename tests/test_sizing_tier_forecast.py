@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from vmpooler.actors.sizing.policy import DemandSizer, SizingPolicy
+from vmpooler.actors.sizing.demand_sizer import DemandSizer, SizingPolicy
 from vmpooler.actors.sizing.tier_forecast import TierForecast
 
 DAY = 86400.0

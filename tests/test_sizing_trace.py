@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from vmpooler.actors.sizing.policy import DemandSizer, SizingPolicy
+from vmpooler.actors.sizing.demand_sizer import DemandSizer, SizingPolicy
 from vmpooler.actors.sizing.trace import (
     Checkout,
     TraceError,

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from vmpooler.actors.fairness.names import normal_user_name
-from vmpooler.actors.fairness.policy import QuotaPolicy, Requester
+from vmpooler.actors.fairness.quota_policy import QuotaPolicy, Requester
 from vmpooler.web.ldap_identity import LdapEntry, entry_user
 
 

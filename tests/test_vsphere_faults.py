@@ -34,7 +34,7 @@ from tests.test_provider_actor import Collector
 from tests.vsphere_run import in_sync, log_lines, orphans, running, write_config
 from vmpooler.actors.messages import CallProvider, CloneVm, ProviderCallFinished
 from vmpooler.actors.metrics.backends import RecordingMetrics
-from vmpooler.actors.provider.actor import ProviderActor
+from vmpooler.actors.provider.provider_actor import ProviderActor
 from vmpooler.actors.runtime.breaker import BreakerState, CircuitBreaker
 from vmpooler.actors.runtime.clock import FakeClock
 from vmpooler.actors.storage import schema

@@ -17,7 +17,7 @@ from vmpooler.actors.cluster.remote import LocalOnly
 from vmpooler.actors.fairness.fair_queue import FairQueue
 from vmpooler.actors.messages import RequestCloneAnswered
 from vmpooler.actors.metrics.backends import NullMetrics
-from vmpooler.actors.ondemand.slots import CloneSlots, Grant, Want
+from vmpooler.actors.ondemand.clone_grants import CloneGrants, Grant, Want
 from vmpooler.actors.ondemand.waits import WaitBoard, estimate
 from vmpooler.actors.pool.wait_times import PoolWaitTimes
 from vmpooler.actors.runtime.clock import FakeClock
@@ -52,9 +52,9 @@ def test_ahead_of_counts_what_is_handed_out_before_a_keys_next() -> None:
     assert [q.ahead_of(k) for k in ("r2", "r3", "r1")] == [0, 1, 2]
 
 
-def slots(client: redis.Redis, clock: FakeClock, limit: int) -> CloneSlots:
+def slots(client: redis.Redis, clock: FakeClock, limit: int) -> CloneGrants:
     """Clone slots whose grants go nowhere (no pool actor: every grant is left queued)."""
-    return CloneSlots(store=RequestStore(client), directory=ActorDirectory(), clone_limit=limit,
+    return CloneGrants(store=RequestStore(client), directory=ActorDirectory(), clone_limit=limit,
                       clock=clock, metrics=NullMetrics(), remote=LocalOnly())
 
 

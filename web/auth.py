@@ -54,7 +54,7 @@ from ldap3.utils.conv import escape_filter_chars
 from ldap3.utils.dn import escape_rdn
 
 from vmpooler.actors.fairness.names import normal_user_name
-from vmpooler.actors.fairness.policy import LdapGroups
+from vmpooler.actors.fairness.quota_policy import LdapGroups
 from vmpooler.web.api_context import ApiContext
 from vmpooler.web.api_errors import unauthorized
 from vmpooler.web.ldap_groups import read_groups

@@ -19,7 +19,7 @@ import functools
 import falcon
 
 from vmpooler.actors.fairness.names import normal_user_name
-from vmpooler.actors.fairness.policy import ANONYMOUS, Requester
+from vmpooler.actors.fairness.quota_policy import ANONYMOUS, Requester
 from vmpooler.actors.storage.token_store import TokenStore
 from vmpooler.web.api_context import ApiContext
 from vmpooler.web.clientaddr import TrustedProxies

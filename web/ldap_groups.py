@@ -1,7 +1,7 @@
 """A user's groups read from LDAP when a token is made (``:quotas: ldap_groups``, ours;
 docs/fairness.md "Who is asking").
 
-Two ways, as configured (:class:`~vmpooler.actors.fairness.policy.LdapGroups`):
+Two ways, as configured (:class:`~vmpooler.actors.fairness.quota_policy.LdapGroups`):
 
 * ``attribute`` (``memberOf``): the values of that attribute of the user's own entry, each
   the DN of a group; with ``base``, only the DNs of entries under ``base`` (compared RDN by
@@ -30,7 +30,7 @@ import ldap3
 from ldap3.utils.conv import escape_filter_chars
 from ldap3.utils.dn import parse_dn
 
-from vmpooler.actors.fairness.policy import LdapGroups
+from vmpooler.actors.fairness.quota_policy import LdapGroups
 
 __all__ = ["group_name", "read_groups", "under"]
 

@@ -30,8 +30,8 @@ What callers may rely on: the functions are pure but for :func:`refuse` and
 from __future__ import annotations
 
 from vmpooler.actors.fairness import quota
-from vmpooler.actors.fairness.policy import ANONYMOUS, Requester
 from vmpooler.actors.fairness.quota import QuotaRefusal, QuotaTicket
+from vmpooler.actors.fairness.quota_policy import ANONYMOUS, Requester
 from vmpooler.web.api_context import ApiContext
 from vmpooler.web.api_errors import ApiError
 

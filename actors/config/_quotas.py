@@ -1,5 +1,5 @@
 """Validation of the ``:quotas:`` section (ours; docs/fairness.md) into a
-:class:`~vmpooler.actors.fairness.policy.QuotaPolicy`.
+:class:`~vmpooler.actors.fairness.quota_policy.QuotaPolicy`.
 
 ::
 
@@ -34,7 +34,7 @@ from typing import Any
 from vmpooler.actors.config._check import Checker
 from vmpooler.actors.config._values import show
 from vmpooler.actors.fairness.names import normal_user_name
-from vmpooler.actors.fairness.policy import (
+from vmpooler.actors.fairness.quota_policy import (
     LIMIT_NAMES,
     GroupQuota,
     LdapGroups,

@@ -32,7 +32,7 @@ from vmpooler.actors.config.model_settings import (
     GlobalSettings,
     RedisSettings,
 )
-from vmpooler.actors.fairness.policy import QuotaPolicy
+from vmpooler.actors.fairness.quota_policy import QuotaPolicy
 
 __all__ = [
     "DEFAULT_HEALTH_THRESHOLDS",

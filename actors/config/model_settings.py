@@ -206,7 +206,7 @@ class GlobalSettings:
     # lasts unless renewed; None is three heartbeat intervals (actors/cluster/ownership.py).
     manager_lease_ttl: float | None = setting(None, "number?", positive=True)
     # The dashboard's recorded history (ours): seconds between two points of each pool's
-    # counts (actors/service/history.py).
+    # counts (actors/service/history_recorder.py).
     history_interval: float = setting(60.0, "number", env="VMPOOLER_HISTORY_INTERVAL",
                                       positive=True)
     # The mass-failure brake (ours, after Cluster API's maxUnhealthy): when more than this

@@ -3,7 +3,7 @@ goes through, whether it comes from the API (``POST /ondemandvm``, ``POST
 /ondemandvm/<a+b>``) or from a service embedding the pooler
 (:meth:`PoolerSystem.request_ondemand <vmpooler.actors.system.PoolerSystem.request_ondemand>`).
 
-Who asks is an :class:`Applicant`: the :class:`~vmpooler.actors.fairness.policy.Requester`
+Who asks is an :class:`Applicant`: the :class:`~vmpooler.actors.fairness.quota_policy.Requester`
 whose limits apply, the origin written with the request (its user, priority and share, which
 the on-demand manager's fair-share queue reads), the token and token user written with it,
 and the name ``max_ondemand_requests_per_user`` counts it under. :meth:`Intake.create`
@@ -37,7 +37,6 @@ import redis
 
 from vmpooler.actors.config import Config
 from vmpooler.actors.fairness.names import normal_user_name
-from vmpooler.actors.fairness.policy import PRIORITIES, QuotaPolicy, Requester
 from vmpooler.actors.fairness.quota import (
     CreateOutcome,
     CreateVerdict,
@@ -47,6 +46,7 @@ from vmpooler.actors.fairness.quota import (
     refusal_message,
     ticket_for,
 )
+from vmpooler.actors.fairness.quota_policy import PRIORITIES, QuotaPolicy, Requester
 from vmpooler.actors.storage.request_quota import RequestQuota
 from vmpooler.actors.storage.request_store import Entry, RequestOrigin, RequestStore
 from vmpooler.actors.storage.user_quota import UserQuotaStore

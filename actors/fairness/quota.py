@@ -10,7 +10,7 @@ count them in Redis (:mod:`vmpooler.actors.storage.user_quota`,
 
 Rules, as :func:`ticket_for` applies them: without any ``:quotas:`` limit there is no ticket
 (nothing is counted against ``:quotas:``); otherwise the requester's limits are
-:meth:`QuotaPolicy.limits_for <vmpooler.actors.fairness.policy.QuotaPolicy.limits_for>`,
+:meth:`QuotaPolicy.limits_for <vmpooler.actors.fairness.quota_policy.QuotaPolicy.limits_for>`,
 and ``max_ondemand_requests_per_user`` is the default of ``ondemand_in_flight`` for a
 counted, authenticated requester whom no ``:quotas:`` entry (its own, a group's,
 ``default``) gives that limit.
@@ -25,7 +25,7 @@ import dataclasses
 from dataclasses import dataclass, fields
 from enum import Enum
 
-from vmpooler.actors.fairness.policy import LIMIT_NAMES, Limits, QuotaPolicy, Requester
+from vmpooler.actors.fairness.quota_policy import LIMIT_NAMES, Limits, QuotaPolicy, Requester
 
 __all__ = ["PER_USER_REQUESTS", "CreateOutcome", "CreateVerdict", "QuotaRefusal",
            "QuotaTicket", "lifetime_cap", "lifetime_refusal", "limits_text", "parse_limits",

@@ -40,6 +40,8 @@ _POOL = "pool:"
 _PROVIDER = "provider:"
 _REQUEST = request_actor_name("")
 _ONDEMAND = "ondemand"
+_TASKS = "tasks"
+_SLOT_BROKER = "slots"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +80,17 @@ class Address:
     def provider(cls, provider: str) -> Address:
         """The actor calling ``provider`` (each manager runs its own)."""
         return cls(f"{_PROVIDER}{provider}")
+
+    @classmethod
+    def tasks(cls) -> Address:
+        """The actor running the queued disk and snapshot tasks (each manager runs one)."""
+        return cls(_TASKS)
+
+    @classmethod
+    def slot_broker(cls) -> Address:
+        """The actor handing freed clone slots (``task_limit``) to the pools waiting for one
+        (each manager runs one)."""
+        return cls(_SLOT_BROKER)
 
     @staticmethod
     def is_pool(name: str) -> bool:

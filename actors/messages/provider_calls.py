@@ -45,9 +45,9 @@ __all__ = [
 
 
 class ProviderOp(enum.Enum):
-    """The provider calls a :class:`~vmpooler.actors.provider.actor.ProviderActor` runs: the
-    ``op`` of each :data:`ProviderRequest` type, which carries the call's arguments by name
-    and says what its result is."""
+    """The provider calls a :class:`~vmpooler.actors.provider.provider_actor.ProviderActor`
+    runs: the ``op`` of each :data:`ProviderRequest` type, which carries the call's arguments
+    by name and says what its result is."""
 
     LIST_VMS = "list_vms"  # ListVms
     CLONE = "clone"  # CloneVm

@@ -5,7 +5,7 @@ With several managers on one Redis, clone slots are granted by one of them, the 
 every manager's requests, not only among those one manager runs. Each on-demand manager:
 
 * stamps its request actors' :class:`WantRequestVms` with the request's lease (its fence)
-  and queues them in its own :class:`CloneSlots` when it is the granter, else passes them
+  and queues them in its own :class:`CloneGrants` when it is the granter, else passes them
   on to the granter through the relay; a request that finishes, crashes or is lost here is
   withdrawn the same way (:class:`WithdrawRequest`);
 * looks at the granter's lease every third of the TTL (and at each sweep): when the holding
@@ -34,7 +34,7 @@ from vmpooler.actors.cluster.router import Router
 from vmpooler.actors.fairness.fair_share import Owner
 from vmpooler.actors.messages import ResendWants, WantRequestVms, WithdrawRequest
 from vmpooler.actors.messages.address import Address
-from vmpooler.actors.ondemand.slots import CloneSlots
+from vmpooler.actors.ondemand.clone_grants import CloneGrants
 from vmpooler.actors.ondemand.tracking import Tracker
 from vmpooler.actors.storage.redis_errors import redis_failure
 
@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 class Granting:
     """Where this manager's requests' wants go, and whether it grants them all."""
 
-    def __init__(self, *, role: GrantRole, slots: CloneSlots, remote: Remote,
+    def __init__(self, *, role: GrantRole, slots: CloneGrants, remote: Remote,
                  leases: RequestOwnership, tracked: Tracker) -> None:
         self.role = role
         self.slots = slots

@@ -31,7 +31,7 @@ clone slots among them.
   waiting for a predecessor's actors to stop, backing off after a crash), its actor, the
   predecessor's actors being stopped. Its actor's recent crashes are in the manager's
   :class:`~vmpooler.actors.runtime.restart_policy.Restarts`, the Supervisor's bookkeeping.
-* **Fair clone slots** (:class:`.slots.CloneSlots`, :class:`.granting.Granting`). One
+* **Fair clone slots** (:class:`.slots.CloneGrants`, :class:`.granting.Granting`). One
   manager, the granter (a lease's holder; a manager alone always), queues every manager's
   requests' wants (docs/fairness.md) and grants while ``tasks__ondemandclone`` plus grants
   not yet answered stays under ``ondemand_clone_limit`` (:class:`CloneForRequest`, with
@@ -74,8 +74,8 @@ from vmpooler.actors.messages import (
 )
 from vmpooler.actors.messages.address import Address
 from vmpooler.actors.metrics.backends import Metrics
+from vmpooler.actors.ondemand.clone_grants import CloneGrants
 from vmpooler.actors.ondemand.granting import Granting
-from vmpooler.actors.ondemand.slots import CloneSlots
 from vmpooler.actors.ondemand.tracking import Standing, Tracker
 from vmpooler.actors.ondemand.waits import WaitBoard
 from vmpooler.actors.runtime.clock import Clock, Scheduler, Timer
@@ -140,7 +140,7 @@ class OnDemandManager(SupervisedActor):
                                  lines=CrashLines("request '%s'", "failing it", "%.0f"),
                                  on_given_up=self._given_up, actor_tag="request")
         role = granter if granter is not None else SoleGranter(self.remote.member)
-        self.slots = CloneSlots(store=store, directory=directory, clone_limit=clone_limit,
+        self.slots = CloneGrants(store=store, directory=directory, clone_limit=clone_limit,
                                 clock=clock, metrics=metrics, remote=self.remote,
                                 granting=lambda: role.granting)
         self.granting = Granting(role=role, slots=self.slots, remote=self.remote,

@@ -34,7 +34,7 @@ import redis
 
 from vmpooler.actors.fairness.fair_share import Owner
 from vmpooler.actors.ondemand.arrivals import Arrival, Arrivals
-from vmpooler.actors.ondemand.slots import CloneSlots, Want
+from vmpooler.actors.ondemand.clone_grants import CloneGrants, Want
 from vmpooler.actors.runtime.clock import Clock
 from vmpooler.actors.storage.wait_store import DEFAULT_TIME, PoolTimes, Wait, WaitStore
 
@@ -63,7 +63,7 @@ _DEFAULT = PoolTimes(DEFAULT_TIME, DEFAULT_TIME)
 _FORESEEN = "\0foreseen:"  # the key prefix of expected requests (no request id has a NUL)
 
 
-def estimate(slots: CloneSlots, running: Iterable[str], times: Mapping[str, PoolTimes],
+def estimate(slots: CloneGrants, running: Iterable[str], times: Mapping[str, PoolTimes],
              in_use: int, *, now: float,
              arrivals: Iterable[Arrival] | None = None) -> dict[str, tuple[int, float]]:
     """``request -> (position, ready at)`` (monotonic seconds, like ``now``) for the
@@ -133,7 +133,7 @@ def estimate(slots: CloneSlots, running: Iterable[str], times: Mapping[str, Pool
 class WaitBoard:
     """The waits of the requests one on-demand manager runs. Not thread-safe."""
 
-    def __init__(self, *, slots: CloneSlots, store: WaitStore, clock: Clock) -> None:
+    def __init__(self, *, slots: CloneGrants, store: WaitStore, clock: Clock) -> None:
         self.slots = slots
         self.store = store
         self.clock = clock

@@ -24,7 +24,7 @@ import redis
 
 from vmpooler.actors.messages import CheckReady
 from vmpooler.actors.pool.calls import ProviderCalls
-from vmpooler.actors.pool.context import PoolIO, PoolPolicy
+from vmpooler.actors.pool.context import PoolIO, PoolSettings
 from vmpooler.actors.pool.vm_cache import VmCache
 from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.brake_store import BrakeStore
@@ -77,7 +77,7 @@ class Brake:
     Redis (mirrored in ``self.vms.held``), so a restarted actor that finds held VMs starts
     engaged and releases them one window later."""
 
-    def __init__(self, policy: PoolPolicy, io: PoolIO, *, calls: ProviderCalls, vms: VmCache,
+    def __init__(self, policy: PoolSettings, io: PoolIO, *, calls: ProviderCalls, vms: VmCache,
                  store: BrakeStore | None = None) -> None:
         self.policy, self.io, self.calls, self.vms = policy, io, calls, vms
         self.store = store or BrakeStore(self.io.store.client, fence=self.io.store.fence)

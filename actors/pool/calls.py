@@ -16,6 +16,7 @@ from typing import Any
 import pykka
 
 from vmpooler.actors.messages import CallProvider, ProviderFailure, ProviderOp, ProviderRequest
+from vmpooler.actors.messages.address import Address
 from vmpooler.actors.runtime.clock import Clock
 from vmpooler.actors.runtime.supervisor import ActorDirectory
 
@@ -58,7 +59,7 @@ class ProviderCalls:
 
     def provider(self) -> pykka.ActorRef[Any] | None:
         """The pool's provider actor, looked up now (None while it is not running)."""
-        return self.directory.get(f"provider:{self.provider_name}")
+        return self.directory.get(Address.provider(self.provider_name).name)
 
     def call(self, request: ProviderRequest, vm: str | None) -> CallProvider:
         """A new call message answered to the pool actor (each with its own ``call_id``);

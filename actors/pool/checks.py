@@ -11,7 +11,7 @@ from collections.abc import Set
 from vmpooler.actors.messages import CheckReady, CheckRunning
 from vmpooler.actors.pool.brake import Brake
 from vmpooler.actors.pool.calls import ProviderCalls
-from vmpooler.actors.pool.context import PoolIO, PoolPolicy
+from vmpooler.actors.pool.context import PoolIO, PoolSettings
 from vmpooler.actors.pool.dead_letters import DeadLetters
 from vmpooler.actors.pool.request_vms import OnDemandVms
 from vmpooler.actors.pool.vm_cache import VmCache
@@ -28,7 +28,7 @@ _MISMATCH_GRACE = 60.0  # seconds a VM must be ready before its hostname is chec
 class PoolChecks:
     """Checks of running, ready and vanished pending VMs."""
 
-    def __init__(self, policy: PoolPolicy, io: PoolIO, *, calls: ProviderCalls, vms: VmCache,
+    def __init__(self, policy: PoolSettings, io: PoolIO, *, calls: ProviderCalls, vms: VmCache,
                  ondemand: OnDemandVms, dead_letters: DeadLetters, brake: Brake) -> None:
         self.policy, self.io, self.calls, self.vms = policy, io, calls, vms
         self.ondemand = ondemand

@@ -21,9 +21,10 @@ from vmpooler.actors.messages import (
     ProviderCallFinished,
     WantCloneSlot,
 )
+from vmpooler.actors.messages.address import Address
 from vmpooler.actors.pool.calls import ProviderCalls, log_failure
 from vmpooler.actors.pool.config_error import ConfigError
-from vmpooler.actors.pool.context import PoolIO, PoolPolicy
+from vmpooler.actors.pool.context import PoolIO, PoolSettings
 from vmpooler.actors.pool.dead_letters import DeadLetters
 from vmpooler.actors.pool.hostnames import HostnameGenerator
 from vmpooler.actors.pool.request_vms import OnDemandVms
@@ -42,7 +43,7 @@ log = logging.getLogger(__name__)
 class Clones:
     """Clone starts and clone answers of one pool."""
 
-    def __init__(self, policy: PoolPolicy, io: PoolIO, *, calls: ProviderCalls, vms: VmCache,
+    def __init__(self, policy: PoolSettings, io: PoolIO, *, calls: ProviderCalls, vms: VmCache,
                  hostnames: HostnameGenerator, upkeep: PoolUpkeep, ondemand: OnDemandVms,
                  dead_letters: DeadLetters, standby: StandbyForRequests) -> None:
         self.policy, self.io, self.calls, self.vms = policy, io, calls, vms
@@ -113,14 +114,14 @@ class Clones:
             else:
                 self.slot_wait_since = None  # no clone is waiting for a slot any more
         if freed > started and not self.waiting_for_slot:
-            broker = self.io.directory.get("slots")
+            broker = self.io.directory.get(Address.slot_broker().name)
             if broker is not None:
                 broker.tell(CloneSlotFreed(freed - started))
 
     def _want_slot(self) -> None:
         if not self.waiting_for_slot:
             self.waiting_for_slot = True
-            broker = self.io.directory.get("slots")
+            broker = self.io.directory.get(Address.slot_broker().name)
             if broker is not None:
                 broker.tell(WantCloneSlot(self.policy.name))
 

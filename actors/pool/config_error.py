@@ -35,7 +35,7 @@ from collections.abc import KeysView
 from dataclasses import dataclass
 
 from vmpooler.actors.messages import ProviderFailure, RunPoolCycle
-from vmpooler.actors.pool.context import PoolIO, PoolPolicy
+from vmpooler.actors.pool.context import PoolIO, PoolSettings
 from vmpooler.actors.runtime.clock import Timer
 from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.config_error_store import ConfigErrorStore
@@ -64,7 +64,7 @@ class ConfigError:
     (None when none is), ``trial_at`` the monotonic time from which the next may start.
     """
 
-    def __init__(self, policy: PoolPolicy, io: PoolIO, *, busy: KeysView[str],
+    def __init__(self, policy: PoolSettings, io: PoolIO, *, busy: KeysView[str],
                  store: ConfigErrorStore | None = None) -> None:
         self.policy, self.io = policy, io
         self.busy = busy  # the VMs with a provider call in flight (a live view)

@@ -1,6 +1,6 @@
 """What the parts of one pool actor are given, in three kinds.
 
-* :class:`PoolPolicy` — frozen values: the pool's configuration and the settings in effect
+* :class:`PoolSettings` — frozen values: the pool's configuration and the settings in effect
   for it (back-off, timeouts, lifetime, size limit). Safe to share, never changes.
 * :class:`PoolIO` — the services it talks to: its stores (fenced by its lease when it has
   one), the clock and scheduler, metrics, the actor directory, its own ref and its lease.
@@ -27,7 +27,7 @@ from vmpooler.actors.cluster.ownership import OwnershipSettings, PoolOwnership, 
 from vmpooler.actors.config import GlobalSettings, PoolConfig
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.pool.calls import ProviderCalls
-from vmpooler.actors.pool.policy import Backoff, LifetimePolicy
+from vmpooler.actors.pool.lifecycle_rules import Backoff, LifetimePolicy
 from vmpooler.actors.pool.vm_cache import VmCache
 from vmpooler.actors.runtime.clock import Clock, Scheduler
 from vmpooler.actors.runtime.supervisor import ActorDirectory
@@ -36,7 +36,7 @@ from vmpooler.actors.storage.request_store import RequestStore
 from vmpooler.actors.storage.store import Store
 from vmpooler.actors.storage.upkeep_store import UpkeepStore
 
-__all__ = ["LOST_REASONS", "PoolIO", "PoolParts", "PoolPolicy", "build"]
+__all__ = ["LOST_REASONS", "PoolIO", "PoolParts", "PoolSettings", "build"]
 
 LOST_REASONS = frozenset({
     "ready_ttl", "check_failed", "pending_timeout", "clone_failed", "purged", "drained",
@@ -46,7 +46,7 @@ LOST_REASONS = frozenset({
 
 
 @dataclass(frozen=True, slots=True)
-class PoolPolicy:
+class PoolSettings:
     """The pool's configuration and the settings in effect for it; pool settings fall back
     to the global ones (:meth:`of`)."""
 
@@ -63,7 +63,7 @@ class PoolPolicy:
 
     @classmethod
     def of(cls, pool: PoolConfig, settings: GlobalSettings, *, data_ttl_hours: int,
-           max_size: int | None = None) -> PoolPolicy:
+           max_size: int | None = None) -> PoolSettings:
         """The policy of ``pool``. A provider answer older than ``2 x provider_call_timeout
         + 60`` s is presumed lost (its provider actor crashed): a call may wait
         ``provider_call_timeout`` in the provider's own queue (vCenter's) and then run as
@@ -129,14 +129,14 @@ class PoolIO:
 class PoolParts:
     """What :func:`build` makes: the policy, the I/O and the two mutable tables."""
 
-    policy: PoolPolicy
+    policy: PoolSettings
     io: PoolIO
     calls: ProviderCalls
     vms: VmCache
 
 
 def build(
-    *, policy: PoolPolicy, store: Store, requests: RequestStore, directory: ActorDirectory,
+    *, policy: PoolSettings, store: Store, requests: RequestStore, directory: ActorDirectory,
     clock: Clock, scheduler: Scheduler, metrics: Metrics, self_ref: pykka.ActorRef[Any],
     ownership: OwnershipSettings | None = None,
 ) -> PoolParts:

@@ -42,7 +42,7 @@ from vmpooler.actors.messages import (
 from vmpooler.actors.pool.calls import ProviderCalls
 from vmpooler.actors.pool.checks import PoolChecks
 from vmpooler.actors.pool.clones import Clones
-from vmpooler.actors.pool.context import PoolIO, PoolPolicy
+from vmpooler.actors.pool.context import PoolIO, PoolSettings
 from vmpooler.actors.pool.failover_watch import Failover
 from vmpooler.actors.pool.migrations import Migrations
 from vmpooler.actors.pool.request_vms import OnDemandVms
@@ -83,7 +83,7 @@ TRANSITIONS: dict[Listing, frozenset[Listing]] = {
 class PoolCycle:
     """Runs one pool's cycles and keeps its timer armed."""
 
-    def __init__(self, policy: PoolPolicy, io: PoolIO, *, calls: ProviderCalls, vms: VmCache,
+    def __init__(self, policy: PoolSettings, io: PoolIO, *, calls: ProviderCalls, vms: VmCache,
                  checks: PoolChecks, upkeep: PoolUpkeep, clones: Clones, ondemand: OnDemandVms,
                  migrations: Migrations, failover: Failover, standby: Standby) -> None:
         self.policy, self.io, self.calls, self.vms = policy, io, calls, vms

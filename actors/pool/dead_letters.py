@@ -12,7 +12,7 @@ import logging
 
 import redis
 
-from vmpooler.actors.pool.context import PoolIO, PoolPolicy
+from vmpooler.actors.pool.context import PoolIO, PoolSettings
 from vmpooler.actors.pool.request_vms import OnDemandVms
 from vmpooler.actors.storage.dlq_store import DeadLetter
 
@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 class DeadLetters:
     """Writes one pool's dead letters (only with ``dlq_enabled``)."""
 
-    def __init__(self, policy: PoolPolicy, io: PoolIO, ondemand: OnDemandVms) -> None:
+    def __init__(self, policy: PoolSettings, io: PoolIO, ondemand: OnDemandVms) -> None:
         self.policy, self.io = policy, io
         self.ondemand = ondemand
 

@@ -29,7 +29,7 @@ from vmpooler.actors.placement.failover import Health, HealthTracker, Member, St
 from vmpooler.actors.placement.health import read_published
 from vmpooler.actors.placement.weights import target_weight
 from vmpooler.actors.pool.clones import Clones
-from vmpooler.actors.pool.context import PoolIO, PoolPolicy
+from vmpooler.actors.pool.context import PoolIO, PoolSettings
 from vmpooler.actors.pool.upkeep import PoolUpkeep
 from vmpooler.actors.storage.failover_store import FailoverState, FailoverStore
 
@@ -71,7 +71,7 @@ def failover_group(config: Config, pool: str) -> FailoverGroup | None:
 class Failover:
     """One pool's part in alias failover (inert without a group)."""
 
-    def __init__(self, policy: PoolPolicy, io: PoolIO, *, upkeep: PoolUpkeep, clones: Clones,
+    def __init__(self, policy: PoolSettings, io: PoolIO, *, upkeep: PoolUpkeep, clones: Clones,
                  group: FailoverGroup | None) -> None:
         self.policy, self.io = policy, io
         self.upkeep = upkeep

@@ -13,7 +13,7 @@ import logging
 
 from vmpooler.actors.messages import MigrateVm, ProviderCallFinished
 from vmpooler.actors.pool.calls import ProviderCalls
-from vmpooler.actors.pool.context import PoolIO, PoolPolicy
+from vmpooler.actors.pool.context import PoolIO, PoolSettings
 from vmpooler.actors.storage import timefmt
 from vmpooler.providers.base import MigrationResult
 
@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 class Migrations:
     """``MIGRATE`` calls of one pool and their answers."""
 
-    def __init__(self, policy: PoolPolicy, io: PoolIO, *, calls: ProviderCalls) -> None:
+    def __init__(self, policy: PoolSettings, io: PoolIO, *, calls: ProviderCalls) -> None:
         self.policy, self.io, self.calls = policy, io, calls
         self.asked: dict[str, str] = {}  # vm -> why: "moving", "limit" or "off"
 

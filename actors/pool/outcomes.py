@@ -22,9 +22,9 @@ from vmpooler.actors.messages import (
 )
 from vmpooler.actors.pool.brake import Brake
 from vmpooler.actors.pool.calls import ProviderCalls, log_failure
-from vmpooler.actors.pool.context import PoolIO, PoolPolicy
+from vmpooler.actors.pool.context import PoolIO, PoolSettings
 from vmpooler.actors.pool.dead_letters import DeadLetters
-from vmpooler.actors.pool.policy import PendingVerdict, hostname_mismatch, pending_verdict
+from vmpooler.actors.pool.lifecycle_rules import PendingVerdict, hostname_mismatch, pending_verdict
 from vmpooler.actors.pool.request_vms import OnDemandVms
 from vmpooler.actors.pool.standby import Standby
 from vmpooler.actors.pool.vm_cache import VmCache
@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 class Outcomes:
     """Handlers for :class:`ProviderCallFinished`, by operation."""
 
-    def __init__(self, policy: PoolPolicy, io: PoolIO, *, calls: ProviderCalls, vms: VmCache,
+    def __init__(self, policy: PoolSettings, io: PoolIO, *, calls: ProviderCalls, vms: VmCache,
                  ondemand: OnDemandVms, dead_letters: DeadLetters, brake: Brake,
                  size: Callable[[], int], standby: Standby) -> None:
         self.policy, self.io, self.calls, self.vms = policy, io, calls, vms

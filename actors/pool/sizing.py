@@ -2,7 +2,7 @@
 
 :class:`PoolSizing` feeds the pool's checkout log (written by the API's checkout script in
 Redis, so it survives restarts and is shared by every manager: the pool's owner reads it)
-and its recent clone times into a :class:`~vmpooler.actors.sizing.policy.DemandSizer`, and
+and its recent clone times into a :class:`~vmpooler.actors.sizing.demand_sizer.DemandSizer`, and
 publishes the target and why for ``/status`` (``vmpooler__sizing__<pool>``), with the
 metrics ``sizing.target``, ``sizing.warm_hit`` and ``sizing.idle`` and a log line when the
 target moves by more than :data:`LOGGED_STEP` VMs or changes reason.
@@ -20,9 +20,9 @@ import statistics
 from collections import deque
 
 from vmpooler.actors.config.model import DemandSizing
-from vmpooler.actors.pool.context import PoolIO, PoolPolicy
+from vmpooler.actors.pool.context import PoolIO, PoolSettings
+from vmpooler.actors.sizing.demand_sizer import DemandSizer, SizingPolicy, Target
 from vmpooler.actors.sizing.forecast import DemandForecast
-from vmpooler.actors.sizing.policy import DemandSizer, SizingPolicy, Target
 from vmpooler.actors.sizing.tier_forecast import TierForecast
 from vmpooler.actors.storage.demand_store import DemandStore, Logged
 
@@ -56,7 +56,7 @@ REPUBLISH_AFTER = 30.0
 class PoolSizing:
     """The demand-sized size of one pool."""
 
-    def __init__(self, policy: PoolPolicy, io: PoolIO, demand: DemandSizing, *,
+    def __init__(self, policy: PoolSettings, io: PoolIO, demand: DemandSizing, *,
                  standby_cost: float | None = None) -> None:
         """``standby_cost``: the pool's standby tier is sized too (``standby: auto`` on a
         provider that can put VMs on standby), a standby VM-hour costing this much of a

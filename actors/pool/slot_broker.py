@@ -32,7 +32,7 @@ class SlotBroker(SupervisedActor):
 
     def __init__(self, *, directory: ActorDirectory,
                  supervisor: pykka.ActorRef[Any] | None = None) -> None:
-        super().__init__(name="slots", supervisor=supervisor)
+        super().__init__(name=Address.slot_broker().name, supervisor=supervisor)
         self.directory = directory
         self.waiting: OrderedDict[str, None] = OrderedDict()
 

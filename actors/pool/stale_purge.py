@@ -26,7 +26,7 @@ import logging
 import pykka
 
 from vmpooler.actors.messages import PoolPurged, PurgeStaleVms
-from vmpooler.actors.pool.context import PoolIO, PoolPolicy
+from vmpooler.actors.pool.context import PoolIO, PoolSettings
 from vmpooler.actors.pool.dead_letters import DeadLetters
 from vmpooler.actors.pool.request_vms import OnDemandVms
 from vmpooler.actors.pool.vm_cache import VmCache
@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 class StalePurge:
     """One pool's answer to :class:`PurgeStaleVms`."""
 
-    def __init__(self, policy: PoolPolicy, io: PoolIO, *, vms: VmCache, ondemand: OnDemandVms,
+    def __init__(self, policy: PoolSettings, io: PoolIO, *, vms: VmCache, ondemand: OnDemandVms,
                  dead_letters: DeadLetters) -> None:
         self.policy, self.io, self.vms = policy, io, vms
         self.ondemand = ondemand

@@ -32,7 +32,7 @@ from collections.abc import Callable
 
 from vmpooler.actors.messages import CheckPending, ProviderCallFinished, ResumeVm, SuspendVm
 from vmpooler.actors.pool.calls import ProviderCalls
-from vmpooler.actors.pool.context import PoolIO, PoolPolicy
+from vmpooler.actors.pool.context import PoolIO, PoolSettings
 from vmpooler.actors.pool.dead_letters import DeadLetters
 from vmpooler.actors.pool.vm_cache import VmCache
 from vmpooler.actors.storage.standby_store import StandbyStore, StandbyVm
@@ -54,7 +54,7 @@ class Standby:
     """The standby tier of one pool (disabled without ``standby`` or when the provider
     cannot put VMs on standby in the configured state: then every method does nothing)."""
 
-    def __init__(self, policy: PoolPolicy, io: PoolIO, *, calls: ProviderCalls, vms: VmCache,
+    def __init__(self, policy: PoolSettings, io: PoolIO, *, calls: ProviderCalls, vms: VmCache,
                  dead_letters: DeadLetters, modes: frozenset[Capability],
                  store: StandbyStore | None = None) -> None:
         self.policy, self.io, self.calls, self.vms = policy, io, calls, vms

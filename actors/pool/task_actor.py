@@ -25,6 +25,7 @@ from vmpooler.actors.messages import (
     RunPoolCycle,
     TasksQueued,
 )
+from vmpooler.actors.messages.address import Address
 from vmpooler.actors.runtime.clock import Clock, Scheduler
 from vmpooler.actors.runtime.supervisor import ActorDirectory, SupervisedActor
 from vmpooler.actors.storage import timefmt
@@ -57,7 +58,7 @@ class TaskActor(SupervisedActor):
         batch: int = 100,
         supervisor: pykka.ActorRef[Any] | None = None,
     ) -> None:
-        super().__init__(name="tasks", supervisor=supervisor)
+        super().__init__(name=Address.tasks().name, supervisor=supervisor)
         self.store = store
         self.directory = directory
         self.pool_providers = pool_providers
@@ -97,7 +98,8 @@ class TaskActor(SupervisedActor):
         vm, _, arg = task.partition(":")
         pool = self.store.vm_field(vm, "template")
         provider_name = self.pool_providers.get(pool or "")
-        provider = self.directory.get(f"provider:{provider_name}") if provider_name else None
+        provider = (self.directory.get(Address.provider(provider_name).name)
+                    if provider_name else None)
         if provider is None:
             log.error("[!] [tasks] %s task '%s': VM has no known pool or provider", kind, task)
             return

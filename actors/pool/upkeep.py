@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from vmpooler.actors.config.overrides import effective_size, size_override
 from vmpooler.actors.messages import PoolChanged, PrepareTemplate, ProviderCallFinished
 from vmpooler.actors.pool.calls import ProviderCalls
-from vmpooler.actors.pool.context import PoolIO, PoolPolicy
+from vmpooler.actors.pool.context import PoolIO, PoolSettings
 from vmpooler.actors.pool.sizing import PoolSizing
 from vmpooler.actors.storage.pool_snapshot import PoolFlags, PoolOverrides, PoolSnapshot
 
@@ -53,7 +53,7 @@ class PoolUpkeep:
     drain (a restarted manager must not drain every overridden pool).
     """
 
-    def __init__(self, policy: PoolPolicy, io: PoolIO, *, calls: ProviderCalls,
+    def __init__(self, policy: PoolSettings, io: PoolIO, *, calls: ProviderCalls,
                  on_drain: Callable[[], int] | None = None,
                  standby_cost: float | None = None) -> None:
         """``standby_cost``: demand sizing sizes the pool's standby tier too (see

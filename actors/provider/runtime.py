@@ -111,7 +111,7 @@ class WorkerProgress:
 
 
 class ProviderRuntime:
-    """What outlives one :class:`~vmpooler.actors.provider.actor.ProviderActor` instance:
+    """What outlives one :class:`~vmpooler.actors.provider.provider_actor.ProviderActor` instance:
     its worker pools and the calls they are running.
 
     The supervisor restarts a crashed provider actor with the same runtime, so the new

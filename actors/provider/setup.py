@@ -14,7 +14,7 @@ import redis
 from vmpooler.actors.config import Config
 from vmpooler.actors.messages.address import Address
 from vmpooler.actors.metrics.backends import Metrics
-from vmpooler.actors.provider.actor import ProviderActor, ProviderRuntime
+from vmpooler.actors.provider.provider_actor import ProviderActor, ProviderRuntime
 from vmpooler.actors.runtime.adaptive_timeout import CallTimeouts
 from vmpooler.actors.runtime.breaker import CircuitBreaker
 from vmpooler.actors.runtime.clock import Clock, Scheduler

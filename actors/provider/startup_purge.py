@@ -21,6 +21,7 @@ import pykka
 
 from vmpooler.actors.config import Config
 from vmpooler.actors.messages import CallProvider, PurgeUnconfigured
+from vmpooler.actors.messages.address import Address
 from vmpooler.actors.runtime.supervisor import ActorDirectory
 
 __all__ = ["request_startup_purges", "startup_purges"]
@@ -68,7 +69,7 @@ def request_startup_purges(config: Config, directory: ActorDirectory) -> list[st
     asked = []
     housekeeper = directory.get("housekeeping")
     for name, allowlist in startup_purges(config).items():
-        ref = directory.get(f"provider:{name}")
+        ref = directory.get(Address.provider(name).name)
         if ref is None or housekeeper is None:
             log.warning("[!] [%s] serves no configured pool; its unconfigured resources are "
                         "not purged", name)

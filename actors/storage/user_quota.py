@@ -25,7 +25,6 @@ from dataclasses import dataclass
 
 import redis
 
-from vmpooler.actors.fairness.policy import Limits
 from vmpooler.actors.fairness.quota import (
     CreateOutcome,
     CreateVerdict,
@@ -33,6 +32,7 @@ from vmpooler.actors.fairness.quota import (
     QuotaTicket,
     parse_limits,
 )
+from vmpooler.actors.fairness.quota_policy import Limits
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.request_store import (
     Entry,

@@ -36,7 +36,7 @@ from vmpooler.actors.storage.connection import connect_configured
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedisError
 from vmpooler.actors.storage.published_pools import redis_pool_reader
 from vmpooler.actors.system import PoolerSystem
-from vmpooler.web.cli import dlq, history, probe_server, replay
+from vmpooler.web.cli import dlq, history_export, probe_server, replay
 from vmpooler.web.cli.log_setup import LOG_FORMATS, configure_logging, refuse_to_start
 from vmpooler.web.cli.startup import Backoff, retry_while_unavailable
 
@@ -101,7 +101,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="print the effective configuration (secrets masked) or its errors")
     dlq.add_parser(sub, [common])
     replay.add_parser(sub, [common])
-    history.add_parser(sub, [common])
+    history_export.add_parser(sub, [common])
     return parser
 
 
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     if command == "dlq":
         return dlq.run(config, args)
     if command == "history":
-        return history.run(config, args)
+        return history_export.run(config, args)
     try:
         configure_logging(args.log_level, config.settings.logfile, args.log_format)
     except (OSError, ValueError) as exc:

@@ -56,7 +56,7 @@ from vmpooler.actors.fairness.intake import (
     admit_priority,
     origin_for,
 )
-from vmpooler.actors.fairness.policy import Requester
+from vmpooler.actors.fairness.quota_policy import Requester
 from vmpooler.actors.storage.request_store import DeleteOutcome, RequestRecord
 from vmpooler.actors.storage.timefmt import rfc3339
 from vmpooler.actors.storage.wait_store import Wait, WaitStore

@@ -50,8 +50,8 @@ from typing import Any
 import falcon
 
 from vmpooler.actors.config import Config
-from vmpooler.actors.fairness.policy import Requester
 from vmpooler.actors.fairness.quota import QuotaTicket
+from vmpooler.actors.fairness.quota_policy import Requester
 from vmpooler.actors.placement.choose import checkout_candidates, names_of
 from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.checkout_store import CheckoutOutcome, CheckoutStore, Taken

@@ -31,6 +31,7 @@ from vmpooler.actors.messages import (
     ProviderFailure,
     ProviderOp,
 )
+from vmpooler.actors.messages.address import Address
 from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.provider.reports import ProviderHealthReporter
 from vmpooler.actors.provider.runtime import (
@@ -98,7 +99,7 @@ class ProviderActor(SupervisedActor):
         ``publish_health`` receives the provider's state on every breaker change and every
         ``monitor_interval`` seconds (None: on changes only), when ``monitor_gauges`` also
         emitting the connection-pool monitor's gauges."""
-        super().__init__(name=f"provider:{name}", supervisor=supervisor)
+        super().__init__(name=Address.provider(name).name, supervisor=supervisor)
         self.provider = provider
         self.work = ProviderWork(provider, dns_plugins, resolver, monotonic=clock.monotonic)
         self.clock = clock

@@ -2,7 +2,7 @@
 
 Single writer: every transition of this pool's VMs happens here, one message at a time,
 through a compare-and-set script of :mod:`vmpooler.actors.storage.store`. Provider work goes to the
-pool's :class:`~vmpooler.actors.provider.actor.ProviderActor` as messages; the answers
+pool's :class:`~vmpooler.actors.provider.provider_actor.ProviderActor` as messages; the answers
 come back as messages. At most one provider call per VM is outstanding
 (:class:`~vmpooler.actors.pool.calls.ProviderCalls`), so two calls never act on one VM at
 once, and nothing blocks this mailbox but Redis.
@@ -10,7 +10,7 @@ once, and nothing blocks this mailbox but Redis.
 The actor itself is a short list of message handlers and the routing of provider answers
 to the part that sent the call. The work is done by its collaborators, plain objects it
 builds and runs only inside this mailbox, each given what it uses of
-:mod:`~vmpooler.actors.pool.context` (the frozen ``PoolPolicy``, the ``PoolIO`` services,
+:mod:`~vmpooler.actors.pool.context` (the frozen ``PoolSettings``, the ``PoolIO`` services,
 and the provider calls and VM caches where it uses them):
 
 * :class:`~vmpooler.actors.pool.cycle.PoolCycle` — the cycle (reference §4.2), its timer and
@@ -65,7 +65,7 @@ from vmpooler.actors.metrics.backends import Metrics
 from vmpooler.actors.pool.brake import Brake
 from vmpooler.actors.pool.checks import PoolChecks
 from vmpooler.actors.pool.clones import Clones
-from vmpooler.actors.pool.context import LOST_REASONS, PoolPolicy, build
+from vmpooler.actors.pool.context import LOST_REASONS, PoolSettings, build
 from vmpooler.actors.pool.cycle import PoolCycle
 from vmpooler.actors.pool.dead_letters import DeadLetters
 from vmpooler.actors.pool.failover_watch import Failover, FailoverGroup
@@ -127,7 +127,7 @@ class PoolActor(PooledSupervisedActor):
         super().__init__(name=address.name, supervisor=supervisor, executor=executor)
         self.address = address
         self.router = Router(directory, remote)
-        policy = PoolPolicy.of(pool, settings, data_ttl_hours=data_ttl_hours,
+        policy = PoolSettings.of(pool, settings, data_ttl_hours=data_ttl_hours,
                                max_size=max_size)
         parts = build(policy=policy, store=store,
                       requests=requests or RequestStore(store.client), directory=directory,
@@ -227,7 +227,7 @@ class PoolActor(PooledSupervisedActor):
                 # A slot is offered; if this pool no longer needs it, refill passes it on.
                 if self._acting():
                     self._guard(lambda: self.clones.refill(freed=1))
-                elif (broker := self.io.directory.get("slots")) is not None:
+                elif (broker := self.io.directory.get(Address.slot_broker().name)) is not None:
                     broker.tell(CloneSlotFreed(1))
             case StartDrain(reason=reason):
                 self._guard(self.upkeep.drain, reason or "drain requested")

@@ -1,4 +1,4 @@
-"""``CloneSlots``: the granter's fair share of ``ondemand_clone_limit``.
+"""``CloneGrants``: the granter's fair share of ``ondemand_clone_limit``.
 
 Wanted VMs queue per request in a :class:`FairShareQueue` (strict priority classes, a
 weighted fair share between users inside each, round robin between a user's requests:
@@ -35,7 +35,7 @@ from vmpooler.actors.runtime.supervisor import ActorDirectory
 from vmpooler.actors.storage.redis_errors import redis_failure
 from vmpooler.actors.storage.request_store import RequestStore
 
-__all__ = ["GRANT_LOST_AFTER", "CloneSlots", "Grant", "Want", "fence_token"]
+__all__ = ["GRANT_LOST_AFTER", "CloneGrants", "Grant", "Want", "fence_token"]
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class Grant:
     fence: str = ""
 
 
-class CloneSlots:
+class CloneGrants:
     """Grants clone slots to the requests that want VMs, while ``granting()`` says this
     manager is the granter (by default always)."""
 
