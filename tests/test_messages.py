@@ -8,8 +8,9 @@ import pkgutil
 
 import vmpooler.actors.messages as messages
 
-_HELPERS = {"request_actor_name", "ProviderOp", "ProviderRequest", "ProviderResult"}
-# a function, an enum and two unions of message types, not messages
+_HELPERS = {"request_actor_name", "ProviderOp", "ProviderRequest", "ProviderResult",
+            "CommandKind", "LeaseKind"}
+# a function, enums and two unions of message types, not messages
 
 
 def _modules() -> list[str]:

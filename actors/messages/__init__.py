@@ -17,6 +17,7 @@ Import from this package: every message is re-exported here.
 
 from __future__ import annotations
 
+from vmpooler.actors.messages.address import Address, LeaseKey, LeaseKind
 from vmpooler.actors.messages.commands import Command, CommandKind
 from vmpooler.actors.messages.pool_commands import (
     CloneSlotFreed,
@@ -95,6 +96,7 @@ from vmpooler.actors.messages.timers import (
 __all__ = [
     "ActorCrashed",
     "ActorStopped",
+    "Address",
     "CallProvider",
     "CheckPending",
     "CheckReady",
@@ -109,6 +111,8 @@ __all__ = [
     "CreateDisk",
     "CreateSnapshot",
     "DestroyVm",
+    "LeaseKey",
+    "LeaseKind",
     "ListVms",
     "LogFailureEvents",
     "MigrateVm",
