@@ -19,47 +19,41 @@ thread-safe and never blocks on an actor.
 from __future__ import annotations
 
 import contextlib
-import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pykka
 import redis
 
 from vmpooler.actors.cluster.lease_policy import LeasePolicy
-from vmpooler.actors.cluster.membership import Membership, live_managers
+from vmpooler.actors.cluster.membership import Membership
 from vmpooler.actors.cluster.relay import Relay
 from vmpooler.actors.cluster.router import tell_here
-from vmpooler.actors.config import Config, PoolConfig
+from vmpooler.actors.config import Config
 from vmpooler.actors.factories import ActorFactories, SystemResources
 from vmpooler.actors.fairness.intake import Intake, embedded_applicant
+from vmpooler.actors.lifecycle import claim_redis, open_resources, start_children, stop_all
 from vmpooler.actors.messages import (
     PoolChanged,
     RequestChanged,
     StartDrain,
-    StopSupervising,
     TasksQueued,
 )
 from vmpooler.actors.messages.address import Address
 from vmpooler.actors.metrics.backends import Metrics
-from vmpooler.actors.metrics.factory import create_metrics
 from vmpooler.actors.pool.hostnames import HostnameGenerator
 from vmpooler.actors.provider.runtime import CallCounts
-from vmpooler.actors.provider.startup_purge import request_startup_purges
 from vmpooler.actors.provider.work import resolves
-from vmpooler.actors.runtime.clock import Clock, RealClock, Scheduler, ThreadScheduler
+from vmpooler.actors.runtime.clock import Clock, RealClock, Scheduler
 from vmpooler.actors.runtime.executor import ActorExecutor
 from vmpooler.actors.runtime.idle import all_asleep, wait_idle
 from vmpooler.actors.runtime.restart_policy import RestartPolicy
 from vmpooler.actors.runtime.supervisor import ActorDirectory, Supervisor
 from vmpooler.actors.service.command_stream import consumer_factory
-from vmpooler.actors.service.ruby_guard import refuse_beside_foreign_manager
-from vmpooler.actors.storage.connection import connect_configured
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
-from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, manager_id, prune_age
+from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, manager_id
 from vmpooler.actors.storage.queues import Queue
 from vmpooler.actors.storage.request_store import (
     DeleteOutcome,
@@ -72,8 +66,6 @@ from vmpooler.actors.storage.store import Store
 from vmpooler.providers.base import Provider
 
 __all__ = ["PoolStatus", "PoolerSystem"]
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,31 +145,10 @@ class PoolerSystem:
         (``vmpooler run`` retries the start while its API goes on using both).
         """
         clock = clock or RealClock()
-        embedded = None
-        client = redis_client
-        if client is None:
-            address = None
-            if config.redis.embedded:
-                embedded = EmbeddedRedis(data_dir=Path(config.redis.data_dir),
-                                         password=config.redis.password).start()
-                address = ("127.0.0.1", embedded.port)
-            try:
-                client = connect_configured(config.redis, address=address)
-            except BaseException:
-                if embedded is not None:
-                    embedded.stop()
-                raise
-        m = config.metrics
-        res = SystemResources(
-            scheduler=scheduler or ThreadScheduler(clock), owns_scheduler=scheduler is None,
-            metrics=metrics or create_metrics(m.backend, m.host, m.port, m.prefix, m.tags),
-            client=client, owns_client=redis_client is None, embedded=embedded,
-            owns_metrics=metrics is None,
-        )
-        if actor_executor is not None:
-            res.executor, res.owns_executor = actor_executor, False
-        res.executor.start()
-        system = cls(config, Store(client), clock, res)
+        res = open_resources(config, redis_client=redis_client, clock=clock,
+                             scheduler=scheduler, metrics=metrics,
+                             actor_executor=actor_executor)
+        system = cls(config, Store(res.client), clock, res)
         try:
             system._boot(dict(providers or {}), hostnames or HostnameGenerator(), resolver,
                          task_interval, consume_commands)
@@ -190,58 +161,23 @@ class PoolerSystem:
         self, providers: dict[str, Provider], hostnames: HostnameGenerator,
         resolver: Callable[[str], bool], task_interval: float, consume_commands: bool,
     ) -> None:
+        """Claim the Redis, start the supervisor (kept at once: a failed start stops it),
+        then the children under it (:mod:`vmpooler.actors.lifecycle`)."""
         cfg, res = self.config, self._res
-        # Before anything is written: never beside a running vmpooler (Ruby) manager.
-        refuse_beside_foreign_manager(res.client, cfg, self.clock.now())
-        # Beat first: from now on the others count this manager live (its clone slots too).
-        heartbeats = HeartbeatStore(res.client)
-        settings = cfg.settings
-        heartbeats.beat(self.manager_id, self.clock.now(), prune_after=prune_age(
-            settings.manager_heartbeat_interval, settings.manager_heartbeat_max_age))
-        # Several managers share the clone counters: give back the dead ones' slots, never
-        # zero the counters under the live ones.
-        others = live_managers(heartbeats, self.clock.now(),
-                               LeasePolicy.of(settings).stale_after) - {self.manager_id}
-        gone = self.store.slot_owners() - others - {self.manager_id}
-        pooled, ondemand, forgotten = self.store.fold_slots(gone)
-        if not others:  # in-flight migrations can only be a dead manager's
-            self.store.forget_migrations()
-        log.info("[*] [manager] %d other manager(s) live; clones in flight: %d pooled, "
-                 "%d on-demand; %d slot(s) of %d manager(s) gone given back", len(others),
-                 pooled, ondemand, forgotten, len(gone))
-        removed = self.store.publish_pools({p.name: _published(p) for p in cfg.pools})
-        for name in removed:
-            log.info("[*] [%s] pool is no longer configured; forgotten", name)
+        claim_redis(res.client, cfg, self.store, self.manager_id, self.clock)
         self._supervisor = Supervisor.start(
             directory=self.directory, scheduler=res.scheduler, clock=self.clock,
             metrics=res.metrics,
             policy=self.restart_policy,
         )
-        sup = self._supervisor.proxy()
-        for name in sorted({p.provider for p in cfg.pools}):
-            provider = providers.get(name) or self._factories.build_provider(name)
-            res.providers[name] = provider
-            dns = {p.name: self._factories.dns_plugin(p) for p in cfg.pools if p.provider == name}
-            sup.start_child(Address.provider(name).name,
-                            self._factories.provider(name, provider, dns, resolver)).get()
-        sup.start_child(Address.slot_broker().name, self._factories.slots()).get()
-        for pool in cfg.pools:
-            sup.start_child(Address.pool(pool.name).name,
-                            self._factories.pool(pool, hostnames)).get()
-        sup.start_child(Address.ondemand().name, self._factories.ondemand()).get()
-        sup.start_child(Address.tasks().name, self._factories.tasks(task_interval)).get()
-        sup.start_child("housekeeping", self._factories.housekeeper()).get()
-        sup.start_child("heartbeat", self._factories.heartbeat()).get()
-        sup.start_child("history", self._factories.history()).get()
-        self.relay.start()  # once the actors it delivers to are registered
-        request_startup_purges(cfg, self.directory)
-        if consume_commands:
-            sup.start_child("commands", consumer_factory(
-                res.client, notify=self.notify, notify_tasks=self.notify_tasks,
-                notify_request=self.notify_request, clock=self.clock)).get()
-        self._children = tuple(n for n in self.directory.names() if not Address.is_request(n))
-        log.info("[*] [manager] started: %d pools, %d providers", len(cfg.pools),
-                 len(res.providers))
+        commands = consumer_factory(
+            res.client, notify=self.notify, notify_tasks=self.notify_tasks,
+            notify_request=self.notify_request, clock=self.clock) if consume_commands else None
+        self._children = start_children(
+            self._supervisor.proxy(), config=cfg, res=res, factories=self._factories,
+            directory=self.directory, relay=self.relay, providers=providers,
+            hostnames=hostnames, resolver=resolver, task_interval=task_interval,
+            commands=commands)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop every actor (the service actors, then requests, pools, tasks, providers, the
@@ -251,46 +187,7 @@ class PoolerSystem:
         if self._stopped:
             return
         self._stopped = True
-        res = self._res
-        names = self.directory.names()
-        # Stopped group by group, in this order; the actors of one group all at once (the
-        # pooled ones share the executor's threads: one by one, each stop would wait for
-        # its turn behind every other actor's mail).
-        groups = [
-            ["heartbeat"], ["history"], ["commands"], ["housekeeping"], [Address.ondemand().name],
-            [n for n in names if Address.is_request(n)],
-            [n for n in names if Address.is_pool(n)], [Address.tasks().name],
-            [Address.slot_broker().name],
-            [n for n in names if Address.is_provider(n)],
-        ]
-        # The blocking asks and stops below run on the caller's thread, never in a mailbox.
-        if self._supervisor is not None:  # it restarts nothing while its children stop
-            with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
-                self._supervisor.ask(StopSupervising(), timeout=timeout)
-        for group in groups:
-            _stop_together([ref for ref in map(self.directory.get, group) if ref is not None],
-                           timeout)
-        if self._supervisor is not None:
-            self._supervisor.stop(block=True, timeout=timeout)
-        self.relay.stop(timeout=timeout)
-        if res.owns_executor:  # after every actor it runs
-            res.executor.stop(timeout=timeout)
-        if res.owns_scheduler:
-            res.scheduler.stop()
-        for provider in res.providers.values():
-            _quietly(provider.close)
-        for plugin in res.dns.values():
-            _quietly(plugin.close)
-        if res.owns_metrics:
-            _quietly(res.metrics.close)
-        if res.owns_client:
-            _quietly(res.client.close)
-        if res.embedded is not None:
-            res.embedded.stop()
-        if self._supervisor is None:  # a start that failed early (Redis): its caller says why
-            log.debug("[*] [manager] start abandoned")
-        else:
-            log.info("[*] [manager] stopped")
+        stop_all(self._supervisor, self.directory, self.relay, self._res, timeout)
 
     def liveness(self) -> str | None:
         """None while the system runs: not stopped, its supervisor alive, and each actor it
@@ -447,38 +344,3 @@ class PoolerSystem:
                 return False
             return not clones or all_asleep(clones, parked(), sum(c.clone_workers for c in counts))
         wait_idle(refs, settled=settled, executor=self._res.executor, timeout=timeout)
-
-def _published(pool: PoolConfig) -> dict[str, str]:
-    """The pool's keys as vmpooler publishes them in ``vmpooler__pool__<pool>``."""
-    fields: dict[str, str] = {}
-    for key, value in pool.raw.items():
-        if value is None:
-            continue
-        if isinstance(value, list | tuple):
-            fields[key] = ",".join(str(v) for v in value)
-        elif isinstance(value, bool):
-            fields[key] = "true" if value else "false"
-        else:
-            fields[key] = str(value)
-    if pool.domain:
-        fields["domain"] = pool.domain
-    return fields
-
-
-def _stop_together(refs: list[pykka.ActorRef[Any]], timeout: float) -> None:
-    """Ask every actor of ``refs`` to stop at once, then wait for each up to ``timeout``
-    seconds (one that does not stop in time is left to stop on its own)."""
-    futures: list[pykka.Future[bool]] = []
-    for ref in refs:
-        with contextlib.suppress(pykka.ActorDeadError):
-            futures.append(ref.stop(block=False))
-    for future in futures:
-        with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
-            future.get(timeout=timeout)
-
-
-def _quietly(fn: Callable[[], Any]) -> None:
-    try:
-        fn()
-    except Exception:
-        log.debug("error while stopping", exc_info=True)

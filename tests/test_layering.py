@@ -2,9 +2,9 @@
 ``actors/`` imports only the folders below it, the API names no Redis key, and the core
 never imports the API.
 
-A folder is ``vmpooler.actors.<folder>`` (or the modules ``system`` and ``factories``); a
-module named in :data:`ALLOWED` by its dotted path (``fairness.intake``) is a layer of its
-own above the rest of its folder;
+A folder is ``vmpooler.actors.<folder>`` (or the modules ``system``, ``lifecycle`` and
+``factories``); a module named in :data:`ALLOWED` by its dotted path (``fairness.intake``)
+is a layer of its own above the rest of its folder;
 imports are walked as in tests/test_import_cycles.py (``TYPE_CHECKING`` and function-level
 imports included).
 """
@@ -18,8 +18,12 @@ ALLOWED: dict[str, set[str]] = {
     "replay": {"system", "pool", "placement", "runtime", "storage", "metrics", "config",
                "sizing", "messages"},
     # the composition root wires everything: the facade, and how each actor is built
-    "system": {"factories", "runtime", "pool", "ondemand", "provider", "service", "cluster",
-               "storage", "metrics", "config", "messages", "facade", "fairness.intake"},
+    "system": {"lifecycle", "factories", "runtime", "pool", "ondemand", "provider", "service",
+               "cluster", "storage", "metrics", "config", "messages", "facade",
+               "fairness.intake"},
+    # the composition root's start and stop sequences, step by step, for the facade
+    "lifecycle": {"factories", "runtime", "pool", "provider", "service", "cluster", "storage",
+                  "metrics", "config", "messages"},
     "factories": {"runtime", "pool", "ondemand", "provider", "service", "cluster", "storage",
                   "metrics", "config", "messages"},
     # actors: each may use the runtime, the Redis layer, metrics, configuration, messages;

@@ -15,7 +15,6 @@ LIMIT = 400
 FOLDERS = ("actors", "web", "providers", "bench")
 
 LONG: dict[str, str] = {
-    "actors/system.py": "the public facade: one method per documented operation",
     "web/worker.py": "the gunicorn worker's connection handling, one state machine over "
                      "gthread's internals (fenced in tests/test_upgrade_traps.py)",
     "providers/dummy.py": "the whole provider contract in one file, the template for new "
