@@ -15,7 +15,7 @@ import redis
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "estimates.py"
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
 
 def _bench():  # type: ignore[no-untyped-def]

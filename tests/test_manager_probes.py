@@ -242,6 +242,7 @@ FORWARDED = [{"X-Forwarded-For": "203.0.113.9"}, {"Forwarded": "for=203.0.113.9"
              {"X-Real-IP": "203.0.113.9"}]
 
 
+@pytest.mark.slow
 def test_ready_names_the_manager_only_to_local_clients_or_a_valid_token(
     own_redis: EmbeddedRedis,
 ) -> None:

@@ -303,6 +303,7 @@ def test_a_handed_over_pool_is_taken_at_once_by_its_new_owner(
         a.stop()
 
 
+@pytest.mark.slow
 def test_balanced_owners_give_every_manager_its_share_and_move_little() -> None:
     """Nine pools over three managers: three each, whatever the ids (plain rendezvous left
     one without a pool one time in 13); a fourth gets two or three and only pools that move

@@ -84,6 +84,7 @@ def _alive(ref: pykka.ActorRef[object] | None) -> bool:
     return ref is not None and ref.is_alive()
 
 
+@pytest.mark.slow
 def test_pool_survives_redis_outage_and_heals(
     own_redis: EmbeddedRedis, client: redis.Redis
 ) -> None:

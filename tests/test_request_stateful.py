@@ -241,6 +241,7 @@ class RequestMachine(RuleBasedStateMachine):
                         f"{vm} of {status} request {rid} is in {where[vm]}")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)  # ~10 s when green; shrinking a failure restarts systems many times
 def test_requests_under_random_interleavings(redis_client: redis.Redis) -> None:
     RequestMachine.client = redis_client

@@ -35,6 +35,8 @@ from vmpooler.providers.errors import (
 from vmpooler.providers.vsphere import VsphereProvider
 from vmpooler.providers.vsphere.vm_ready_checks import NotReadyError
 
+pytestmark = pytest.mark.integration  # each test runs the vCenter simulator (a process)
+
 POOL = {"template": vcsim.TEMPLATE, "folder": "vmpooler/p1", "datastore": vcsim.DATASTORE,
         "clone_target": vcsim.CLUSTER}
 

@@ -21,6 +21,8 @@ from tests import vcsim
 from tests.test_vsphere_provider import at_the_edge, make
 from vmpooler.providers.errors import PermissionDeniedError, ProviderError, is_permanent
 
+pytestmark = pytest.mark.integration  # each test runs the vCenter simulator (a process)
+
 FOLDER = "vmpooler/p1"
 
 

@@ -20,6 +20,8 @@ from vmpooler.providers.errors import PermissionDeniedError, ProviderError, is_p
 from vmpooler.providers.vsphere import VsphereProvider
 from vmpooler.providers.vsphere.faults import VcenterFaultError
 
+pytestmark = pytest.mark.integration  # each test runs the vCenter simulator (a process)
+
 PATH = "DC0/vm/vmpooler/p1/"
 
 

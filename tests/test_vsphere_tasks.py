@@ -24,6 +24,8 @@ from tests.test_vsphere_provider import log_the_watch_out, make
 from vmpooler.providers import progress
 from vmpooler.providers.vsphere import VsphereProvider
 
+pytestmark = pytest.mark.integration  # each test runs the vCenter simulator (a process)
+
 CLONE_MS = 2000
 WAITING = ("ModifyListView", "WaitForUpdatesEx", "RetrievePropertiesEx", "CancelWaitForUpdates")
 """The calls a task wait may cost (the clone itself and inventory look-ups aside)."""
