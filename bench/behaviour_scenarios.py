@@ -142,7 +142,8 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
     return rec.result(None, output=json.loads(out.getvalue()))
 
 
-def _config(path: Path, port: int, pools: dict[str, int], **settings: Any) -> Any:
+def _config(path: Path, port: int, pools: dict[str, int],
+            aliases: dict[str, list[str]] | None = None, **settings: Any) -> Any:
     from vmpooler.actors import load_config
 
     document = {
@@ -153,7 +154,9 @@ def _config(path: Path, port: int, pools: dict[str, int], **settings: Any) -> An
         ":providers": {":dummy": {"provider_class": "dummy"}},
         ":dns_configs": {":local": {"dns_class": "dynamic-dns", "domain": "example.test"}},
         ":pools": [{"name": name, "size": size, "provider": "dummy", "dns_plugin": "local",
-                    "template": f"tpl-{name}"} for name, size in pools.items()],
+                    "template": f"tpl-{name}",
+                    **({"alias": (aliases or {})[name]} if name in (aliases or {}) else {})}
+                   for name, size in pools.items()],
     }
     path.write_text(yaml.safe_dump(document))
     return load_config(str(path))
@@ -195,8 +198,10 @@ def _hostnames(answer: Any) -> list[str]:
 
 
 def facade(args: argparse.Namespace) -> dict[str, Any]:
-    """Three pools fill; checkouts and returns through the API; on-demand requests (one
-    through the API, one deleted while it provisions); a drain; a pool size change. No
+    """Three pools fill; checkouts and returns through the API, of pools and of an alias two
+    pools serve (the API's seeded draw); on-demand requests (through the facade and the API,
+    of pools and of the alias, one deleted while it provisions); a drain; a pool size
+    change. No
     ready VM is checked (``vm_checktime`` is past the run's 13 simulated minutes): a
     checkout draws a random ready VM (Redis's SPOP), and which VMs stay would decide which
     checks fall due when."""
@@ -212,6 +217,7 @@ def facade(args: argparse.Namespace) -> dict[str, Any]:
         client = redis.Redis(port=port, decode_responses=True)
         config = _config(Path(tmp) / "vmpooler.yaml", port, {"alpha": 3, "beta": 2,
                                                             "gamma": args.size},
+                         aliases={"alpha": ["linux"], "beta": ["linux"]},
                          manager_heartbeat_interval=LONG_BEAT, vm_checktime=30)
         rec.pools = {"alpha", "beta", "gamma"}
         clock = FakeClock()
@@ -233,11 +239,15 @@ def facade(args: argparse.Namespace) -> dict[str, Any]:
             for n in range(args.checkouts):
                 taken += _hostnames(call("POST", f"/api/v3/vm/{('alpha', 'beta')[n % 2]}"))
                 run(5)
+            for _ in range(2):
+                taken += _hostnames(call("POST", "/api/v3/vm/linux"))
+                run(5)
             system.request_ondemand({"alpha": 2, "gamma": 1}, request_id="od-kept")
             idle()
             system.request_ondemand({"beta": 2}, request_id="od-deleted")
             idle()
             call("POST", "/api/v3/ondemandvm", {"gamma": 1})
+            call("POST", "/api/v3/ondemandvm", {"linux": 2})
             run(1)
             system.delete_ondemand("od-deleted")
             idle()
