@@ -12,14 +12,14 @@ the manager's sweeps) writes exactly as before.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Collection, Iterable, Sequence
-from typing import Any, cast
+from typing import cast
 
 import redis
 
 from vmpooler.actors.storage import schema
-from vmpooler.actors.storage.lease_store import Fence, run_fenced
+from vmpooler.actors.storage.fenced_scripts import FencedScripts
+from vmpooler.actors.storage.lease_store import Fence
 from vmpooler.actors.storage.redis_errors import WrongTypeKeys, tolerant_results
 from vmpooler.actors.storage.replies import maybe_text, text_list
 from vmpooler.actors.storage.request_origin import RequestOrigin, origin_args, recorded_origin
@@ -61,7 +61,7 @@ DELETED_TTL = 1_296_000
 """Seconds a deleted request's hash is kept (15 days, as vmpooler)."""
 
 
-class RequestStore:
+class RequestStore(FencedScripts):
     """vmpooler's on-demand request records as methods. Thread-safe (one Redis client)."""
 
     def __init__(self, client: redis.Redis) -> None:
@@ -75,21 +75,6 @@ class RequestStore:
                         for name in FENCED_SCRIPTS}
         self.wrong_type = WrongTypeKeys("requests")
         self.fence: Fence | None = None
-
-    def with_fence(self, fence: Fence | None) -> RequestStore:
-        """A view of this store (same client and scripts) whose request scripts
-        (:data:`FENCED_SCRIPTS`) run behind ``fence`` and raise
-        :class:`~vmpooler.actors.storage.lease_store.Fenced` when it no longer holds (None:
-        unfenced). The other methods behave as this store's."""
-        view = copy.copy(self)
-        view.fence = fence
-        return view
-
-    def _run(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        fence = self.fence
-        if fence is None or script not in self._fenced:
-            return self._scripts[script](keys=list(keys), args=list(args))
-        return run_fenced(self._fenced[script], fence, keys, args)
 
     @staticmethod
     def _vm_keys(request_id: str, entries: Iterable[Entry]) -> list[str]:

@@ -25,7 +25,8 @@ import redis
 
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.check_stamps import stamp_fields
-from vmpooler.actors.storage.lease_store import REQUEST, Fence, run_fenced
+from vmpooler.actors.storage.fenced_scripts import FencedScripts
+from vmpooler.actors.storage.lease_store import REQUEST, Fence
 from vmpooler.actors.storage.pool_snapshot import PoolSnapshot, read_snapshot, read_vm_fields
 from vmpooler.actors.storage.queues import Queue
 from vmpooler.actors.storage.redis_errors import WrongTypeKeys
@@ -68,7 +69,7 @@ STANDALONE = "standalone"
 """The slot owner of a store not given a manager's id (tests, tools)."""
 
 
-class Store(SideWrites):
+class Store(SideWrites, FencedScripts):
     """vmpooler's Redis schema as methods. One instance is shared by every actor.
 
     Clone slots are taken in the name of ``slot_owner`` (the manager's id, see
@@ -97,19 +98,6 @@ class Store(SideWrites):
         view = copy.copy(self)
         view.slot_owner = manager
         return view
-
-    def with_fence(self, fence: Fence | None) -> Store:
-        """A view of this store (same client and scripts) whose pool writes run behind
-        ``fence`` and raise :class:`Fenced` when it no longer holds (None: unfenced)."""
-        view = copy.copy(self)
-        view.fence = fence
-        return view
-
-    def _run(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        fence = self.fence
-        if fence is None or script not in self._fenced:
-            return self._scripts[script](keys=list(keys), args=list(args))
-        return run_fenced(self._fenced[script], fence, keys, args)
 
     # -- start-up ---------------------------------------------------------------------------
     def slot_owners(self) -> set[str]:
