@@ -25,6 +25,8 @@ from __future__ import annotations
 from enum import Enum
 
 from vmpooler.actors.config import GlobalSettings
+from vmpooler.actors.runtime.transitions import IllegalTransitionError
+from vmpooler.actors.runtime.transitions import check_transition as check_table
 
 __all__ = ["OUTCOMES", "TRANSITIONS", "VERIFY_MIN", "IllegalTransitionError", "Phase",
            "backoff", "check_transition", "ttl_reason", "verify_interval"]
@@ -48,22 +50,11 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
 """Every allowed move: ``TRANSITIONS[old]`` holds the phases ``old`` may become."""
 
 
-class IllegalTransitionError(RuntimeError):
-    """A request actor tried a move :data:`TRANSITIONS` does not allow (a bug, never an
-    outside event)."""
-
-    def __init__(self, request_id: str, old: Phase, new: Phase) -> None:
-        super().__init__(f"request '{request_id}': illegal transition "
-                         f"{old.value} -> {new.value}")
-        self.request_id, self.old, self.new = request_id, old, new
-
-
 def check_transition(request_id: str, old: Phase, new: Phase) -> Phase:
-    """Return ``new`` if ``old -> new`` is allowed; raise :class:`IllegalTransitionError`
-    otherwise."""
-    if new not in TRANSITIONS[old]:
-        raise IllegalTransitionError(request_id, old, new)
-    return new
+    """Return ``new`` if :data:`TRANSITIONS` allows ``old -> new``; raise
+    :class:`~vmpooler.actors.runtime.transitions.IllegalTransitionError` (its message:
+    ``request '<id>': illegal transition <old> -> <new>``) otherwise."""
+    return check_table(TRANSITIONS, f"request '{request_id}'", old, new)
 
 
 BACKOFF_MAX = 30.0
