@@ -52,3 +52,21 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
     pykka.ActorRegistry.stop_all(block=True, timeout=5)
 
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the long files first: files with a ``slow`` test, then those with an
+    ``integration`` test, then the rest, each file kept whole and in its order. Spread over
+    the workers file by file (``--dist loadfile``), the many short files then fill the end of
+    the run instead of one long file keeping a worker busy after the other is done."""
+    def weight(item: pytest.Item) -> int:
+        if item.get_closest_marker("slow"):
+            return 0
+        return 1 if item.get_closest_marker("integration") else 2
+
+    files: dict[str, int] = {}
+    for item in items:
+        path = str(item.path)
+        files[path] = min(files.get(path, 2), weight(item))
+    order = {path: n for n, path in enumerate(files)}
+    items.sort(key=lambda item: (files[str(item.path)], order[str(item.path)]))
