@@ -30,7 +30,6 @@ import redis
 from vmpooler.actors.cluster.lease_policy import LeasePolicy
 from vmpooler.actors.cluster.membership import Membership
 from vmpooler.actors.cluster.relay import Relay
-from vmpooler.actors.cluster.router import tell_here
 from vmpooler.actors.config import Config
 from vmpooler.actors.factories import ActorFactories, SystemResources
 from vmpooler.actors.fairness.intake import Intake, embedded_applicant
@@ -89,6 +88,7 @@ class PoolerSystem:
         """This manager's member of ``vmpooler__manager__heartbeat``."""
         self.store = store = store.owned_by(self.manager_id)  # its clone slots are its own
         self.requests = RequestStore(store.client)
+        self._intake = Intake(store.client, self.requests)  # the gate of request_ondemand
         self.clock = clock
         self.directory = ActorDirectory()
         self._res = res
@@ -236,16 +236,17 @@ class PoolerSystem:
 
         Returns False if the pool has no running actor.
         """
-        return tell_here(self.directory, Address.pool(pool), PoolChanged(pool, reason))
+        return self.directory.tell(Address.pool(pool).name, PoolChanged(pool, reason))
 
     def drain(self, pool: str, reason: str = "") -> bool:
         """Ask the pool's actor to move every ready and pending VM to completed."""
-        return tell_here(self.directory, Address.pool(pool), StartDrain(pool, reason))
+        return self.directory.tell(Address.pool(pool).name, StartDrain(pool, reason))
 
     def notify_request(self, request_id: str, reason: str = "") -> bool:
         """Tell the on-demand manager a request was created or deleted in Redis: it starts
         the request's actor, or passes the news on to it."""
-        return tell_here(self.directory, Address.ondemand(), RequestChanged(request_id, reason))
+        return self.directory.tell(Address.ondemand().name,
+                                   RequestChanged(request_id, reason))
 
     def request_ondemand(self, pools: Mapping[str, int], *, request_id: str | None = None,
                          token: str | None = None, user: str | None = None,
@@ -279,7 +280,7 @@ class PoolerSystem:
         applicant = embedded_applicant(self.config.quotas, request_id, user=user,
                                        origin=origin, priority=priority, groups=groups,
                                        token=token)
-        if not Intake(self.requests.client, self.requests).request(
+        if not self._intake.request(
                 self.config, request_id, entries, applicant, created=int(self.clock.now())):
             return None
         self.notify_request(request_id, "created")
@@ -298,7 +299,7 @@ class PoolerSystem:
 
     def notify_tasks(self) -> bool:
         """Tell the task actor that disk/snapshot tasks were queued."""
-        return tell_here(self.directory, Address.tasks(), TasksQueued())
+        return self.directory.tell(Address.tasks().name, TasksQueued())
 
     def actor_ref(self, name: str) -> pykka.ActorRef[Any] | None:
         """The live actor named ``pool:<name>``, ``provider:<name>`` or ``tasks``."""
