@@ -32,18 +32,12 @@ from vmpooler.actors.cluster.remote import LocalOnly, Remote
 from vmpooler.actors.messages.address import Address
 from vmpooler.actors.runtime.supervisor import ActorDirectory
 
-__all__ = ["MAX_HOPS", "Router", "tell_here"]
+__all__ = ["MAX_HOPS", "Router"]
 
 log = logging.getLogger(__name__)
 
 MAX_HOPS = 1
 """How many times a message may be relayed between managers."""
-
-
-def tell_here(directory: ActorDirectory, address: Address, message: Any) -> bool:
-    """Tell the actor registered at ``address`` in ``directory``; False when none is or it
-    is dead."""
-    return directory.tell(address.name, message)
 
 
 class Router:
@@ -67,7 +61,7 @@ class Router:
 
     def here(self, address: Address, message: Any) -> bool:
         """Tell the actor at ``address`` in this manager only."""
-        return tell_here(self.directory, address, message)
+        return self.directory.tell(address.name, message)
 
     def to_holder(self, address: Address, message: Any, *, hops: int = 0) -> bool:
         """Tell the actor at ``address`` in the manager holding its lease; False when the

@@ -21,7 +21,6 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from vmpooler.actors.cluster.router import tell_here
 from vmpooler.actors.config import Config
 from vmpooler.actors.messages import PoolChanged
 from vmpooler.actors.messages.address import Address
@@ -142,8 +141,9 @@ class Failover:
         old one would wait a whole cycle (up to ``check_loop_delay_max``) to take over."""
         assert self.group is not None
         for sibling in self.group.siblings:
-            tell_here(self.io.directory, Address.pool(sibling.name),
-                      PoolChanged(sibling.name, f"failover: {self.policy.name} {state.value}"))
+            self.io.directory.tell(
+                Address.pool(sibling.name).name,
+                PoolChanged(sibling.name, f"failover: {self.policy.name} {state.value}"))
 
     def _announce(self, covering: dict[str, int], published: Mapping[str, FailoverState],
                   old: int, new: int) -> None:

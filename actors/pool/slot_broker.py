@@ -16,7 +16,6 @@ from typing import Any
 
 import pykka
 
-from vmpooler.actors.cluster.router import tell_here
 from vmpooler.actors.messages import CloneSlotFreed, RefillPool, WantCloneSlot
 from vmpooler.actors.messages.address import Address
 from vmpooler.actors.runtime.supervisor import ActorDirectory, SupervisedActor
@@ -47,5 +46,5 @@ class SlotBroker(SupervisedActor):
         for _ in range(count):
             while self.waiting:
                 pool, _ = self.waiting.popitem(last=False)
-                if tell_here(self.directory, Address.pool(pool), RefillPool(pool)):
+                if self.directory.tell(Address.pool(pool).name, RefillPool(pool)):
                     break
