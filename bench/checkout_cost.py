@@ -24,7 +24,7 @@ import falcon.testing
 import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from api import pool_names, seed_all, write_config
+from api_setup import pool_names, seed_all, write_config
 
 from vmpooler.actors.config.loader import load_config
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis

@@ -38,7 +38,7 @@ import redis
 from vmpooler.actors.storage import schema
 
 if TYPE_CHECKING:
-    from api import Server
+    from api_setup import Server
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_SH = ROOT.parent / "shared" / "tools" / "vmpooler-ruby" / "run.sh"

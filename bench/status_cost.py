@@ -33,7 +33,7 @@ import redis
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from api import pool_names, seed_all, write_config
+from api_setup import pool_names, seed_all, write_config
 
 from vmpooler.actors.config.loader import load_config
 from vmpooler.actors.storage import schema

@@ -30,10 +30,11 @@ import redis
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from api import ROOT, Server, free_port, pool_names, run_wrk, seed_all, write_config
+from api_load import run_wrk
+from api_setup import ROOT, Server, pool_names, seed_all, write_config
 from status_cost import seed_users
 
-from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
+from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, free_port
 
 
 def redis_busy(client: redis.Redis) -> float:

@@ -21,7 +21,8 @@ LONG: dict[str, str] = {
                           "providers",
     "providers/vsphere/provider.py": "the provider contract's methods on vCenter, each a "
                                      "few lines over exchange and inventory",
-    "bench/api.py": "a benchmark: servers, load and report of one run, read top to bottom",
+    "bench/api.py": "a benchmark's run: its options and rounds, read top to bottom (its "
+                    "setup, load and report in api_setup, api_load, api_report)",
     "bench/fill.py": "a benchmark: servers, load and report of one run, read top to bottom",
     "bench/multi_manager.py": "a benchmark: servers, load and report of one run, read top "
                               "to bottom",
