@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from vmpooler.web.cli.command import _parser
+from vmpooler.web.cli.command import _parser, parse_arguments
 
 VMPOOLER = [sys.executable, "-m", "vmpooler.web.cli"]
 BAD = ":config:\n  task_limit: 'x'\n"
@@ -42,3 +42,12 @@ def test_the_common_options_keep_their_value_wherever_given(
         argv: list[str], expected: tuple[str, str | None, str | None]) -> None:
     args = _parser().parse_args(argv)
     assert (args.log_level, args.config, args.log_format) == expected
+
+
+@pytest.mark.parametrize("argv", [[], ["--log-level", "debug"], ["--config", "a.yaml"]])
+def test_no_command_is_run_with_runs_own_defaults(argv: list[str]) -> None:
+    """A bare ``vmpooler`` serves as ``vmpooler run`` does (it ended in a traceback: run's
+    ``--bind`` and ``--threads`` were never parsed)."""
+    args = parse_arguments(argv)
+    assert (args.command, args.bind, args.threads) == ("run", None, 8)
+    assert args.log_level == ("debug" if "debug" in argv else "info")

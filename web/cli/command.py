@@ -116,10 +116,20 @@ def _log_format(args: argparse.Namespace) -> str | None:
     return chosen
 
 
+def parse_arguments(argv: list[str]) -> argparse.Namespace:
+    """The command line as parsed; no command is ``run`` with run's own defaults (``bind``,
+    ``threads``), as if it had been named last."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        args = parser.parse_args([*argv, "run"])
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``vmpooler`` console script. Returns the exit status."""
-    args = _parser().parse_args(argv)
-    command = args.command or "run"
+    args = parse_arguments(sys.argv[1:] if argv is None else argv)
+    command = args.command
     args.log_format = _log_format(args)
     if args.log_format is None:
         return 1
