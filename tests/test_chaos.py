@@ -76,7 +76,7 @@ from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, find_redis_ser
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
 SEED_ENV = "VMPOOLER_CHAOS_SEED"
-CHAOS_SECONDS = 60.0
+CHAOS_SECONDS = 40.0
 SETTLE_SECONDS = 150.0  # a clone cut off by a SIGKILL stays pending until `timeout` (1 min)
 MANAGERS = 3
 WORKERS = 2
@@ -110,7 +110,7 @@ class Fault:
 def fault_schedule(rng: random.Random, duration: float = CHAOS_SECONDS,
                    managers: int = MANAGERS) -> list[Fault]:
     """The run's faults, drawn up front: one Redis restart (down 1-5 s), 3-5 worker kills,
-    and a manager kill every 4-12 s (never the last live one), each started again after
+    and a manager kill every 2.5-6.5 s (never the last live one), each started again after
     0.5-5 s; everything is over before ``duration``."""
     faults: list[Fault] = []
     stop_at = rng.uniform(0.25, 0.6) * duration
@@ -128,7 +128,7 @@ def fault_schedule(rng: random.Random, duration: float = CHAOS_SECONDS,
             back = at + rng.uniform(0.5, 5.0)
             faults += [Fault(at, "kill-manager", slot), Fault(back, "start-manager", slot)]
             up_at[slot] = back
-        at += rng.uniform(4.0, 12.0)
+        at += rng.uniform(2.5, 6.5)
     return sorted(faults, key=lambda fault: fault.at)
 
 

@@ -178,8 +178,12 @@ def _config(path: Path, *, redis_port: int, sink: dict[str, Any], extra: bool) -
         ":redis": {"server": "127.0.0.1", "port": redis_port},
         ":providers": {
             ":dummy": {"provider_class": "dummy", "skip_dns_check_before_creating_vm": True},
+            # One failed clone opens its breaker (the count is of consecutive failures, and a
+            # listing of the pool, a success, may come between two clones), which half-opens
+            # a second later for the retry that fails the VM for good.
             ":dummyfail": {"provider_class": "dummy", "skip_dns_check_before_creating_vm": True,
-                           "createvm_fail_percent": 100},
+                           "createvm_fail_percent": 100, "circuit_breaker_failure_threshold": 1,
+                           "circuit_breaker_timeout": 1, "circuit_breaker_half_open_attempts": 1},
         },
         ":dns_configs": {":local": {"dns_class": "dynamic-dns", "domain": "example.test"}},
         ":pools": [
@@ -191,8 +195,6 @@ def _config(path: Path, *, redis_port: int, sink: dict[str, Any], extra: bool) -
     }
     if extra:
         fake = {"provider_class": "dummy", "skip_dns_check_before_creating_vm": True}
-        document[":providers"][":dummyfail"].update(
-            circuit_breaker_timeout=1, circuit_breaker_half_open_attempts=1)
         document[":providers"][":dummystuck"] = {
             **fake, "createvm_fail_percent": 100, "circuit_breaker_failure_threshold": 1}
         document[":providers"][":dummydns"] = {
