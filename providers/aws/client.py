@@ -12,12 +12,15 @@ thread-safe; one :class:`Ec2` serves every worker thread.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import boto3
+import botocore.loaders
+import botocore.session
 from botocore.config import Config
 
 from vmpooler.providers.aws.faults import CAPACITY, THROTTLING, error_code, translate
@@ -32,6 +35,13 @@ Lookup = Callable[[], str | None]
 """Looks for the instance a lost launch may have made: its id, or None."""
 
 
+@functools.cache
+def _loader() -> botocore.loaders.Loader:
+    """botocore's reader of service models, shared by every provider of the process: EC2's
+    model is read once, not at each provider's (re)build."""
+    return botocore.loaders.create_loader()
+
+
 class Ec2:
     """The EC2 API of one provider; see the module docstring. Thread-safe."""
 
@@ -39,9 +49,11 @@ class Ec2:
                  sleep: Callable[[float], None] = time.sleep) -> None:
         """Builds the clients (no request is sent). ``sleep`` paces :meth:`launch`'s
         retries."""
+        core = botocore.session.get_session()
+        core.register_component("data_loader", _loader())
         session = boto3.session.Session(aws_access_key_id=settings.access_key,
                                         aws_secret_access_key=settings.secret_key,
-                                        region_name=settings.region)
+                                        region_name=settings.region, botocore_session=core)
         common: dict[str, Any] = {
             "connect_timeout": min(10.0, settings.api_timeout),
             "read_timeout": settings.api_timeout,

@@ -1,0 +1,166 @@
+"""A seeded fault-injecting HTTP proxy in front of an EC2 API (the moto server), for tests
+and ``bench/aws_calls.py``; like the vCenter simulator's ``-fault``, each decision comes
+from one ``random.Random(seed)``, so a run repeats.
+
+Per request it reads the EC2 ``Action`` and, in this order, may:
+
+* answer ``RequestLimitExceeded`` with HTTP 503 as EC2 does (``throttle`` rate, any action);
+* answer ``InsufficientInstanceCapacity`` with HTTP 500 (``capacity`` rate, RunInstances);
+* drop the connection without an answer *after* passing the request on (``drop`` rate,
+  for the actions in ``drop_actions``): the call happened, its answer is lost;
+* hold the answer ``delay`` seconds, longer than the client waits (``timeout`` rate, for
+  ``drop_actions`` too);
+
+and otherwise pass it on. It counts every action it saw (``calls``) and what it injected
+(``injected``). Started on a free loopback port with :meth:`FaultProxy.start`; ``url`` is
+the endpoint to give the provider.
+"""
+
+from __future__ import annotations
+
+import http.client
+import random
+import socket
+import threading
+import urllib.parse
+from collections import Counter
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+_ERROR = ('<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error><Code>{code}</Code>'
+          '<Message>{message}</Message></Error></Errors><RequestID>{rid}</RequestID></Response>')
+
+
+@dataclass
+class Faults:
+    """What to inject, as rates between 0 and 1 (see the module docstring)."""
+
+    throttle: float = 0.0
+    capacity: float = 0.0
+    drop: float = 0.0
+    timeout: float = 0.0
+    delay: float = 2.0
+    drop_actions: frozenset[str] = frozenset({"RunInstances"})
+    seed: int = 1
+
+
+@dataclass
+class FaultProxy:
+    """The running proxy; ``faults`` may be changed while it runs (under ``lock``)."""
+
+    upstream_port: int
+    faults: Faults
+    server: ThreadingHTTPServer | None = None
+    calls: Counter[str] = field(default_factory=Counter)
+    injected: Counter[str] = field(default_factory=Counter)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    released: threading.Event = field(default_factory=threading.Event)
+    _random: random.Random = field(default_factory=random.Random)
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def start(self) -> FaultProxy:
+        self._random.seed(self.faults.seed)
+        proxy = self
+
+        class Handler(_Handler):
+            owner = proxy
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True,
+                         name="ec2-fault-proxy").start()
+        return self
+
+    def stop(self) -> None:
+        self.released.set()  # answers held back go out now
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+
+    def set_faults(self, faults: Faults) -> None:
+        with self.lock:
+            self.faults = faults
+            self._random.seed(faults.seed)
+
+    def decide(self, action: str) -> str | None:
+        """The fault to inject for one request of ``action`` (None: pass it on)."""
+        with self.lock:
+            self.calls[action] += 1
+            f, draw = self.faults, self._random.random
+            fault = None
+            if draw() < f.throttle:
+                fault = "throttle"
+            elif action == "RunInstances" and draw() < f.capacity:
+                fault = "capacity"
+            elif action in f.drop_actions and draw() < f.drop:
+                fault = "drop"
+            elif action in f.drop_actions and draw() < f.timeout:
+                fault = "timeout"
+            if fault is not None:
+                self.injected[fault] += 1
+            return fault
+
+
+class _Handler(BaseHTTPRequestHandler):
+    owner: FaultProxy
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
+        pass
+
+    def do_GET(self) -> None:
+        self._serve(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+
+    def do_POST(self) -> None:
+        self._serve(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+
+    def _serve(self, body: bytes) -> None:
+        query = urllib.parse.parse_qs(body.decode("utf-8", "replace"))
+        action = (query.get("Action") or ["?"])[0]
+        fault = self.owner.decide(action)
+        if fault == "throttle":
+            self._answer(503, "RequestLimitExceeded", "Request limit exceeded.")
+            return
+        if fault == "capacity":
+            self._answer(500, "InsufficientInstanceCapacity",
+                         "We currently do not have sufficient capacity in the Availability "
+                         "Zone you requested.")
+            return
+        status, headers, payload = self._forward(body)
+        if fault == "drop":
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        if fault == "timeout":
+            self.owner.released.wait(self.owner.faults.delay)
+        self.send_response(status)
+        for name, value in headers:
+            if name.lower() not in ("content-length", "transfer-encoding", "connection",
+                                    "server", "date"):
+                self.send_header(name, value)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _forward(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+        upstream = http.client.HTTPConnection("127.0.0.1", self.owner.upstream_port, timeout=30)
+        try:
+            headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+            upstream.request(self.command, self.path, body=body, headers=headers)
+            answer = upstream.getresponse()
+            return answer.status, answer.getheaders(), answer.read()
+        finally:
+            upstream.close()
+
+    def _answer(self, status: int, code: str, message: str) -> None:
+        payload = _ERROR.format(code=code, message=message, rid="fault-proxy").encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "text/xml")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
