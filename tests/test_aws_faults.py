@@ -34,7 +34,7 @@ POOL = "faulty"
 
 
 @pytest.fixture
-def proxy(moto: moto_ec2.MotoServer) -> Iterator[FaultProxy]:  # noqa: F811
+def proxy(moto: moto_ec2.MotoServer) -> Iterator[FaultProxy]:
     running = FaultProxy(moto.port, Faults()).start()
     yield running
     running.stop()
@@ -50,7 +50,7 @@ def create_all(aws: AwsProvider, names: list[str]) -> list[Any]:
         return list(workers.map(lambda n: aws.create_vm(POOL, n), names))
 
 
-def test_throttling_at_30_percent_is_ridden_out(moto: moto_ec2.MotoServer,  # noqa: F811
+def test_throttling_at_30_percent_is_ridden_out(moto: moto_ec2.MotoServer,
                                                 proxy: FaultProxy) -> None:
     proxy.set_faults(Faults(throttle=0.3, seed=7))
     # botocore's own back-off sleeps for real (0-1 s, then 0-2 s …): few VMs, few polls
@@ -69,7 +69,7 @@ def test_throttling_at_30_percent_is_ridden_out(moto: moto_ec2.MotoServer,  # no
     assert moto_ec2.live_instances(moto.client()) == []
 
 
-def test_capacity_errors_are_transient_and_leave_nothing(moto: moto_ec2.MotoServer,  # noqa: F811
+def test_capacity_errors_are_transient_and_leave_nothing(moto: moto_ec2.MotoServer,
                                                          proxy: FaultProxy) -> None:
     proxy.set_faults(Faults(capacity=1.0))
     aws = provider(proxy)
@@ -87,7 +87,7 @@ def test_capacity_errors_are_transient_and_leave_nothing(moto: moto_ec2.MotoServ
 
 
 def test_dropped_and_timed_out_launches_make_each_vm_once(
-        moto: moto_ec2.MotoServer, proxy: FaultProxy) -> None:  # noqa: F811
+        moto: moto_ec2.MotoServer, proxy: FaultProxy) -> None:
     proxy.set_faults(Faults(drop=0.3, timeout=0.4, delay=1.0, seed=4))
     aws = provider(proxy, api_timeout=0.5)
     names = [f"drop-{i}" for i in range(6)]

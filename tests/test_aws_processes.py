@@ -56,11 +56,12 @@ def in_redis(client: redis.Redis) -> set[str]:
 
 @pytest.fixture
 def manager(tmp_path: Path, redis_server: EmbeddedRedis, redis_client: redis.Redis,
-            moto: moto_ec2.MotoServer,  # noqa: F811
+            moto: moto_ec2.MotoServer,
             ) -> Iterator[tuple[int, Path]]:
     ec2 = moto.client()
     ec2.run_instances(ImageId=moto_ec2.AMI, MinCount=1, MaxCount=1, InstanceType="t3.micro",
-                      Placement={"AvailabilityZone": moto_ec2.ZONE}, TagSpecifications=[{"ResourceType": "instance", "Tags": [
+                      Placement={"AvailabilityZone": moto_ec2.ZONE},
+                      TagSpecifications=[{"ResourceType": "instance", "Tags": [
                           {"Key": "pool", "Value": "retired-pool"},
                           {"Key": "vm_name", "Value": "leftover1"}]}])
     document = {
@@ -99,7 +100,7 @@ def manager(tmp_path: Path, redis_server: EmbeddedRedis, redis_client: redis.Red
 
 def test_an_aws_pool_fills_serves_and_stays_in_sync_with_ec2(
         manager: tuple[int, Path], redis_client: redis.Redis,
-        moto: moto_ec2.MotoServer) -> None:  # noqa: F811
+        moto: moto_ec2.MotoServer) -> None:
     port, tmp_path = manager
     ec2 = moto.client()
 

@@ -14,9 +14,8 @@ status checks ``ok``, so no probe has to wait.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 

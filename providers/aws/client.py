@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import boto3
@@ -77,12 +77,12 @@ class Ec2:
             raise translate(exc, f"{operation} of {what}") from exc
         return answer
 
-    def instances(self, filters: list[Mapping[str, Any]], what: str) -> list[dict[str, Any]]:
+    def instances(self, filters: Sequence[Mapping[str, Any]], what: str) -> list[dict[str, Any]]:
         """Every instance ``DescribeInstances`` finds with ``filters`` (all pages)."""
         found: list[dict[str, Any]] = []
         token: str | None = None
         while True:
-            params: dict[str, Any] = {"Filters": filters}
+            params: dict[str, Any] = {"Filters": list(filters)}
             if token:
                 params["NextToken"] = token
             page = self.call("describe_instances", what, **params)

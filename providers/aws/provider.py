@@ -21,20 +21,20 @@ import logging
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
+from vmpooler.providers.aws.launch import Images, launch_params
 from vmpooler.providers.aws.purge import doomed_instances, tags_of
 from vmpooler.providers.aws.readiness import NotReadyError, probe_status, probe_tcp
 from vmpooler.providers.aws.settings import INSTALL_HINT, AwsSettings, PoolSpec
+from vmpooler.providers.aws.standby import Power
 from vmpooler.providers.aws.volumes import EXTRAS_TAG, Volumes, snapshot_names
 from vmpooler.providers.aws.watch import InstanceWatch, Seen
 from vmpooler.providers.base import Capability, Provider, ProviderContext, VmInfo
 from vmpooler.providers.errors import (
     PermanentProviderError,
     ProviderError,
-    TemplateNotFoundError,
     TransientProviderError,
     VmNotFoundError,
 )
@@ -80,14 +80,15 @@ class AwsProvider(Provider):
         self.watch = InstanceWatch(context.name, self._describe_ids,
                                    poll_interval=self.config.poll_interval,
                                    grace=self.config.visibility_grace, clock=clock)
-        self.volumes = Volumes(self.ec2, self._power, poll_interval=self.config.poll_interval,
+        self.power = Power(self.ec2, self.watch, self.config.wait_timeout)
+        self.volumes = Volumes(self.ec2, self.power.set, poll_interval=self.config.poll_interval,
                                timeout=self.config.wait_timeout, sleep=sleep, clock=clock)
         self._clock = clock
         self._tcp_connect = tcp_connect
         self._lock = threading.Lock()
         self._ids: dict[tuple[str, str], tuple[str, float]] = {}  # -> (instance, launched)
         self._fresh_ip: dict[tuple[str, str], str] = {}
-        self._images: dict[str, list[dict[str, Any]]] = {}
+        self.images = Images(self.ec2)
 
     @property
     def probe_timeout(self) -> float:
@@ -231,7 +232,9 @@ class AwsProvider(Provider):
         last one made nothing), then wait for ``running`` and a private address. A failed
         launch leaves no instance of ours. ``clone_target`` is ignored (EC2 places)."""
         spec = self._spec(pool)
-        params = self._launch_params(spec, vm, template or spec.template)
+        params = launch_params(spec, vm, template or spec.template,
+                               self.config.max_lifetime_hours, self.config.key_name,
+                               self.images.devices)
 
         def lookup() -> str | None:
             found = self._find(pool, vm)
@@ -254,54 +257,6 @@ class AwsProvider(Provider):
                 self._fresh_ip[(pool, vm)] = ip
         return VmInfo(name=vm, template=template or spec.template, poolname=pool,
                       powerstate="running", ip=ip)
-
-    def _launch_params(self, spec: PoolSpec, vm: str, ami: str) -> dict[str, Any]:
-        name = f"{vm}.{spec.domain}" if spec.domain else vm
-        tags = {**dict(spec.instance_tags), "vm_name": vm, "pool": spec.name, "Name": name,
-                "lifetime": f"{self.config.max_lifetime_hours}h"}
-        params: dict[str, Any] = {
-            "ImageId": ami, "InstanceType": spec.amisize, "MinCount": 1, "MaxCount": 1,
-            "ClientToken": f"{vm}-{uuid.uuid4().hex[:16]}",
-            "InstanceInitiatedShutdownBehavior": "stop" if spec.hibernate else "terminate",
-            "TagSpecifications": [
-                {"ResourceType": "instance",
-                 "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]},
-                {"ResourceType": "volume", "Tags": [{"Key": "vm_name", "Value": vm},
-                                                    {"Key": "pool", "Value": spec.name}]}],
-        }
-        if spec.subnet_id:
-            params["SubnetId"] = spec.subnet_id
-        elif spec.zone:
-            params["Placement"] = {"AvailabilityZone": spec.zone}
-        if spec.security_group_ids:
-            params["SecurityGroupIds"] = list(spec.security_group_ids)
-        if self.config.key_name:
-            params["KeyName"] = self.config.key_name
-        if spec.hibernate:
-            params["HibernationOptions"] = {"Configured": True}
-        if spec.volume_size:
-            params["BlockDeviceMappings"] = [
-                {"DeviceName": m["DeviceName"],
-                 "Ebs": {"VolumeSize": spec.volume_size, "DeleteOnTermination": True}}
-                for m in self._image_devices(ami) if "Ebs" in m]
-        return params
-
-    def _image_devices(self, ami: str) -> list[dict[str, Any]]:
-        """The AMI's block device mappings (looked up once per AMI)."""
-        with self._lock:
-            known = self._images.get(ami)
-        if known is not None:
-            return known
-        images = self.ec2.call("describe_images", ami, ImageIds=[ami])["Images"]
-        if not images:
-            raise TemplateNotFoundError(f"template (AMI) {ami} not found")
-        if images[0].get("RootDeviceType") != "ebs":
-            raise PermanentProviderError(f"configuration error: AMI {ami} has no EBS root "
-                                         f"device, so volume_size cannot apply")
-        devices = list(images[0].get("BlockDeviceMappings") or [])
-        with self._lock:
-            self._images[ami] = devices
-        return devices
 
     def _terminate(self, ids: list[str], what: str, *, wait: bool = True) -> None:
         try:
@@ -346,22 +301,6 @@ class AwsProvider(Provider):
         return True
 
     # -- standby --------------------------------------------------------------------------------
-    def _power(self, instance_id: str, on: bool) -> None:
-        """Start (``on``) or stop the instance and wait until it is running or stopped."""
-        want = "running" if on else "stopped"
-        self.watch.wait(instance_id, lambda s: s is None or s.state not in (
-            "stopping", "pending"), self.config.wait_timeout, f"{instance_id} settling")
-        operation = "start_instances" if on else "stop_instances"
-        self.ec2.call(operation, instance_id, InstanceIds=[instance_id])
-
-        def arrived(seen: Seen | None) -> bool:
-            if seen is None or seen.state in _GONE:
-                raise VmNotFoundError(f"{instance_id} was terminated")
-            return seen.state == want
-
-        self.watch.wait(instance_id, arrived, self.config.wait_timeout,
-                        f"{operation} of {instance_id}")
-
     def suspend_vm(self, pool: str, vm: str, *, mode: Capability = Capability.POWER_OFF) -> bool:
         """Stop the instance (hibernate it when the pool has ``hibernate``) unless it is
         stopped already; False when the VM does not exist."""
@@ -371,12 +310,7 @@ class AwsProvider(Provider):
         if (found[0].get("State") or {}).get("Name") == "stopped":
             return True
         instance_id = str(found[0]["InstanceId"])
-        if self._spec(pool).hibernate:
-            self.ec2.call("stop_instances", vm, InstanceIds=[instance_id], Hibernate=True)
-            self.watch.wait(instance_id, lambda s: s is None or s.state == "stopped",
-                            self.config.wait_timeout, f"hibernation of {vm}")
-        else:
-            self._power(instance_id, False)
+        self.power.set(instance_id, on=False, hibernate=self._spec(pool).hibernate)
         return True
 
     def resume_vm(self, pool: str, vm: str) -> bool:
@@ -385,7 +319,7 @@ class AwsProvider(Provider):
         if not found:
             return False
         if (found[0].get("State") or {}).get("Name") != "running":
-            self._power(str(found[0]["InstanceId"]), True)
+            self.power.set(str(found[0]["InstanceId"]), on=True)
         return True
 
     # -- disks and snapshots ----------------------------------------------------------------------

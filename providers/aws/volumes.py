@@ -13,6 +13,7 @@ included) by a new volume made from it, deletes the old one, and starts the inst
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -43,7 +44,7 @@ class Volumes:
     """Disks and snapshots through ``ec2``; ``power(instance_id, on)`` starts or stops an
     instance and blocks until it is running or stopped. Thread-safe (keeps no state)."""
 
-    def __init__(self, ec2: Ec2, power: Callable[[str, bool], None], *,
+    def __init__(self, ec2: Ec2, power: Callable[..., None], *,
                  poll_interval: float, timeout: float,
                  sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -63,6 +64,11 @@ class Volumes:
 
     def _volume_state(self, volume_id: str) -> str:
         found = self.ec2.call("describe_volumes", volume_id, VolumeIds=[volume_id])["Volumes"]
+        return str(found[0]["State"]) if found else "gone"
+
+    def _snapshot_state(self, snapshot_id: str) -> str:
+        found = self.ec2.call("describe_snapshots", snapshot_id,
+                              SnapshotIds=[snapshot_id])["Snapshots"]
         return str(found[0]["State"]) if found else "gone"
 
     def _new_volume(self, zone: str, tags: list[dict[str, str]], **params: Any) -> str:
@@ -127,10 +133,9 @@ class Volumes:
         if not snapshots:
             return False
         for snap in snapshots:
-            sid = str(snap["SnapshotId"])
-            self._wait(f"snapshot {sid}", lambda s=sid: self.ec2.call(
-                "describe_snapshots", s, SnapshotIds=[s])["Snapshots"][0]["State"],
-                lambda state: state == "completed")
+            self._wait(f"snapshot {snap['SnapshotId']}",
+                       functools.partial(self._snapshot_state, str(snap["SnapshotId"])),
+                       lambda state: state == "completed")
         instance_id = str(instance["InstanceId"])
         zone = str(instance["Placement"]["AvailabilityZone"])
         current = {m["DeviceName"]: (m.get("Ebs") or {}).get("VolumeId")
@@ -145,7 +150,7 @@ class Volumes:
                                    SnapshotId=snap["SnapshotId"])
             if old is not None:
                 self.ec2.call("detach_volume", vm, VolumeId=old, InstanceId=instance_id)
-                self._wait(f"detach of {old}", lambda v=old: self._volume_state(v),
+                self._wait(f"detach of {old}", functools.partial(self._volume_state, old),
                            lambda state: state in ("available", "gone"))
             self.ec2.call("attach_volume", vm, Device=device, InstanceId=instance_id,
                           VolumeId=new)
