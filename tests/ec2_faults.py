@@ -10,6 +10,8 @@ Per request it reads the EC2 ``Action`` and, in this order, may:
   for the actions in ``drop_actions``): the call happened, its answer is lost;
 * hold the answer ``delay`` seconds, longer than the client waits (``timeout`` rate, for
   ``drop_actions`` too);
+* answer ``InvalidInstanceID.NotFound`` (HTTP 400) as EC2 does for an instance it does not
+  show yet (``not_found`` rate, for the actions in ``not_found_actions``);
 
 and otherwise pass it on. It counts every action it saw (``calls``) and what it injected
 (``injected``). Started on a free loopback port with :meth:`FaultProxy.start`; ``url`` is
@@ -42,6 +44,8 @@ class Faults:
     timeout: float = 0.0
     delay: float = 2.0
     drop_actions: frozenset[str] = frozenset({"RunInstances"})
+    not_found: float = 0.0
+    not_found_actions: frozenset[str] = frozenset()
     seed: int = 1
 
 
@@ -101,6 +105,8 @@ class FaultProxy:
                 fault = "drop"
             elif action in f.drop_actions and draw() < f.timeout:
                 fault = "timeout"
+            elif action in f.not_found_actions and draw() < f.not_found:
+                fault = "not_found"
             if fault is not None:
                 self.injected[fault] += 1
             return fault
@@ -130,6 +136,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(500, "InsufficientInstanceCapacity",
                          "We currently do not have sufficient capacity in the Availability "
                          "Zone you requested.")
+            return
+        if fault == "not_found":
+            self._answer(400, "InvalidInstanceID.NotFound",
+                         "The instance ID does not exist")
             return
         status, headers, payload = self._forward(body)
         if fault == "drop":

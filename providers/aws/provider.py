@@ -220,9 +220,12 @@ class AwsProvider(Provider):
             self._forget(pool, vm)
             return False
         status = statuses[0] if statuses else None
-        if status is not None and (status.get("InstanceState") or {}).get("Name") in _GONE:
+        state = None if status is None else (status.get("InstanceState") or {}).get("Name")
+        if state in _GONE:
             self._forget(pool, vm)
             return False
+        if state in ("stopping", "stopped"):
+            return False  # a standby VM: not ready until resumed
         return probe_status(status)
 
     # -- create and destroy -------------------------------------------------------------------
