@@ -30,10 +30,10 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests import moto_ec2  # noqa: E402 (the project root first)
-from tests.ec2_faults import FaultProxy, Faults  # noqa: E402
-from vmpooler.actors.storage import schema  # noqa: E402
-from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, free_port  # noqa: E402
+from tests import moto_ec2
+from tests.ec2_faults import FaultProxy, Faults
+from vmpooler.actors.storage import schema
+from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, free_port
 
 
 def wait(condition: Any, timeout: float, what: str) -> None:
