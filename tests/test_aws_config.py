@@ -65,3 +65,18 @@ def test_pool_keys_win_over_the_providers_and_credentials_come_from_the_environm
     assert dict(spec.instance_tags) == {"team": "ci", "owner": "qa"}
     assert spec.domain == "example.com"
     assert settings.access_key == "from-env" and settings.secret_key is None
+
+
+def test_the_clients_retry_adaptively_and_launches_are_never_retried_blind() -> None:
+    from vmpooler.providers.aws import AwsProvider
+    from vmpooler.providers.base import ProviderContext
+
+    provider = AwsProvider(ProviderContext(
+        "aws", {"region": "us-west-2", "endpoint_url": "http://127.0.0.1:9"},
+        {"p": {"template": "ami-1", "amisize": "t3.micro"}}, {}, {}))
+    try:
+        retries = provider.ec2.client.meta.config.retries
+        assert retries["mode"] == "adaptive" and retries["total_max_attempts"] == 11
+        assert provider.ec2._launcher.meta.config.retries["total_max_attempts"] == 1
+    finally:
+        provider.close()
