@@ -96,11 +96,19 @@ _SHARED: list[MotoServer] = []
 
 
 def shared() -> MotoServer:
-    """This session's server, started at the first use and killed when the session ends."""
+    """This session's server, started at the first use and killed when the session ends
+    (by tests/conftest.py; at the process's exit otherwise)."""
     if not _SHARED or _SHARED[0].process.poll() is not None:
         _SHARED[:] = [start()]
         atexit.register(_SHARED[0].stop)
     return _SHARED[0]
+
+
+def stop_shared() -> None:
+    """Kill this session's server, if it runs (tests/conftest.py, at the session's end)."""
+    for server in _SHARED:
+        server.stop()
+    _SHARED.clear()
 
 
 @pytest.fixture

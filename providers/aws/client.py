@@ -118,3 +118,8 @@ class Ec2:
                 elif code not in THROTTLING or not isinstance(error, TransientProviderError):
                     raise error from exc
                 self._sleep(min(5.0, 0.1 * 2 ** attempt))
+
+    def close(self) -> None:
+        """Close both clients' connections (calls after this open new ones)."""
+        self.client.close()
+        self._launcher.close()

@@ -119,9 +119,9 @@ class AwsProvider(Provider):
     def _find(self, pool: str, vm: str) -> list[dict[str, Any]]:
         """The live instances named ``vm`` in ``pool``, oldest first (one call)."""
         self._spec(pool)
-        found = [i for i in self.ec2.instances(
+        found = self.ec2.instances(
             [{"Name": "tag:vm_name", "Values": [vm]}, {"Name": "tag:pool", "Values": [pool]},
-             {"Name": "instance-state-name", "Values": _LIVE}], vm)]
+             {"Name": "instance-state-name", "Values": _LIVE}], vm)
         found.sort(key=lambda i: (str(i.get("LaunchTime", "")), i["InstanceId"]))
         with self._lock:
             if found:
@@ -162,7 +162,15 @@ class AwsProvider(Provider):
         self._spec(pool)
         found = self.ec2.instances([{"Name": "tag:pool", "Values": [pool]},
                                     {"Name": "instance-state-name", "Values": _LIVE}], pool)
-        return sorted({tags_of(i)["vm_name"] for i in found if "vm_name" in tags_of(i)})
+        names: dict[str, str] = {}
+        for instance in found:
+            name = tags_of(instance).get("vm_name")
+            if name is not None:
+                names.setdefault(name, str(instance["InstanceId"]))
+        with self._lock:  # what a later probe or tag needs, without looking again
+            for name, instance_id in names.items():
+                self._ids.setdefault((pool, name), (instance_id, 0.0))
+        return sorted(names)
 
     def get_vm(self, pool: str, vm: str) -> VmInfo | None:
         """The instance's AMI, launch time, state (EC2's word: ``running``, ``stopped`` …),
@@ -362,7 +370,9 @@ class AwsProvider(Provider):
             self._terminate([i for i, _ in doomed], "unconfigured instances", wait=False)
 
     def close(self) -> None:
+        """Stop the instance watch and close the clients' connections."""
         self.watch.close()
+        self.ec2.close()
 
 
 def _running_with_ip(seen: Seen | None) -> bool:
