@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 from vmpooler.providers.aws.settings import AwsSettings
@@ -80,3 +81,25 @@ def test_the_clients_retry_adaptively_and_launches_are_never_retried_blind() -> 
         assert provider.ec2._launcher.meta.config.retries["total_max_attempts"] == 1
     finally:
         provider.close()
+
+
+def test_the_api_and_the_config_never_import_boto3() -> None:
+    script = textwrap.dedent(f"""
+        import sys
+        from vmpooler.actors.config import load_config
+        from vmpooler.web.app import create_app
+        import vmpooler.actors.system, vmpooler.web.cli
+        load_config({str(EXAMPLE)!r}, environ={{}})
+        def sdk():
+            return sorted(m for m in sys.modules if m.startswith(("boto3", "botocore")))
+        assert not sdk(), sdk()
+        from vmpooler.providers.registry import load_provider_class
+        from vmpooler.providers.base import ProviderContext
+        provider_class = load_provider_class("aws")
+        assert not sdk(), sdk()
+        provider_class(ProviderContext("aws", {{"region": "us-west-2"}}, {{}}, {{}}, {{}}))
+        assert "boto3" in sys.modules
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr

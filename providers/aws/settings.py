@@ -24,6 +24,7 @@ hibernate instead of stopping). A pool key wins over the provider's.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -48,12 +49,11 @@ RETRY_MODES = ("adaptive", "standard", "legacy")
 
 
 def sdk_missing() -> bool:
-    """True when boto3 cannot be imported (the ``aws`` extra is not installed)."""
+    """True when boto3 is not installed (the ``aws`` extra); looks without importing it."""
     try:
-        import boto3  # noqa: F401
-    except ImportError:
+        return importlib.util.find_spec("boto3") is None
+    except (ImportError, ValueError):  # a module entry of None, or a broken parent
         return True
-    return False
 
 
 @dataclass(frozen=True, slots=True)
