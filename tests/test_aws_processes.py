@@ -1,5 +1,6 @@
 """``vmpooler run`` with an aws pool on the moto server, as a real process.
 
+The configuration is vmpooler-provider-ec2's own example (``tests/data``), pointed at moto.
 The pool fills from EC2 (an earlier run's instance of a pool no longer configured is
 purged at start), serves a vmfloaty-style checkout and an on-demand request over HTTP,
 destroys the returned VM, and ends with every instance in EC2 known to Redis and every VM
@@ -31,6 +32,7 @@ from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, free_port
 
 pytestmark = pytest.mark.integration
 
+EXAMPLE = Path(__file__).parent / "data" / "vmpooler-provider-ec2.example.yaml"
 POOL = "almalinux-x86_64"  # the gem's example pool
 SIZE = 2
 
@@ -64,20 +66,21 @@ def manager(tmp_path: Path, redis_server: EmbeddedRedis, redis_client: redis.Red
                       TagSpecifications=[{"ResourceType": "instance", "Tags": [
                           {"Key": "pool", "Value": "retired-pool"},
                           {"Key": "vm_name", "Value": "leftover1"}]}])
-    document = {
-        ":config": {"check_loop_delay_min": 1, "check_loop_delay_max": 1, "max_tries": 1,
-                    "retry_factor": 0, "task_limit": 4, "vm_checktime": 1,
-                    "logfile": str(tmp_path / "vmpooler.log")},
-        ":redis": {"server": "127.0.0.1", "port": redis_server.port},
-        ":providers": {":aws": {
-            "provider_class": "aws", "region": moto_ec2.REGION, "zone": moto_ec2.ZONE,
-            "amisize": "a1.small", "endpoint_url": moto.url, "state_poll_interval": 0.2,
-            "vm_ready_check": "instance_status", "purge_unconfigured_resources": True,
-            "skip_dns_check_before_creating_vm": True, "instance_tags": {"team": "ci"}}},
-        ":pools": [{"name": POOL, "alias": ["almalinux-64"], "template": moto_ec2.AMI,
-                    "size": SIZE, "provider": "aws", "amisize": "a1.large",
-                    "volume_size": "20", "timeout": 15}],
-    }
+    # The gem's own example, with what a moto server needs: a region and zone it knows,
+    # one of its AMIs, its endpoint; and short loops, a small pool, EC2's status checks.
+    document = yaml.safe_load(EXAMPLE.read_text())
+    document[":config"] = {"check_loop_delay_min": 1, "check_loop_delay_max": 1,
+                           "task_limit": 4, "vm_checktime": 1,
+                           "logfile": str(tmp_path / "vmpooler.log")}
+    document[":redis"] = {"server": "127.0.0.1", "port": redis_server.port}
+    document[":providers"][":aws"].update({
+        "region": moto_ec2.REGION, "zone": moto_ec2.ZONE, "endpoint_url": moto.url,
+        "state_poll_interval": 0.2, "vm_ready_check": "instance_status",
+        "purge_unconfigured_resources": True, "skip_dns_check_before_creating_vm": True,
+        "instance_tags": {"team": "ci"}})
+    (pool,) = document[":pools"]
+    assert pool["name"] == POOL and pool["provider"] == "aws"
+    pool.update({"template": moto_ec2.AMI, "zone": moto_ec2.ZONE, "size": SIZE})
     config = tmp_path / "vmpooler.yaml"
     config.write_text(yaml.safe_dump(document))
     port = free_port()
@@ -118,7 +121,10 @@ def test_an_aws_pool_fills_serves_and_stays_in_sync_with_ec2(
                "the retired pool's instance purged at start", explain=explain)
     instance = moto_ec2.live_instances(ec2, pool=POOL)[0]
     tags = {t["Key"]: t["Value"] for t in instance["Tags"]}
-    assert tags["team"] == "ci" and instance["InstanceType"] == "a1.large"
+    assert tags["team"] == "ci" and instance["InstanceType"] == "a1.large"  # the pool's
+    assert tags["Name"].endswith(".subdomain.example.com")  # the provider's domain
+    root = instance["BlockDeviceMappings"][0]["Ebs"]["VolumeId"]
+    assert ec2.describe_volumes(VolumeIds=[root])["Volumes"][0]["Size"] == 20  # '20' GB
 
     status, body = http(port, "POST", "/api/v3/vm/almalinux-64")
     assert status == 200, body
