@@ -13,9 +13,12 @@ Per request it reads the EC2 ``Action`` and, in this order, may:
 * answer ``InvalidInstanceID.NotFound`` (HTTP 400) as EC2 does for an instance it does not
   show yet (``not_found`` rate, for the actions in ``not_found_actions``);
 
-and otherwise pass it on. It counts every action it saw (``calls``) and what it injected
-(``injected``). Started on a free loopback port with :meth:`FaultProxy.start`; ``url`` is
-the endpoint to give the provider.
+and otherwise pass it on. Like EC2 (and unlike moto), it honours ``RunInstances``'
+``ClientToken``: a launch repeating a token gets the first launch's answer (waiting for it
+when still in flight) instead of a second instance, counted as ``injected["same_token"]``.
+It counts every action it saw (``calls``) and what it injected (``injected``). Started on
+a free loopback port with :meth:`FaultProxy.start`; ``url`` is the endpoint to give the
+provider.
 """
 
 from __future__ import annotations
@@ -50,6 +53,14 @@ class Faults:
 
 
 @dataclass
+class _Launch:
+    """One ``ClientToken``'s launch: its answer, once moto gave it."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    answer: tuple[int, list[tuple[str, str]], bytes] = (500, [], b"")
+
+
+@dataclass
 class FaultProxy:
     """The running proxy; ``faults`` may be changed while it runs (under ``lock``)."""
 
@@ -60,6 +71,7 @@ class FaultProxy:
     injected: Counter[str] = field(default_factory=Counter)
     lock: threading.Lock = field(default_factory=threading.Lock)
     released: threading.Event = field(default_factory=threading.Event)
+    launches: dict[str, _Launch] = field(default_factory=dict)
     _random: random.Random = field(default_factory=random.Random)
 
     @property
@@ -141,7 +153,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(400, "InvalidInstanceID.NotFound",
                          "The instance ID does not exist")
             return
-        status, headers, payload = self._forward(body)
+        token = (query.get("ClientToken") or [None])[0] if action == "RunInstances" else None
+        status, headers, payload = self._launch(token, body) if token else self._forward(body)
         if fault == "drop":
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
@@ -156,6 +169,24 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
         self.wfile.write(payload)
+
+    def _launch(self, token: str, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+        owner = self.owner
+        with owner.lock:
+            launch = owner.launches.get(token)
+            first = launch is None
+            if launch is None:
+                launch = owner.launches[token] = _Launch()
+            else:
+                owner.injected["same_token"] += 1
+        if first:
+            try:
+                launch.answer = self._forward(body)
+            finally:
+                launch.done.set()
+        else:
+            launch.done.wait(30)
+        return launch.answer
 
     def _forward(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
         upstream = http.client.HTTPConnection("127.0.0.1", self.owner.upstream_port, timeout=30)

@@ -1,7 +1,14 @@
 """The aws provider against a faulty EC2: the session's moto server behind the seeded
-fault proxy of ``tests/ec2_faults.py``. Throttling at 30 %, capacity errors and connections
-dropped mid-create all end with every VM made exactly once and nothing leaked; EC2's error
-codes are classified as the core needs; an instance EC2 does not show yet is not lost.
+fault proxy of ``tests/ec2_faults.py`` (which also honours ``ClientToken`` as EC2 does).
+Throttling at 30 %, capacity errors and connections dropped mid-create all end with every
+VM made exactly once and nothing leaked; EC2's error codes are classified as the core
+needs; an instance EC2 does not show yet is not lost.
+
+A launch whose answer is lost is protected twice: the provider looks for the instance by
+its tag before launching again, and launches again with the same ``ClientToken``. Moto shows
+an instance only once its (sometimes slow, the first in a process takes seconds)
+``RunInstances`` is done, so a look may miss it, as on EC2; the token then prevents the
+second instance.
 """
 
 from __future__ import annotations
@@ -90,17 +97,22 @@ def test_capacity_errors_are_transient_and_leave_nothing(moto: moto_ec2.MotoServ
 
 def test_dropped_and_timed_out_launches_make_each_vm_once(
         moto: moto_ec2.MotoServer, proxy: FaultProxy) -> None:
-    proxy.set_faults(Faults(drop=0.3, timeout=0.4, delay=1.0, seed=4))
-    aws = provider(proxy, api_timeout=0.5)
+    # a held answer outlasts the client's read timeout; the timeout leaves room for a
+    # loaded machine (six launches and the proxy share this process)
+    proxy.set_faults(Faults(drop=0.3, timeout=0.4, delay=2.5, seed=4))
+    aws = provider(proxy, api_timeout=1.5)
     names = [f"drop-{i}" for i in range(6)]
     try:
         created = create_all(aws, names)
         assert [c.name for c in created] == names
         assert proxy.injected["drop"] >= 1 and proxy.injected["timeout"] >= 1
         assert moto_ec2.vm_names(moto.client(), POOL) == names  # none launched twice
-        proxy.set_faults(Faults())
-        for name in names:
-            aws.destroy_vm(POOL, name)
+        # the watch's polls and the terminations lose connections too (botocore retries)
+        proxy.set_faults(Faults(drop=0.2, seed=2, drop_actions=frozenset(
+            {"DescribeInstances", "TerminateInstances"})))
+        with ThreadPoolExecutor(max_workers=len(names)) as workers:
+            assert all(workers.map(lambda n: aws.destroy_vm(POOL, n), names))
+        assert proxy.injected["drop"] >= 2
     finally:
         aws.close()
     assert moto_ec2.live_instances(moto.client()) == []
