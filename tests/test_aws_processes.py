@@ -147,3 +147,4 @@ def test_an_aws_pool_fills_serves_and_stays_in_sync_with_ec2(
     wait_until(in_sync, 40, "the pool refilled, EC2 and Redis agreeing", explain=explain)
     status, body = http(port, "GET", "/api/v3/status?view=providers")
     assert status == 200 and body["providers"]["aws"]["circuit_breaker"] == "closed"
+    assert body["providers"]["aws"]["connections"]["size"] >= 10

@@ -12,10 +12,12 @@ thread-safe; one :class:`Ec2` serves every worker thread.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import boto3
@@ -25,6 +27,7 @@ from botocore.config import Config
 
 from vmpooler.providers.aws.faults import CAPACITY, THROTTLING, error_code, translate
 from vmpooler.providers.aws.settings import AwsSettings
+from vmpooler.providers.base import ConnectionPoolHealth
 from vmpooler.providers.errors import ConnectionLostError, TransientProviderError
 
 __all__ = ["Ec2"]
@@ -54,10 +57,11 @@ class Ec2:
         session = boto3.session.Session(aws_access_key_id=settings.access_key,
                                         aws_secret_access_key=settings.secret_key,
                                         region_name=settings.region, botocore_session=core)
+        self.size = max(10, settings.pool_size)
         common: dict[str, Any] = {
             "connect_timeout": min(10.0, settings.api_timeout),
             "read_timeout": settings.api_timeout,
-            "max_pool_connections": max(10, settings.pool_size),
+            "max_pool_connections": self.size,
         }
         self.client = session.client("ec2", endpoint_url=settings.endpoint_url, config=Config(
             retries={"mode": settings.retry_mode, "max_attempts": settings.max_attempts},
@@ -67,12 +71,35 @@ class Ec2:
                                                       **common))
         self._attempts = settings.max_attempts
         self._sleep = sleep
+        self._lock = threading.Lock()
+        self._in_flight = 0
+
+    @contextlib.contextmanager
+    def _counted(self) -> Iterator[None]:
+        with self._lock:
+            self._in_flight += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+
+    def health(self) -> ConnectionPoolHealth:
+        """The HTTP connections to EC2: ``size`` the most each client keeps, ``in_use`` the
+        calls in flight now (retries and back-off included), ``waiting`` those beyond
+        ``size``. Never blocks."""
+        with self._lock:
+            busy = self._in_flight
+        return ConnectionPoolHealth(size=self.size, available=max(0, self.size - busy),
+                                    in_use=min(busy, self.size),
+                                    waiting=max(0, busy - self.size))
 
     def call(self, operation: str, what: str, **params: Any) -> dict[str, Any]:
         """``operation`` (boto3's snake_case name) with ``params``; its answer. Raises the
         translated ProviderError (``what`` names the object in its message)."""
         try:
-            answer: dict[str, Any] = getattr(self.client, operation)(**params)
+            with self._counted():
+                answer: dict[str, Any] = getattr(self.client, operation)(**params)
         except Exception as exc:
             raise translate(exc, f"{operation} of {what}") from exc
         return answer
@@ -102,7 +129,8 @@ class Ec2:
         while True:
             attempt += 1
             try:
-                answer = self._launcher.run_instances(**params)
+                with self._counted():
+                    answer = self._launcher.run_instances(**params)
                 return str(answer["Instances"][0]["InstanceId"])
             except Exception as exc:
                 error = translate(exc, f"RunInstances of {what}")

@@ -31,7 +31,13 @@ from vmpooler.providers.aws.settings import INSTALL_HINT, AwsSettings, PoolSpec
 from vmpooler.providers.aws.standby import Power
 from vmpooler.providers.aws.volumes import EXTRAS_TAG, Volumes, snapshot_names
 from vmpooler.providers.aws.watch import InstanceWatch, Seen
-from vmpooler.providers.base import Capability, Provider, ProviderContext, VmInfo
+from vmpooler.providers.base import (
+    Capability,
+    ConnectionPoolHealth,
+    Provider,
+    ProviderContext,
+    VmInfo,
+)
 from vmpooler.providers.errors import (
     PermanentProviderError,
     ProviderError,
@@ -368,6 +374,11 @@ class AwsProvider(Provider):
                      instance_id, pool if pool is not None else "none")
         if doomed:
             self._terminate([i for i, _ in doomed], "unconfigured instances", wait=False)
+
+    def connection_pool_health(self) -> ConnectionPoolHealth:
+        """EC2 calls in flight against the clients' connection pools (``/status``,
+        ``view=providers``)."""
+        return self.ec2.health()
 
     def close(self) -> None:
         """Stop the instance watch and close the clients' connections."""
