@@ -26,6 +26,7 @@ from __future__ import annotations
 import http.client
 import random
 import socket
+import sys
 import threading
 import urllib.parse
 from collections import Counter
@@ -86,7 +87,7 @@ class FaultProxy:
         class Handler(_Handler):
             owner = proxy
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _QuietServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, daemon=True,
                          name="ec2-fault-proxy").start()
@@ -122,6 +123,14 @@ class FaultProxy:
             if fault is not None:
                 self.injected[fault] += 1
             return fault
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """Connections the client dropped (its read timeout, a process ending) are no news."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
