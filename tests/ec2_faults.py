@@ -10,6 +10,8 @@ Per request it reads the EC2 ``Action`` and, in this order, may:
   for the actions in ``drop_actions``): the call happened, its answer is lost;
 * hold the answer ``delay`` seconds, longer than the client waits (``timeout`` rate, for
   ``drop_actions`` too);
+* answer ``refuse`` (an error code such as ``UnauthorizedOperation``, HTTP 403) to every
+  ``RunInstances``;
 * answer ``InvalidInstanceID.NotFound`` (HTTP 400) as EC2 does for an instance it does not
   show yet (``not_found`` rate, for the actions in ``not_found_actions``);
 
@@ -49,6 +51,7 @@ class Faults:
     delay: float = 2.0
     drop_actions: frozenset[str] = frozenset({"RunInstances"})
     not_found: float = 0.0
+    refuse: str | None = None
     not_found_actions: frozenset[str] = frozenset()
     seed: int = 1
 
@@ -114,6 +117,8 @@ class FaultProxy:
                 fault = "throttle"
             elif action == "RunInstances" and draw() < f.capacity:
                 fault = "capacity"
+            elif action == "RunInstances" and f.refuse:
+                fault = "refuse"
             elif action in f.drop_actions and draw() < f.drop:
                 fault = "drop"
             elif action in f.drop_actions and draw() < f.timeout:
@@ -157,6 +162,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(500, "InsufficientInstanceCapacity",
                          "We currently do not have sufficient capacity in the Availability "
                          "Zone you requested.")
+            return
+        if fault == "refuse":
+            self._answer(403, str(self.owner.faults.refuse), "You are not authorized to "
+                         "perform this operation.")
             return
         if fault == "not_found":
             self._answer(400, "InvalidInstanceID.NotFound",

@@ -10,13 +10,14 @@ in Redis an instance in EC2. Readiness is EC2's status checks: nothing connects 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ import redis
 import yaml
 
 from tests import moto_ec2
+from tests.ec2_faults import FaultProxy, Faults
 from tests.harness import wait_until
 from tests.moto_ec2 import moto  # noqa: F401 (a fixture)
 from vmpooler.actors.storage import schema
@@ -56,42 +58,37 @@ def in_redis(client: redis.Redis) -> set[str]:
         schema.pending, schema.ready, schema.running)))
 
 
-@pytest.fixture
-def manager(tmp_path: Path, redis_server: EmbeddedRedis, redis_client: redis.Redis,
-            moto: moto_ec2.MotoServer,
-            ) -> Iterator[tuple[int, Path]]:
-    ec2 = moto.client()
-    ec2.run_instances(ImageId=moto_ec2.AMI, MinCount=1, MaxCount=1, InstanceType="t3.micro",
-                      Placement={"AvailabilityZone": moto_ec2.ZONE},
-                      TagSpecifications=[{"ResourceType": "instance", "Tags": [
-                          {"Key": "pool", "Value": "retired-pool"},
-                          {"Key": "vm_name", "Value": "leftover1"}]}])
-    # The gem's own example, with what a moto server needs: a region and zone it knows,
-    # one of its AMIs, its endpoint; and short loops, a small pool, EC2's status checks.
+@contextlib.contextmanager
+def running(tmp_path: Path, redis_port: int, endpoint: str, *,
+            config: Mapping[str, Any] | None = None,
+            provider: Mapping[str, Any] | None = None) -> Iterator[int]:
+    """``vmpooler run`` on the gem's own example, pointed at ``endpoint``: a region, zone
+    and AMI moto knows, short loops, a pool of ``SIZE``, EC2's status checks; ``config``
+    and ``provider`` add to ``:config:`` and the aws provider's section. Yields the API's
+    port; its output goes to ``run.out``, its log to ``vmpooler.log``."""
     document = yaml.safe_load(EXAMPLE.read_text())
     document[":config"] = {"check_loop_delay_min": 1, "check_loop_delay_max": 1,
                            "task_limit": 4, "vm_checktime": 1,
-                           "logfile": str(tmp_path / "vmpooler.log")}
-    document[":redis"] = {"server": "127.0.0.1", "port": redis_server.port}
+                           "logfile": str(tmp_path / "vmpooler.log"), **(config or {})}
+    document[":redis"] = {"server": "127.0.0.1", "port": redis_port}
     document[":providers"][":aws"].update({
-        "region": moto_ec2.REGION, "zone": moto_ec2.ZONE, "endpoint_url": moto.url,
+        "region": moto_ec2.REGION, "zone": moto_ec2.ZONE, "endpoint_url": endpoint,
         "state_poll_interval": 0.2, "vm_ready_check": "instance_status",
-        "purge_unconfigured_resources": True, "skip_dns_check_before_creating_vm": True,
-        "instance_tags": {"team": "ci"}})
+        "skip_dns_check_before_creating_vm": True, **(provider or {})})
     (pool,) = document[":pools"]
     assert pool["name"] == POOL and pool["provider"] == "aws"
     pool.update({"template": moto_ec2.AMI, "zone": moto_ec2.ZONE, "size": SIZE})
-    config = tmp_path / "vmpooler.yaml"
-    config.write_text(yaml.safe_dump(document))
+    path = tmp_path / "vmpooler.yaml"
+    path.write_text(yaml.safe_dump(document))
     port = free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **moto_ec2.CREDENTIALS}
     with open(tmp_path / "run.out", "w") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "vmpooler.web.cli", "run", "--config", str(config),
+            [sys.executable, "-m", "vmpooler.web.cli", "run", "--config", str(path),
              "--bind", f"127.0.0.1:{port}"], stdout=out, stderr=subprocess.STDOUT,
             text=True, env=env)
         try:
-            yield port, tmp_path
+            yield port
         finally:
             process.terminate()
             try:
@@ -99,6 +96,28 @@ def manager(tmp_path: Path, redis_server: EmbeddedRedis, redis_client: redis.Red
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(timeout=10)
+
+
+def in_sync_with(client: redis.Redis, ec2: Any) -> bool:
+    """The pool full, nothing pending, every live instance in EC2 a VM Redis holds and the
+    other way round, no name on two instances."""
+    names = moto_ec2.vm_names(ec2, POOL)
+    return (client.scard(schema.ready(POOL)) == SIZE and not client.scard(schema.pending(POOL))
+            and len(names) == len(set(names)) and set(names) == in_redis(client))
+
+
+@pytest.fixture
+def manager(tmp_path: Path, redis_server: EmbeddedRedis, redis_client: redis.Redis,
+            moto: moto_ec2.MotoServer,
+            ) -> Iterator[tuple[int, Path]]:
+    moto.client().run_instances(
+        ImageId=moto_ec2.AMI, MinCount=1, MaxCount=1, InstanceType="t3.micro",
+        Placement={"AvailabilityZone": moto_ec2.ZONE},
+        TagSpecifications=[{"ResourceType": "instance", "Tags": [
+            {"Key": "pool", "Value": "retired-pool"}, {"Key": "vm_name", "Value": "leftover1"}]}])
+    with running(tmp_path, redis_server.port, moto.url, provider={
+            "purge_unconfigured_resources": True, "instance_tags": {"team": "ci"}}) as port:
+        yield port, tmp_path
 
 
 def test_an_aws_pool_fills_serves_and_stays_in_sync_with_ec2(
@@ -111,10 +130,7 @@ def test_an_aws_pool_fills_serves_and_stays_in_sync_with_ec2(
         return (tmp_path / "run.out").read_text()[-3000:]
 
     def in_sync() -> bool:
-        names = moto_ec2.vm_names(ec2, POOL)
-        return (redis_client.scard(schema.ready(POOL)) == SIZE
-                and not redis_client.scard(schema.pending(POOL))
-                and len(names) == len(set(names)) and set(names) == in_redis(redis_client))
+        return in_sync_with(redis_client, ec2)
 
     wait_until(in_sync, 40, "the aws pool full and in sync with EC2", explain=explain)
     wait_until(lambda: not moto_ec2.live_instances(ec2, pool="retired-pool"), 10,
@@ -148,3 +164,38 @@ def test_an_aws_pool_fills_serves_and_stays_in_sync_with_ec2(
     status, body = http(port, "GET", "/api/v3/status?view=providers")
     assert status == 200 and body["providers"]["aws"]["circuit_breaker"] == "closed"
     assert body["providers"]["aws"]["connections"]["size"] >= 10
+
+
+def test_an_aws_pool_rides_out_capacity_refusals_and_throttling(
+        tmp_path: Path, redis_server: EmbeddedRedis, redis_client: redis.Redis,
+        moto: moto_ec2.MotoServer) -> None:
+    """No capacity: the clones fail, transient, and are tried again after the pool's
+    back-off. Refused (``UnauthorizedOperation``): the pool enters its configuration-error
+    state. Then, under 30 % throttling, it fills: EC2 and Redis agree, no VM made twice."""
+    proxy = FaultProxy(moto.port, Faults(capacity=1.0)).start()
+    ec2 = moto.client()
+    log = tmp_path / "vmpooler.log"
+
+    def explain() -> str:
+        return log.read_text()[-3000:] if log.exists() else "(no log yet)"
+
+    try:
+        with running(tmp_path, redis_server.port, proxy.url,
+                     config={"config_error_retry_interval": 1,
+                             "circuit_breaker_failure_threshold": 50},
+                     provider={"retry_mode": "standard"}):
+            wait_until(lambda: proxy.injected["capacity"] >= 3, 30,
+                       "capacity refusals tried again", explain=explain)
+            assert moto_ec2.live_instances(ec2) == []
+            assert "configuration error" not in log.read_text()
+            proxy.set_faults(Faults(refuse="UnauthorizedOperation"))
+            wait_until(lambda: "configuration error: clone of" in log.read_text(), 30,
+                       "the pool's configuration-error state", explain=explain)
+            assert "UnauthorizedOperation" in log.read_text()
+            proxy.set_faults(Faults(throttle=0.3, seed=11))
+            wait_until(lambda: in_sync_with(redis_client, ec2), 40,
+                       "the pool full under throttling", explain=explain)
+            assert proxy.injected["throttle"] >= 1
+            assert "configuration error cleared" in log.read_text()
+    finally:
+        proxy.stop()
