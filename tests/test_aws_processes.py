@@ -4,8 +4,9 @@ The configuration is vmpooler-provider-ec2's own example (``tests/data``), point
 The pool fills from EC2 (an earlier run's instance of a pool no longer configured is
 purged at start), serves a vmfloaty-style checkout and an on-demand request over HTTP,
 destroys the returned VM, and ends with every instance in EC2 known to Redis and every VM
-in Redis an instance in EC2. Readiness is EC2's status checks: nothing connects to the
-10.x addresses moto hands out.
+in Redis an instance in EC2. Behind the fault proxy, the same pool rides out capacity
+refusals, a refusal of its credentials and 30 % throttling. Readiness is EC2's status
+checks: nothing connects to the 10.x addresses moto hands out.
 """
 
 from __future__ import annotations
