@@ -18,7 +18,7 @@ from vmpooler.providers.aws import AwsProvider
 from vmpooler.providers.aws.purge import doomed_instances
 from vmpooler.providers.aws.readiness import NotReadyError
 from vmpooler.providers.base import Capability
-from vmpooler.providers.errors import TransientProviderError
+from vmpooler.providers.errors import PermanentProviderError, TransientProviderError
 
 POOLS = {"p1": {"template": moto_ec2.AMI},
          "hib": {"template": moto_ec2.AMI, "hibernate": True},
@@ -40,24 +40,36 @@ def aws(moto: moto_ec2.MotoServer) -> Iterator[AwsProvider]:
     provider.close()
 
 
-@pytest.mark.parametrize("pool", ["p1", "hib"])
-def test_standby_stops_and_starts_the_instance(aws: AwsProvider, pool: str,
-                                               moto: moto_ec2.MotoServer) -> None:
-    assert Capability.POWER_OFF in aws.capabilities
-    aws.create_vm(pool, "sb1")
-    assert aws.suspend_vm(pool, "sb1", mode=Capability.POWER_OFF) is True
-    info = aws.get_vm(pool, "sb1")
-    assert info is not None and info.powerstate == "stopped"
-    assert aws.vm_ready(pool, "sb1") is False
-    assert aws.suspend_vm(pool, "sb1", mode=Capability.POWER_OFF) is True  # idempotent
-    assert aws.resume_vm(pool, "sb1") is True
-    assert aws.get_vm(pool, "sb1").powerstate == "running"  # type: ignore[union-attr]
-    assert aws.vm_ready(pool, "sb1") is True
-    assert aws.resume_vm(pool, "sb1") is True
-    assert aws.suspend_vm(pool, "nope") is False and aws.resume_vm(pool, "nope") is False
-    if pool == "hib":
+@pytest.mark.parametrize(("pool", "mode"), [("p1", Capability.POWER_OFF),
+                                          ("hib", Capability.SUSPEND)])
+def test_standby_stops_or_hibernates_and_starts_the_instance(
+        moto: moto_ec2.MotoServer, pool: str, mode: Capability) -> None:
+    aws = AwsProvider(moto_ec2.context(moto.url, {pool: POOLS[pool]}), sleep=lambda _s: None)
+    try:
+        assert mode in aws.capabilities
+        aws.create_vm(pool, "sb1")
+        assert aws.suspend_vm(pool, "sb1", mode=mode) is True
+        info = aws.get_vm(pool, "sb1")
+        assert info is not None and info.powerstate == "stopped"
+        assert aws.vm_ready(pool, "sb1") is False
+        assert aws.suspend_vm(pool, "sb1", mode=mode) is True  # idempotent
+        assert aws.resume_vm(pool, "sb1") is True
+        assert aws.get_vm(pool, "sb1").powerstate == "running"  # type: ignore[union-attr]
+        assert aws.vm_ready(pool, "sb1") is True
+        assert aws.resume_vm(pool, "sb1") is True
+        assert aws.suspend_vm(pool, "nope", mode=mode) is False
+        assert aws.resume_vm(pool, "nope") is False
         instance = moto_ec2.live_instances(moto.client(), vm_name="sb1")[0]
-        assert instance["HibernationOptions"] == {"Configured": True}
+        assert instance.get("HibernationOptions", {}).get("Configured", False) is (
+            pool == "hib")
+    finally:
+        aws.close()
+
+
+def test_only_hibernating_pools_suspend(aws: AwsProvider) -> None:
+    assert aws.capabilities == frozenset({Capability.POWER_OFF})  # p1 does not hibernate
+    with pytest.raises(PermanentProviderError, match="hibernate"):
+        aws.suspend_vm("p1", "any", mode=Capability.SUSPEND)
 
 
 def test_ssh_readiness_connects_to_the_vms_name(moto: moto_ec2.MotoServer) -> None:

@@ -108,8 +108,13 @@ class AwsProvider(Provider):
 
     @property
     def capabilities(self) -> frozenset[Capability]:
-        """Powered-off standby VMs: a stopped instance (hibernated when the pool says so)."""
-        return frozenset({Capability.POWER_OFF})
+        """``POWER_OFF``: a stopped instance. ``SUSPEND`` too when every pool of the provider
+        has ``hibernate`` (its instances launch with hibernation configured): a hibernated
+        instance, its memory kept on its root volume."""
+        modes = {Capability.POWER_OFF}
+        if self.config.pools and all(s.hibernate for s in self.config.pools.values()):
+            modes.add(Capability.SUSPEND)
+        return frozenset(modes)
 
     # -- lookups --------------------------------------------------------------------------
     def _spec(self, pool: str) -> PoolSpec:
@@ -319,15 +324,19 @@ class AwsProvider(Provider):
 
     # -- standby --------------------------------------------------------------------------------
     def suspend_vm(self, pool: str, vm: str, *, mode: Capability = Capability.POWER_OFF) -> bool:
-        """Stop the instance (hibernate it when the pool has ``hibernate``) unless it is
-        stopped already; False when the VM does not exist."""
+        """Stop the instance (``POWER_OFF``) or hibernate it (``SUSPEND``, a pool with
+        ``hibernate`` only) unless it is stopped already; False when the VM does not
+        exist. Both read ``stopped`` in :meth:`get_vm`'s ``powerstate``."""
+        hibernate = mode is Capability.SUSPEND
+        if hibernate and not self._spec(pool).hibernate:
+            raise PermanentProviderError(f"configuration error: pool {pool} does not set "
+                                         f"hibernate, so its VMs cannot be suspended")
         found = self._find(pool, vm)
         if not found:
             return False
         if (found[0].get("State") or {}).get("Name") == "stopped":
             return True
-        instance_id = str(found[0]["InstanceId"])
-        self.power.set(instance_id, on=False, hibernate=self._spec(pool).hibernate)
+        self.power.set(str(found[0]["InstanceId"]), on=False, hibernate=hibernate)
         return True
 
     def resume_vm(self, pool: str, vm: str) -> bool:
