@@ -18,8 +18,9 @@ stop, start or termination is waited for), ``visibility_grace`` (60 s), ``vm_rea
 
 Pool keys: ``template`` (an AMI id, required), ``zone``, ``amisize``, ``volume_size``,
 ``provision`` (accepted; the gem's SSH set-up is not done), and, ours, ``subnet_id``,
-``security_group_ids``, ``instance_tags``, ``vm_ready_check``, ``hibernate`` (standby VMs
-hibernate instead of stopping). A pool key wins over the provider's.
+``security_group_ids``, ``instance_tags``, ``vm_ready_check``, ``hibernate`` (instances
+launched with hibernation configured: suspended standby VMs are hibernated). A pool key
+wins over the provider's.
 """
 
 from __future__ import annotations
