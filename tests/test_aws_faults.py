@@ -66,12 +66,12 @@ def test_throttling_at_30_percent_is_ridden_out(moto: moto_ec2.MotoServer,
     aws = provider(proxy, retry_mode="standard", state_poll_interval=0.5)
     names = [f"thr-{i}" for i in range(2)]
     try:
-        created = create_all(aws, names)
+        created = create_all(aws, names)  # all at once: their back-offs overlap
         assert [c.name for c in created] == names
-        assert all(aws.vm_ready(POOL, n) for n in names)
-        assert moto_ec2.vm_names(moto.client(), POOL) == names  # each made once
-        for name in names:
-            assert aws.destroy_vm(POOL, name) is True
+        with ThreadPoolExecutor(max_workers=len(names)) as workers:
+            assert all(workers.map(lambda n: aws.vm_ready(POOL, n), names))
+            assert moto_ec2.vm_names(moto.client(), POOL) == names  # each made once
+            assert all(workers.map(lambda n: aws.destroy_vm(POOL, n), names))
     finally:
         aws.close()
     assert proxy.injected["throttle"] >= 2

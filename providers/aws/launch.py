@@ -1,6 +1,7 @@
 """What a ``RunInstances`` of one VM asks for: tags, placement, network, key, hibernation
-and the root volume's size (:func:`launch_params`), and the AMIs' device mappings that the
-size needs, looked up once per AMI (:class:`Images`)."""
+and the root volume's size (:func:`launch_params`); the AMIs' device mappings that the size
+needs, looked up once per AMI (:class:`Images`); and when a launch is done
+(:func:`running_with_ip`)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,17 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from vmpooler.providers.aws.settings import PoolSpec
-from vmpooler.providers.errors import PermanentProviderError, TemplateNotFoundError
+from vmpooler.providers.aws.watch import Seen
+from vmpooler.providers.errors import (
+    PermanentProviderError,
+    TemplateNotFoundError,
+    TransientProviderError,
+)
 
 if TYPE_CHECKING:
     from vmpooler.providers.aws.client import Ec2
 
-__all__ = ["Images", "launch_params"]
+__all__ = ["Images", "launch_params", "running_with_ip"]
 
 
 class Images:
@@ -80,3 +86,13 @@ def launch_params(spec: PoolSpec, vm: str, ami: str, lifetime_hours: int,
              "Ebs": {"VolumeSize": spec.volume_size, "DeleteOnTermination": True}}
             for m in devices(ami) if "Ebs" in m]
     return params
+
+
+def running_with_ip(seen: Seen | None) -> bool:
+    """A launch's wait: done once running with an address; an error once it is gone."""
+    if seen is None:
+        raise TransientProviderError("the new instance vanished")
+    if seen.state in ("shutting-down", "terminated"):
+        raise TransientProviderError(f"the new instance is {seen.state}: "
+                                     f"{seen.reason or 'no reason given'}")
+    return seen.state == "running" and seen.private_ip is not None

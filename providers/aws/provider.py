@@ -24,13 +24,13 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
-from vmpooler.providers.aws.launch import Images, launch_params
+from vmpooler.providers.aws.launch import Images, launch_params, running_with_ip
 from vmpooler.providers.aws.purge import doomed_instances, tags_of
 from vmpooler.providers.aws.readiness import NotReadyError, probe_status, probe_tcp
 from vmpooler.providers.aws.settings import INSTALL_HINT, AwsSettings, PoolSpec
 from vmpooler.providers.aws.standby import Power
 from vmpooler.providers.aws.volumes import EXTRAS_TAG, Volumes, snapshot_names
-from vmpooler.providers.aws.watch import InstanceWatch, Seen
+from vmpooler.providers.aws.watch import InstanceWatch
 from vmpooler.providers.base import (
     Capability,
     ConnectionPoolHealth,
@@ -266,7 +266,7 @@ class AwsProvider(Provider):
         with self._lock:
             self._ids[(pool, vm)] = (instance_id, self._clock())
         try:
-            seen = self.watch.wait(instance_id, _running_with_ip,
+            seen = self.watch.wait(instance_id, running_with_ip,
                                    self.config.wait_timeout, f"launch of {vm}")
         except ProviderError as exc:
             log.warning("[!] [%s] '%s' (%s) did not start: %s", pool, vm, instance_id, exc)
@@ -394,12 +394,3 @@ class AwsProvider(Provider):
         self.watch.close()
         self.ec2.close()
 
-
-def _running_with_ip(seen: Seen | None) -> bool:
-    """A launch's wait: done once running with an address; an error once it is gone."""
-    if seen is None:
-        raise TransientProviderError("the new instance vanished")
-    if seen.state in _GONE:
-        raise TransientProviderError(f"the new instance is {seen.state}: "
-                                     f"{seen.reason or 'no reason given'}")
-    return seen.state == "running" and seen.private_ip is not None
