@@ -32,6 +32,8 @@ DNS_GROUP = "vmpooler.dns"
 _BUILTINS: tuple[tuple[str, str, str], ...] = (
     (PROVIDER_GROUP, "dummy", "vmpooler.providers.dummy:DummyProvider"),
     (PROVIDER_GROUP, "vsphere", "vmpooler.providers.vsphere.provider:VsphereProvider"),
+    (PROVIDER_GROUP, "aws", "vmpooler.providers.aws.provider:AwsProvider"),
+    (PROVIDER_GROUP, "ec2", "vmpooler.providers.aws.provider:AwsProvider"),
     (DNS_GROUP, "dynamic-dns", "vmpooler.providers.dns:DynamicDns"),
 )
 

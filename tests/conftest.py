@@ -47,10 +47,16 @@ def repo_root() -> Path:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Stop any actor a failed test left behind, so the run can exit."""
+    """Stop any actor a failed test left behind, so the run can exit; stop the session's
+    moto server, if a test started one (tests/moto_ec2.py)."""
+    import sys
+
     import pykka
 
     pykka.ActorRegistry.stop_all(block=True, timeout=5)
+    moto_ec2 = sys.modules.get("tests.moto_ec2")
+    if moto_ec2 is not None:
+        moto_ec2.stop_shared()
 
 
 

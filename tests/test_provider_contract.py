@@ -1,30 +1,33 @@
 """The provider contract, checked against every provider implementation.
 
 Each entry of ``FACTORIES`` builds a provider plus what the suite needs to drive it (a pool
-it serves, and how to wait between readiness probes): the dummy, and the vSphere provider
-against a fresh vCenter simulator (``tests/vcsim.py``), so base class and implementations
-cannot drift apart. Both also serve three misconfigured pools, ``bad-template``,
-``bad-folder`` and ``bad-datastore``, whose clones must fail with the typed permanent error.
-Nothing here sleeps: the simulator finishes tasks inside the call and reports guest tools
-and an IP at power-on, so no probe has to wait.
+it serves, and how to wait between readiness probes): the dummy, the vSphere provider
+against a fresh vCenter simulator (``tests/vcsim.py``) and the aws provider against the
+session's moto server, emptied (``tests/moto_ec2.py``), so base class and implementations
+cannot drift apart. Each also serves misconfigured pools (``bad-template``, and
+``bad-folder``/``bad-datastore`` or, on EC2, ``bad-subnet``) whose clones must fail with the
+typed permanent error. Nothing here sleeps: the simulator finishes tasks inside the call and
+reports guest tools and an IP at power-on, and moto's instances run at once with their
+status checks ``ok``, so no probe has to wait.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from tests import vcsim
+from tests import moto_ec2, vcsim
 from vmpooler.providers.base import Provider, ProviderContext, VmInfo
 from vmpooler.providers.dummy import DummyProvider
 from vmpooler.providers.errors import (
     DatastoreNotFoundError,
     FolderNotFoundError,
+    NetworkNotFoundError,
     PermanentProviderError,
     ProviderError,
     TemplateNotFoundError,
@@ -41,6 +44,8 @@ class ProviderUnderTest:
     wait: Callable[[float], None]  # how to pause between readiness probes
     ready_attempts: int = 1  # probes before vm_ready must have become True
     cleanup: Callable[[], None] = lambda: None
+    bad_pools: Mapping[str, type[ProviderError]] = field(
+        default_factory=lambda: dict(BAD_POOLS))  # its misconfigured pools, and their errors
 
 
 ProviderFactory = Callable[[Path], ProviderUnderTest]
@@ -50,10 +55,14 @@ def _no_wait(_seconds: float) -> None:
     """Nothing to wait for: the dummy's clones finish inside create_vm."""
 
 
-BAD_POOLS = {
+BAD_POOLS: dict[str, type[ProviderError]] = {
     "bad-template": TemplateNotFoundError,
     "bad-folder": FolderNotFoundError,
     "bad-datastore": DatastoreNotFoundError,
+}
+AWS_BAD_POOLS: dict[str, type[ProviderError]] = {
+    "bad-template": TemplateNotFoundError,  # an AMI EC2 does not have
+    "bad-subnet": NetworkNotFoundError,
 }
 
 
@@ -101,8 +110,25 @@ def vsphere_factory(tmp_path: Path) -> ProviderUnderTest:
                              cleanup=sim.stop)
 
 
+def aws_factory(tmp_path: Path) -> ProviderUnderTest:
+    """The aws provider on the session's moto server (emptied first), readiness by EC2's
+    status checks (nothing connects to the instances)."""
+    from vmpooler.providers.aws import AwsProvider
+
+    server = moto_ec2.shared()
+    server.reset()
+    pool = {"template": moto_ec2.AMI}
+    pools = {"pool1": pool, "pool2": pool, "bad-template": {"template": "ami-00000000"},
+             "bad-subnet": {**pool, "subnet_id": "subnet-00000000"}}
+    provider = AwsProvider(moto_ec2.context(server.url, pools,
+                                            dns_domains={"pool1": "example.com"}),
+                           sleep=_no_wait)
+    return ProviderUnderTest(provider, "pool1", _no_wait, bad_pools=AWS_BAD_POOLS)
+
+
 FACTORIES = [pytest.param(dummy_factory, id="dummy"),
-             pytest.param(vsphere_factory, id="vsphere")]
+             pytest.param(vsphere_factory, id="vsphere"),
+             pytest.param(aws_factory, id="aws")]
 
 
 @pytest.fixture(params=FACTORIES)
@@ -166,11 +192,13 @@ class TestProviderContract:
     def test_destroy_of_a_vm_never_created_is_success(self, put: ProviderUnderTest) -> None:
         assert put.provider.destroy_vm(put.pool, "contract-never") is True
 
-    @pytest.mark.parametrize("pool", sorted(BAD_POOLS))
+    @pytest.mark.parametrize("pool", sorted(BAD_POOLS.keys() | AWS_BAD_POOLS.keys()))
     def test_misconfigured_pool_fails_with_typed_permanent_error(
         self, put: ProviderUnderTest, pool: str
     ) -> None:
-        with pytest.raises(BAD_POOLS[pool]) as caught:
+        if pool not in put.bad_pools:
+            pytest.skip(f"{pool}: no such setting for this provider")
+        with pytest.raises(put.bad_pools[pool]) as caught:
             put.provider.create_vm(pool, f"contract-{pool}")
         assert is_permanent(caught.value)
         assert not put.provider.vm_exists(pool, f"contract-{pool}")

@@ -100,7 +100,8 @@ def test_builtins_resolve_without_installed_entry_points(monkeypatch: pytest.Mon
     install_entry_points(monkeypatch, {})
     assert load_provider_class("dummy") is DummyProvider
     assert load_dns_class("dynamic-dns") is DynamicDns
-    assert known_provider_classes() == frozenset({"dummy", "vsphere"})
+    assert load_provider_class("ec2") is load_provider_class("aws")
+    assert known_provider_classes() == frozenset({"aws", "dummy", "ec2", "vsphere"})
     assert known_dns_classes() == frozenset({"dynamic-dns"})
 
 
@@ -116,7 +117,7 @@ def test_third_party_plugins_resolve_through_entry_points(
     )
     assert load_provider_class("acmecloud") is AcmeCloudProvider
     assert load_dns_class("ACME-DNS") is AcmeDns
-    assert known_provider_classes() == frozenset({"acmecloud", "dummy", "vsphere"})
+    assert known_provider_classes() == frozenset({"acmecloud", "aws", "dummy", "ec2", "vsphere"})
     assert known_dns_classes() == frozenset({"acme-dns", "dynamic-dns"})
     provider = load_provider_class("AcmeCloud")(ProviderContext("acme", {}, {}, {}, {}))
     assert provider.name == "acme"
