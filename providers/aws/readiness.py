@@ -13,32 +13,12 @@ the VM's ``open_socket_error``.
 
 from __future__ import annotations
 
-import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from vmpooler.providers.errors import TransientProviderError
+from vmpooler.providers.probes import Connector, NotReadyError, probe_tcp
 
 __all__ = ["Connector", "NotReadyError", "probe_status", "probe_tcp"]
-
-Connector = Callable[[tuple[str, int], float], Any]
-
-
-class NotReadyError(TransientProviderError):
-    """The instance is not ready yet; the message says why."""
-
-
-def probe_tcp(host: str, port: int, timeout: float,
-              connect: Connector = socket.create_connection) -> bool:
-    """True when a TCP connection to ``host:port`` opens within ``timeout`` seconds (closed
-    at once); NotReadyError with the reason otherwise."""
-    try:
-        connection = connect((host, port), timeout)
-    except (OSError, UnicodeError) as exc:
-        raise NotReadyError(f"{host}:{port}: {exc}") from exc
-    connection.close()
-    return True
-
 
 def probe_status(status: Mapping[str, Any] | None) -> bool:
     """True when an entry of ``DescribeInstanceStatus`` shows the instance running with

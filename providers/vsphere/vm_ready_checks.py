@@ -15,11 +15,10 @@ while it is ``toolsOk`` or ``toolsOld``, never 0.0.x.x or link-local 169.254.x.x
 from __future__ import annotations
 
 import re
-import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from vmpooler.providers.errors import TransientProviderError
+from vmpooler.providers.probes import NotReadyError, probe_tcp
 
 __all__ = [
     "GUEST_PROPERTIES",
@@ -34,33 +33,12 @@ GUEST_PROPERTIES = ("guest.ipAddress", "guest.toolsStatus", "guest.toolsRunningS
 
 _UNUSABLE_IP = re.compile(r"^(0|169)\.(0|254)\.\d+\.\d+$")
 
-Connector = Callable[[tuple[str, int], float], Any]
-
-
-class NotReadyError(TransientProviderError):
-    """The VM does not accept connections yet; the message says why."""
-
-
 def guest_ip(guest: Mapping[str, Any]) -> str | None:
     """The guest's usable IP address from :data:`GUEST_PROPERTIES`, or None."""
     ip = guest.get("guest.ipAddress")
     if not ip or guest.get("guest.toolsStatus") not in ("toolsOk", "toolsOld"):
         return None
     return None if _UNUSABLE_IP.match(str(ip)) else str(ip)
-
-
-def probe_tcp(
-    host: str, port: int, timeout: float,
-    connect: Connector = socket.create_connection,
-) -> bool:
-    """True when a TCP connection to ``host:port`` opens within ``timeout`` seconds (it is
-    closed at once); raises NotReadyError with the reason otherwise."""
-    try:
-        connection = connect((host, port), timeout)
-    except (OSError, UnicodeError) as exc:
-        raise NotReadyError(f"{host}:{port}: {exc}") from exc
-    connection.close()
-    return True
 
 
 def probe_guest_tools(guest: Mapping[str, Any]) -> bool:
