@@ -104,20 +104,25 @@ def test_the_learned_demand_and_the_target_move_with_the_pool_to_its_new_owner(
         store = CheckoutStore(redis_client)
         for _ in range(5):
             store.checkout([[name]], now="x", epoch=clock_a.now())
+        a.wait_idle()  # A's next cycle is scheduled before time moves (else it never comes)
         clock_a.advance(5)
         wait_until(lambda: published(redis_client, name).get("target") == "5", 10,
                    "A to learn the burst")
         b = PoolerSystem.start(config, redis_client=redis_client, clock=clock_b,
                                scheduler=clock_b, providers={"dummy": dummy_for(config)},
                                resolver=lambda _f: False)
+        a.wait_idle()
         clock_a.advance(5)  # A's renewal: B is live, the pool is B's
         wait_until(lambda: (held := LeaseStore(redis_client).holder("pool", name)) is not None
                    and held.holder == id_b, 10, "B to take the pool")
+        b.wait_idle()
         clock_b.advance(5)
         wait_until(lambda: published(redis_client, name).get("manager") == id_b, 10,
                    "B to size the pool")
         assert published(redis_client, name)["target"] == "5"
+        a.wait_idle()
         clock_a.advance(10)
+        a.wait_idle()
         assert published(redis_client, name)["manager"] == id_b, "A sized a pool it gave away"
     finally:
         if b is not None:
