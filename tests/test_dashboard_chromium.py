@@ -216,6 +216,33 @@ def screenshot(cdp: Cdp, width: int, height: int, path: Path) -> None:
     print(f"dashboard screenshot: {path}")
 
 
+def clipped(cdp: Cdp) -> list[str]:
+    """What the activity row (requests, providers, users, errors) cuts off: a table wider
+    than its panel, or a cell whose text does not fit it (the narrow layout's visually hidden
+    header row aside: its labels are on the cells)."""
+    return cdp.js("""[...document.querySelectorAll('.activity .panel:not([hidden])')]
+        .flatMap(panel => {
+          const title = panel.querySelector('h2').textContent.trim();
+          const out = [];
+          const wrap = panel.querySelector('.table-wrap');
+          if (wrap && wrap.scrollWidth > wrap.clientWidth + 1) {
+            out.push(`${title}: table ${wrap.scrollWidth} px wide in ${wrap.clientWidth}`);
+          }
+          panel.querySelectorAll('th, td').forEach(cell => {
+            const head = cell.closest('thead');
+            if (head && getComputedStyle(head).clipPath !== 'none') { return; }
+            if (cell.scrollWidth > cell.clientWidth + 1) {
+              out.push(`${title}: "${cell.textContent}" ${cell.scrollWidth} px in `
+                       + cell.clientWidth);
+            }
+          });
+          if (panel.getBoundingClientRect().right > window.innerWidth + 1) {
+            out.push(`${title}: panel ends past the window`);
+          }
+          return out;
+        })""")
+
+
 def test_dashboard_in_headless_chromium(
     tmp_path: Path, redis_server: EmbeddedRedis, redis_client: redis.Redis,
     processes: list[subprocess.Popen[str]], browser: Cdp,
@@ -233,6 +260,8 @@ def test_dashboard_in_headless_chromium(
     document = yaml.safe_load(config.read_text())
     document[":auth"] = {"provider": "dummy"}
     document[":config"]["ondemand_clone_limit"] = 0
+    # quotas: the page's Users panel is shown (its table is among those that must not clip)
+    document[":quotas"] = {"default": {"vms_held": 20, "ondemand_in_flight": 5}}
     for entry in document[":pools"]:
         if entry["name"] in STANDBY:
             entry["standby"] = STANDBY[entry["name"]]
@@ -283,7 +312,15 @@ def test_dashboard_in_headless_chromium(
     assert "hidden" in browser.js(rows)
     assert request_id not in browser.js(rows) and "alice" not in browser.js(rows)
 
+    wait_until(lambda: browser.js("document.querySelectorAll('#user-rows td.num').length") == 2,
+               20, "the Users panel listing the requester (by an opaque name: no token)")
     screenshot(browser, 1280, 800, artifacts / "dashboard-1280x800.png")
+    screenshot(browser, 1280, 1400, artifacts / "dashboard-1280x1400.png")
+    assert clipped(browser) == [], "every column of the bottom row readable at 1280 px"
     screenshot(browser, 390, 844, artifacts / "dashboard-390x844.png")
     assert browser.js("document.documentElement.scrollWidth") <= 390, "no sideways scroll"
+    assert clipped(browser) == [], "every column of the bottom row readable at 390 px"
+    labels = browser.js("[...document.querySelectorAll('#request-rows td')]"
+                        ".map(td => td.dataset.label)")
+    assert labels[:3] == ["Request", "User", "Priority"], labels
     assert browser.problems() == []

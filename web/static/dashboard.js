@@ -425,6 +425,19 @@
     tbody.replaceChildren(tr);
   }
 
+  // Each cell of a table's body labelled with its column's header (data-label), which the
+  // narrow layout shows beside the value.
+  function labelCells(tbody) {
+    var head = tbody.parentNode.tHead;
+    if (!head || !head.rows.length) { return; }
+    var names = [].map.call(head.rows[0].cells, function (th) { return th.textContent; });
+    [].forEach.call(tbody.rows, function (tr) {
+      [].forEach.call(tr.cells, function (cell, i) {
+        if (cell.colSpan === 1 && names[i]) { cell.setAttribute("data-label", names[i]); }
+      });
+    });
+  }
+
   function renderActivity() {
     var data = state.activity;
     if (!data) { return; }
@@ -465,6 +478,7 @@
         return tr;
       }));
     }
+    labelCells(tbody);
     var list = $("error-list");
     var errors = data.errors || [];
     if (!errors.length) {
