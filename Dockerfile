@@ -4,8 +4,10 @@
 #
 # Two stages: the first builds vmpooler's wheel and its dependencies' wheels and installs them
 # into a virtualenv at /opt/vmpooler; the second is the base image plus that virtualenv.
-# Where no package index is reachable, put the wheels in ./wheels first
-# (`pip wheel --wheel-dir wheels .`) and the build uses only them.
+# Where no package index is reachable, put the wheels in ./wheels first, made with a Python of
+# the base image's version (3.11 for the default base; any patch level):
+#   python3.11 -m pip wheel --wheel-dir wheels '.[image]'
+# and the build uses only them.
 # BASE_IMAGE needs python3 (3.11 or newer) with its venv module; any Debian-like image does.
 ARG BASE_IMAGE=docker.io/library/python:3.11-slim-bookworm
 
@@ -15,11 +17,16 @@ WORKDIR /src
 COPY . .
 RUN python3 -m venv /opt/build \
  && if ! ls wheels/vmpooler-*.whl >/dev/null 2>&1; then \
-      /opt/build/bin/pip wheel --wheel-dir wheels . ; \
+      /opt/build/bin/pip wheel --wheel-dir wheels '.[image]' ; \
     fi \
  && python3 -m venv --without-pip /opt/vmpooler \
- && /opt/build/bin/pip --python /opt/vmpooler/bin/python install --no-index \
-      --find-links wheels vmpooler \
+ && if ! /opt/build/bin/pip --python /opt/vmpooler/bin/python install --no-index \
+      --find-links wheels 'vmpooler[image]' ; then \
+      echo "vmpooler: ./wheels lacks a wheel this image's $(python3 -V) needs: make the wheels" \
+           "with a Python of that version (python3.X -m pip wheel --wheel-dir wheels '.[image]')" \
+           "or remove ./wheels to build from the package index" >&2 ; \
+      exit 1 ; \
+    fi \
  && /opt/vmpooler/bin/vmpooler --version \
  && mkdir -p /var/lib/vmpooler /etc/vmpooler/base /etc/vmpooler/config
 

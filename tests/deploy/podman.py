@@ -9,6 +9,7 @@ The base image is ``localhost/python-base:bookworm`` (``$VMPOOLER_TEST_BASE_IMAG
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -77,19 +78,30 @@ def podman_or_skip() -> Podman:
     return podman
 
 
-def build_wheels(into: Path) -> None:
-    """vmpooler's wheel and its dependencies' wheels, built with this interpreter's pip,
-    so that the image builds with no package index. The base's Python (Debian's 3.11.2)
-    also needs redis's ``async-timeout``, which a Python from 3.11.3 on does not."""
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
-         "--wheel-dir", str(into), str(REPO), "async-timeout>=4.0.3"],
-        check=True, capture_output=True, text=True, timeout=600)
+def readme_wheel_command() -> list[str]:
+    """The README's command that makes the wheels of an offline image build, as words
+    (``python3.11 -m pip wheel --wheel-dir wheels '.[image]'``)."""
+    text = (REPO / "README.md").read_text()
+    lines = [line for line in text.splitlines() if " -m pip wheel " in line]
+    assert len(lines) == 1, f"README.md: one `pip wheel` command expected, found {lines}"
+    return shlex.split(lines[0])
+
+
+def build_wheels(context: Path) -> None:
+    """The wheels of an offline build, made in ``context`` by the README's own command
+    with this interpreter (whose Python need not be the base image's: Debian's 3.11.2)."""
+    words = readme_wheel_command()
+    assert words[1:4] == ["-m", "pip", "wheel"], words
+    done = subprocess.run(
+        [sys.executable, *words[1:], "--quiet", "--disable-pip-version-check"],
+        cwd=context, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"{shlex.join(words)}:\n{done.stderr[-3000:]}"
 
 
 def build_vmpooler_image(podman: Podman, context: Path, tag: str) -> None:
-    """Build ``tag`` from the repository's ``Dockerfile`` on :data:`BASE_IMAGE`, with the
-    wheels of :func:`build_wheels` in ``./wheels`` of a copy of the build context."""
+    """Build ``tag`` from the repository's ``Dockerfile`` on :data:`BASE_IMAGE` as the
+    README says to where no package index is reachable: the wheels of :func:`build_wheels`
+    in ``./wheels`` of a copy of the build context, then a build with no network."""
     for name in BUILD_CONTEXT:
         source = REPO / name
         if source.is_dir():
@@ -97,9 +109,9 @@ def build_vmpooler_image(podman: Podman, context: Path, tag: str) -> None:
                             ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         else:
             shutil.copy2(source, context / name)
-    build_wheels(context / "wheels")
-    podman("build", "--quiet", "--format", "docker", "--build-arg", f"BASE_IMAGE={BASE_IMAGE}",
-           "--tag", tag, str(context), timeout=900)
+    build_wheels(context)
+    podman("build", "--quiet", "--format", "docker", "--network", "none",
+           "--build-arg", f"BASE_IMAGE={BASE_IMAGE}", "--tag", tag, str(context), timeout=900)
 
 
 def build_redis_image(podman: Podman, context: Path, tag: str) -> None:
