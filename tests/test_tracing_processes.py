@@ -53,7 +53,7 @@ def test_an_ondemand_request_is_one_trace_from_the_api_to_the_provider_clone(
                 wanted = {"ondemand.request", "pool.clone", "provider.clone"}
                 return trace if wanted <= names else None
 
-            trace = wait_until(whole, 30, "the on-demand request's spans",
+            trace = wait_until(whole, 15, "the on-demand request's spans",
                                explain=lambda: repr([s.name for s in receiver.all()]))
         api = _one(trace, "POST /api/v3/ondemandvm")
         request = _one(trace, "ondemand.request")
