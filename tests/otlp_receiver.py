@@ -39,6 +39,8 @@ class ReceivedSpan:
     attributes: dict[str, Any]
     events: tuple[str, ...]
     status_code: int  # 0 unset, 1 ok, 2 error
+    start: float = 0.0  # epoch seconds
+    end: float = 0.0
 
 
 class OtlpReceiver:
@@ -88,7 +90,9 @@ class OtlpReceiver:
                         kind=span.kind,
                         attributes={a.key: _value(a.value) for a in span.attributes},
                         events=tuple(e.name for e in span.events),
-                        status_code=span.status.code))
+                        status_code=span.status.code,
+                        start=span.start_time_unix_nano / 1e9,
+                        end=span.end_time_unix_nano / 1e9))
         with self._lock:
             self.posts += 1
             if path == "/v1/traces":
