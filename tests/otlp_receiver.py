@@ -74,7 +74,8 @@ class OtlpReceiver:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}/v1/traces"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
+                                        daemon=True,
                                         name="otlp-receiver")
 
     def _take(self, request: ExportTraceServiceRequest, path: str) -> None:

@@ -121,8 +121,9 @@ class OtelTracer(Tracer):
     __slots__ = ("_provider", "_tracer")
 
     def __init__(self, chosen: ExportPlan, service: str) -> None:
+        # no exit hook of the SDK's own: the process shuts it down (build_tracer's caller)
         self._provider = TracerProvider(resource=Resource.create({"service.name": service}),
-                                        sampler=sampler_of(chosen))
+                                        sampler=sampler_of(chosen), shutdown_on_exit=False)
         self._provider.add_span_processor(BatchSpanProcessor(
             OTLPSpanExporter(endpoint=chosen.endpoint)))
         self._tracer = self._provider.get_tracer("vmpooler")
