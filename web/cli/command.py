@@ -153,6 +153,10 @@ def main(argv: list[str] | None = None) -> int:
         print(render_config(config), end="")
         for warning in warnings:
             print(f"vmpooler: warning: {warning}", file=sys.stderr)
+        try:  # what api, manager and run would refuse at start
+            check_tracing(config, "run")
+        except TracingError as exc:
+            print(f"vmpooler: warning: {exc}", file=sys.stderr)
         return 0
     if command == "dlq":
         return dlq.run(config, args)
