@@ -9,22 +9,27 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import falcon.testing
 import pytest
 import redis
 
 from tests.api_harness import api_config, api_pool
+from tests.harness import wait_until
 from tests.otlp_receiver import OtlpReceiver, otlp_receiver
 from vmpooler.actors.cluster.relay import decode, encode
 from vmpooler.actors.config import ConfigError, load_config
 from vmpooler.actors.config._tracing import otlp_traces_url
 from vmpooler.actors.config.model import TracingSettings
 from vmpooler.actors.messages import CloneForRequest, Command, CommandKind
+from vmpooler.actors.runtime.clock import FakeClock
+from vmpooler.actors.service.command_stream import CommandConsumer, StreamOptions
 from vmpooler.actors.storage import schema
 from vmpooler.actors.tracing import ExportPlan, TracingError, plan, service_name
 from vmpooler.web.api_context import ApiContext
 from vmpooler.web.app import create_app
+from vmpooler.web.commands import StreamCommands
 
 PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
@@ -36,7 +41,7 @@ def receiver() -> Iterator[OtlpReceiver]:
 
 
 def otel_tracer(endpoint: str, sampler: str = "parentbased_always_on",
-                ratio: float | None = None) -> object:
+                ratio: float | None = None) -> Any:
     from vmpooler.actors.tracing.otel import OtelTracer
     return OtelTracer(ExportPlan(endpoint, "test", sampler, ratio), "vmpooler-api")
 
@@ -170,10 +175,10 @@ def test_sampling_zero_exports_nothing_and_one_exports_every_span(
         receiver: OtlpReceiver) -> None:
     for ratio, expected in ((0.0, 0), (1.0, 3)):
         tracer = otel_tracer(receiver.url, "parentbased_traceidratio", ratio)
-        with tracer.start("root") as root:  # type: ignore[attr-defined]
-            tracer.start("child").end()  # type: ignore[attr-defined]
+        with tracer.start("root") as root:
+            tracer.start("child").end()
             root.child("task", start=1.0, end=2.0)
-        tracer.shutdown()  # type: ignore[attr-defined]
+        tracer.shutdown()
         assert len(receiver.all()) == expected
 
 
@@ -181,7 +186,7 @@ def test_a_request_span_is_named_after_its_route_and_holds_its_script_spans(
         receiver: OtlpReceiver, redis_client: redis.Redis) -> None:
     tracer = otel_tracer(receiver.url)
     ctx = ApiContext(config=api_config([api_pool("pool1")]), redis=redis_client,
-                     tracer=tracer)  # type: ignore[arg-type]
+                     tracer=tracer)
     redis_client.sadd(schema.ready("pool1"), "secretvm1")
     redis_client.hset(schema.vm("secretvm1"), mapping={"template": "pool1"})
     client = falcon.testing.TestClient(create_app(ctx))
@@ -189,7 +194,7 @@ def test_a_request_span_is_named_after_its_route_and_holds_its_script_spans(
     assert client.simulate_post("/api/v3/vm/pool1").status_code == 200
     assert client.simulate_get("/api/v3/status").status_code == 200
     assert client.simulate_get("/nowhere/secretvm3").status_code == 404
-    tracer.shutdown()  # type: ignore[attr-defined]
+    tracer.shutdown()
     spans = {span.name: span for span in receiver.all()}
     assert set(spans) == {"GET /api/v3/vm/{hostname}", "POST /api/v3/vm/{hostname}",
                           "redis checkout", "GET /api/v3/status", "redis status", "GET"}
@@ -201,3 +206,27 @@ def test_a_request_span_is_named_after_its_route_and_holds_its_script_spans(
     assert get.parent == "" and get.kind == 2  # a server span, a trace of its own
     # no value from the path (a VM's name here; a token in /token/{token}) reaches a span
     assert "secretvm" not in repr(receiver.all())
+
+
+def test_the_command_stream_carries_the_api_requests_trace_to_the_manager(
+        receiver: OtlpReceiver, redis_client: redis.Redis) -> None:
+    """``StreamCommands`` (the API) writes the current span's context with the request's
+    command; the manager's ``CommandConsumer`` reads it and hands it on with the request."""
+    told: list[tuple[str, str, str]] = []
+    ref = CommandConsumer.start(
+        client=redis_client, notify=lambda pool, reason: True, notify_tasks=lambda: True,
+        notify_request=lambda request_id, reason, traceparent="": told.append(
+            (request_id, reason, traceparent)) is None,
+        options=StreamOptions(block_ms=50), clock=FakeClock())
+    tracer = otel_tracer(receiver.url)
+    try:
+        commands = StreamCommands(redis_client)
+        with tracer.start("POST /api/v3/ondemandvm", kind="server") as span:
+            commands.request_changed("r1", "created")
+        commands.request_changed("r2", "deleted")  # outside any span: no trace
+        wait_until(lambda: len(told) == 2, 10, "both commands dispatched")
+    finally:
+        ref.stop(block=True, timeout=10)
+        tracer.shutdown()
+    assert told == [("r1", "created", span.traceparent), ("r2", "deleted", "")]
+    assert span.traceparent.startswith("00-") and int(span.traceparent[-2:], 16) & 1  # sampled
