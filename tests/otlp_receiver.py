@@ -45,11 +45,13 @@ class ReceivedSpan:
 
 class OtlpReceiver:
     """Collects every span exported to :attr:`url` (``http://127.0.0.1:<port>/v1/traces``);
-    :attr:`posts` counts the export requests."""
+    :attr:`posts` counts the export requests, :attr:`headers` holds each one's headers
+    (names in lower case)."""
 
     def __init__(self) -> None:
         self.spans: list[ReceivedSpan] = []
         self.posts = 0
+        self.headers: list[dict[str, str]] = []
         self._lock = threading.Lock()
         receiver = self
 
@@ -60,7 +62,8 @@ class OtlpReceiver:
                     body = gzip.decompress(body)
                 request = ExportTraceServiceRequest()
                 request.ParseFromString(body)
-                receiver._take(request, self.path)
+                receiver._take(request, self.path,
+                               {k.lower(): v for k, v in self.headers.items()})
                 answer = ExportTraceServiceResponse().SerializeToString()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
@@ -78,7 +81,8 @@ class OtlpReceiver:
                                         daemon=True,
                                         name="otlp-receiver")
 
-    def _take(self, request: ExportTraceServiceRequest, path: str) -> None:
+    def _take(self, request: ExportTraceServiceRequest, path: str,
+              headers: dict[str, str]) -> None:
         found = []
         for resource_spans in request.resource_spans:
             service = next((_value(a.value) for a in resource_spans.resource.attributes
@@ -96,6 +100,7 @@ class OtlpReceiver:
                         end=span.end_time_unix_nano / 1e9))
         with self._lock:
             self.posts += 1
+            self.headers.append(headers)
             if path == "/v1/traces":
                 self.spans.extend(found)
 

@@ -182,6 +182,18 @@ def test_sampling_zero_exports_nothing_and_one_exports_every_span(
         assert len(receiver.all()) == expected
 
 
+def test_the_exporters_own_variables_reach_the_receiver(
+        receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Headers (an API key, say) come from ``OTEL_EXPORTER_OTLP_TRACES_HEADERS``, read by
+    the exporter itself; the endpoint from the plan."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-api-key=s3cret")
+    tracer = otel_tracer(receiver.url)
+    tracer.start("one").end()
+    tracer.shutdown()
+    assert receiver.posts == 1 and receiver.headers[0]["x-api-key"] == "s3cret"
+    assert receiver.headers[0]["content-type"] == "application/x-protobuf"
+
+
 def test_a_request_span_is_named_after_its_route_and_holds_its_script_spans(
         receiver: OtlpReceiver, redis_client: redis.Redis) -> None:
     tracer = otel_tracer(receiver.url)
