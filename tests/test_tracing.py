@@ -206,10 +206,12 @@ def test_a_request_span_is_named_after_its_route_and_holds_its_script_spans(
     assert client.simulate_post("/api/v3/vm/pool1").status_code == 200
     assert client.simulate_get("/api/v3/status").status_code == 200
     assert client.simulate_get("/nowhere/secretvm3").status_code == 404
+    assert client.simulate_request("SECRETVM4", "/api/v3/status").status_code == 400
     tracer.shutdown()
     spans = {span.name: span for span in receiver.all()}
     assert set(spans) == {"GET /api/v3/vm/{hostname}", "POST /api/v3/vm/{hostname}",
-                          "redis checkout", "GET /api/v3/status", "redis status", "GET"}
+                          "redis checkout", "GET /api/v3/status", "redis status", "GET",
+                          "_OTHER /api/v3/status"}
     assert spans["redis checkout"].parent == spans["POST /api/v3/vm/{hostname}"].span_id
     assert spans["redis status"].parent == spans["GET /api/v3/status"].span_id
     get = spans["GET /api/v3/vm/{hostname}"]

@@ -134,13 +134,15 @@ class RequestTimer:
 
 
 _SPAN = "vmpooler_request_span"
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
 
 
 class RequestSpan:
     """One server span per request, named ``<METHOD> <route template>``
     (``POST /api/v3/ondemandvm``, ``GET /api/v3/vm/{hostname}``; the method alone when no
     route matched), never the raw path: a token or a VM name in the path stays out of the
-    trace, and the names stay few. Attributes: ``http.request.method``, ``http.route``,
+    trace, and the names stay few (a method other than the usual ones is ``_OTHER``, as
+    OpenTelemetry's conventions say). Attributes: ``http.request.method``, ``http.route``,
     ``http.response.status_code``; a 5xx marks it failed. It is the current span while the
     request runs, so the Redis scripts' spans and the commands sent to the manager hang
     under it."""
@@ -150,8 +152,9 @@ class RequestSpan:
 
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
         """Start the request's span and make it current."""
-        span = self._tracer.start(req.method, kind="server",
-                                  attributes={"http.request.method": req.method})
+        method = req.method if req.method in _METHODS else "_OTHER"
+        span = self._tracer.start(method, kind="server",
+                                  attributes={"http.request.method": method})
         span.__enter__()
         setattr(req.context, _SPAN, span)
 
@@ -163,7 +166,8 @@ class RequestSpan:
             return
         template = req.uri_template
         if template:
-            span.rename(f"{req.method} {template}")
+            method = req.method if req.method in _METHODS else "_OTHER"
+            span.rename(f"{method} {template}")
             span.set("http.route", template)
         status = resp.status_code
         span.set("http.response.status_code", status)

@@ -96,10 +96,9 @@ _RESTART = "restart"  # RequestChanged.reason of the manager's own restart timer
 
 RequestFactory = Callable[[str, pykka.ActorRef[Any], RequestFence | None, str],
                           pykka.ActorRef[Any]]
-"""``factory(request_id, manager, fence, traceparent)`` starts the request's actor
-(``traceparent``: the trace it joins, '' for none)."""
-"""``factory(request_id, manager_ref, fence)`` starts a request's actor (writing behind
-``fence``, the request's lease; None: unfenced) and returns its ref."""
+"""``factory(request_id, manager_ref, fence, traceparent)`` starts a request's actor
+(writing behind ``fence``, the request's lease; None: unfenced; its span a child of
+``traceparent``, the API request's, '' for none) and returns its ref."""
 
 
 class OnDemandManager(SupervisedActor):
