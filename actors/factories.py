@@ -48,6 +48,7 @@ from vmpooler.actors.storage.lease_store import LeaseStore
 from vmpooler.actors.storage.request_store import RequestStore
 from vmpooler.actors.storage.store import Store
 from vmpooler.actors.storage.upkeep_store import UpkeepStore
+from vmpooler.actors.tracing import NULL_TRACER, Tracer
 from vmpooler.providers.base import Provider, ProviderContext
 from vmpooler.providers.dns import DnsPlugin
 from vmpooler.providers.registry import load_dns_class, load_provider_class
@@ -73,6 +74,7 @@ class SystemResources:
     owns_metrics: bool = True
     providers: dict[str, Provider] = field(default_factory=dict)
     dns: dict[str, DnsPlugin] = field(default_factory=dict)
+    tracer: Tracer = NULL_TRACER  # given by the caller, never shut down by the system
 
 
 @dataclass(frozen=True)
@@ -164,7 +166,7 @@ class ActorFactories:
         return provider_actor_factory(
             name, provider, dns, resolver, config=self.config, clock=self.clock,
             scheduler=res.scheduler, metrics=res.metrics, client=res.client,
-            directory=self.directory)
+            directory=self.directory, tracer=res.tracer)
 
     def pool(
         self, pool: PoolConfig, hostnames: HostnameGenerator
@@ -184,6 +186,7 @@ class ActorFactories:
                 ownership=ownership, remote=self.remote, max_size=cfg.max_pool_size(pool),
                 failover=failover,
                 standby_modes=provider.capabilities if provider is not None else frozenset(),
+                tracer=res.tracer,
             )
 
         return factory
@@ -229,12 +232,13 @@ class ActorFactories:
         ceilings = {p.name: cfg.max_pool_size(p) for p in cfg.pools}
 
         def request_factory(request_id: str, manager: pykka.ActorRef[Any],
-                            fence: RequestFence | None) -> Any:
+                            fence: RequestFence | None, traceparent: str) -> Any:
             return RequestActor.start(
                 request_id=request_id, store=self.requests, settings=cfg.settings, pools=pools,
                 data_ttl_hours=cfg.redis.data_ttl, manager=manager, clock=self.clock,
                 scheduler=res.scheduler, metrics=res.metrics, executor=res.executor,
                 fence=fence, from_ready=from_ready, refill=refill, ceilings=ceilings,
+                tracer=res.tracer, traceparent=traceparent,
             )
 
         def factory(supervisor: pykka.ActorRef[Any]) -> pykka.ActorRef[Any]:

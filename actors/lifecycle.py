@@ -40,6 +40,7 @@ from vmpooler.actors.storage.connection import connect_configured
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 from vmpooler.actors.storage.heartbeat_store import HeartbeatStore, prune_age
 from vmpooler.actors.storage.store import Store
+from vmpooler.actors.tracing import NULL_TRACER, Tracer
 from vmpooler.providers.base import Provider
 
 __all__ = ["ChildFactory", "claim_redis", "open_resources", "start_children", "stop_all"]
@@ -54,7 +55,7 @@ ChildFactory = Callable[[pykka.ActorRef[Any]], pykka.ActorRef[Any]]
 def open_resources(
     config: Config, *, redis_client: redis.Redis | None, clock: Clock,
     scheduler: Scheduler | None, metrics: Metrics | None,
-    actor_executor: ActorExecutor | None,
+    actor_executor: ActorExecutor | None, tracer: Tracer = NULL_TRACER,
 ) -> SystemResources:
     """What a system runs on, its executor started: the ones given, else its own (the
     embedded redis-server when the configuration asks for one, a client connected as
@@ -80,7 +81,7 @@ def open_resources(
         scheduler=scheduler or ThreadScheduler(clock), owns_scheduler=scheduler is None,
         metrics=metrics or create_metrics(m.backend, m.host, m.port, m.prefix, m.tags),
         client=client, owns_client=redis_client is None, embedded=embedded,
-        owns_metrics=metrics is None,
+        owns_metrics=metrics is None, tracer=tracer,
     )
     if actor_executor is not None:
         res.executor, res.owns_executor = actor_executor, False

@@ -62,6 +62,7 @@ from vmpooler.actors.storage.request_store import (
     RequestStore,
 )
 from vmpooler.actors.storage.store import Store
+from vmpooler.actors.tracing import NULL_TRACER, Tracer
 from vmpooler.providers.base import Provider
 
 __all__ = ["PoolStatus", "PoolerSystem"]
@@ -126,6 +127,7 @@ class PoolerSystem:
         task_interval: float = 5.0,
         consume_commands: bool = True,
         actor_executor: ActorExecutor | None = None,
+        tracer: Tracer = NULL_TRACER,
     ) -> PoolerSystem:
         """Start everything and return at once (pools fill in the background).
 
@@ -142,12 +144,13 @@ class PoolerSystem:
         starts its own (:data:`~vmpooler.actors.runtime.executor.DEFAULT_THREADS` threads)
         and stops it last; one passed in is started if need be and never stopped. Likewise
         a ``redis_client`` or ``metrics`` passed in is never closed, a failed start included
-        (``vmpooler run`` retries the start while its API goes on using both).
+        (``vmpooler run`` retries the start while its API goes on using both). ``tracer``
+        makes the actors' spans (docs/tracing.md); the caller shuts it down.
         """
         clock = clock or RealClock()
         res = open_resources(config, redis_client=redis_client, clock=clock,
                              scheduler=scheduler, metrics=metrics,
-                             actor_executor=actor_executor)
+                             actor_executor=actor_executor, tracer=tracer)
         system = cls(config, Store(res.client), clock, res)
         try:
             system._boot(dict(providers or {}), hostnames or HostnameGenerator(), resolver,
@@ -242,11 +245,13 @@ class PoolerSystem:
         """Ask the pool's actor to move every ready and pending VM to completed."""
         return self.directory.tell(Address.pool(pool).name, StartDrain(pool, reason))
 
-    def notify_request(self, request_id: str, reason: str = "") -> bool:
+    def notify_request(self, request_id: str, reason: str = "", *,
+                       traceparent: str = "") -> bool:
         """Tell the on-demand manager a request was created or deleted in Redis: it starts
-        the request's actor, or passes the news on to it."""
+        the request's actor, or passes the news on to it. ``traceparent``: the trace the
+        request's actor joins (docs/tracing.md)."""
         return self.directory.tell(Address.ondemand().name,
-                                   RequestChanged(request_id, reason))
+                                   RequestChanged(request_id, reason, traceparent))
 
     def request_ondemand(self, pools: Mapping[str, int], *, request_id: str | None = None,
                          token: str | None = None, user: str | None = None,

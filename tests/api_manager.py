@@ -111,12 +111,13 @@ class Stack:
 
 
 @contextmanager
-def api_and_manager_stack(tmp_path: Path, config: Path, *, debug: bool = True) -> Iterator[Stack]:
-    """``vmpooler manager``, then a 2-worker ``vmpooler api``, both on ``config``, given
-    once the API answers ``GET /vm``; both are stopped after. With ``debug``, run with
-    ``VMPOOLER_DEBUG`` (the dummy auth provider is refused without it); logs in
-    ``tmp_path`` (``manager.log``, ``api.log``)."""
-    env = DEBUG if debug else None
+def api_and_manager_stack(tmp_path: Path, config: Path, *, debug: bool = True,
+                          env: dict[str, str] | None = None) -> Iterator[Stack]:
+    """``vmpooler manager``, then a 2-worker ``vmpooler api``, both on ``config`` (and
+    ``env`` added to the environment), given once the API answers ``GET /vm``; both are
+    stopped after. With ``debug``, run with ``VMPOOLER_DEBUG`` (the dummy auth provider is
+    refused without it); logs in ``tmp_path`` (``manager.log``, ``api.log``)."""
+    env = {**(DEBUG if debug else {}), **(env or {})} or None
     with stopped_after() as started:
         manager = spawn(started, "manager", "--config", str(config),
                         log=tmp_path / "manager.log", env=env)

@@ -20,19 +20,19 @@ ALLOWED: dict[str, set[str]] = {
     # the composition root wires everything: the facade, and how each actor is built
     "system": {"lifecycle", "factories", "runtime", "pool", "ondemand", "provider", "service",
                "cluster", "storage", "metrics", "config", "messages", "facade",
-               "fairness.intake"},
+               "fairness.intake", "tracing"},
     # the composition root's start and stop sequences, step by step, for the facade
     "lifecycle": {"factories", "runtime", "pool", "provider", "service", "cluster", "storage",
-                  "metrics", "config", "messages"},
+                  "metrics", "config", "messages", "tracing"},
     "factories": {"runtime", "pool", "ondemand", "provider", "service", "cluster", "storage",
-                  "metrics", "config", "messages"},
+                  "metrics", "config", "messages", "tracing"},
     # actors: each may use the runtime, the Redis layer, metrics, configuration, messages;
     # those whose entity has one owner among several managers also the cluster
     "pool": {"cluster", "runtime", "storage", "metrics", "config", "messages", "sizing",
-             "placement"},
+             "placement", "tracing"},
     "ondemand": {"cluster", "runtime", "storage", "metrics", "config", "messages",
-                 "fairness"},
-    "provider": {"runtime", "storage", "metrics", "config", "messages"},
+                 "fairness", "tracing"},
+    "provider": {"runtime", "storage", "metrics", "config", "messages", "tracing"},
     "service": {"runtime", "storage", "metrics", "config", "messages"},
     # the managers sharing one Redis: membership, leases, relay, heartbeat (a periodic
     # manager-wide actor like service's, using its habits)
@@ -49,6 +49,8 @@ ALLOWED: dict[str, set[str]] = {
     "fairness": set(),  # who is asking, quotas, shares and priorities: pure policy
     "sizing": set(),  # demand sizing: the forecast, schedules and policy, pure
     "metrics": set(),
+    # the spans and their context across actors and processes (docs/tracing.md)
+    "tracing": {"config"},
     "messages": set(),
     "facade": set(),  # actors/__init__.py: a lazy facade, imports nothing at load
 }

@@ -74,7 +74,7 @@ class Rig:
                              crashes=self.crashes)
 
     def factory(self, request_id: str, manager: pykka.ActorRef[Any],
-                fence: Any = None) -> pykka.ActorRef[Any]:
+                fence: Any = None, traceparent: str = "") -> pykka.ActorRef[Any]:
         current = self.directory.get(request_actor_name(request_id))
         self.starts.append(current is not None)
         return self.stand_in(manager)

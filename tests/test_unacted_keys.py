@@ -53,7 +53,8 @@ UNACTED = """\
     stuck_vm_max_warning: 3
   manage_host_selection: true
 :tracing:
-  enabled: 'true'
+  enabled: 'false'
+  jaeger_host: http://jaeger:14268/api/traces
 :providers:
   :dummy:
     provider_class: dummy
@@ -86,11 +87,11 @@ def test_check_config_names_file_line_and_key_of_unacted_keys(tmp_path: Path) ->
     warnings = [line for line in result.stderr.splitlines() if "warning:" in line]
     where = {line.split(": ")[3]: line.split(": ")[2] for line in warnings}
     assert where == {
-        "tracing": f"{path}:7",
+        "tracing.jaeger_host": f"{path}:9",
         "config.manage_host_selection": f"{path}:6",
         "config.purge_dry_run": f"{path}:3",
         "config.health_thresholds": f"{path}:4",
-        "providers.spare.resources_allowlist": f"{path}:14",
+        "providers.spare.resources_allowlist": f"{path}:15",
     }
     assert all(line.endswith("(not acted on)") for line in warnings)
     assert any("has no effect while purge_enabled is false" in line for line in warnings)

@@ -163,3 +163,43 @@ def test_the_watch_session_lost_is_replaced_and_waits_go_on(sim: vcsim.Simulator
         assert Counter(provider.sessions.calls)["CreateListView"] == 2
     finally:
         provider.close()
+
+
+def test_a_traced_clone_shows_its_vcenter_task_queued_and_run(
+        busy_sim: vcsim.Simulator) -> None:
+    """Two clones at once on a vCenter running one task at a time: under each clone's span,
+    its task's queue wait and run as spans with vCenter's own times (docs/tracing.md)."""
+    from tests.otlp_receiver import otlp_receiver
+    from vmpooler.actors.tracing import ExportPlan
+    from vmpooler.actors.tracing.otel import OtelTracer
+
+    provider = make(busy_sim, connection_pool_size=2)
+    with otlp_receiver() as receiver:
+        tracer = OtelTracer(ExportPlan(receiver.url, "test"), "vmpooler-manager")
+
+        def traced_clone(name: str) -> None:
+            with tracer.start("provider.clone", attributes={"vmpooler.vm": name}):
+                provider.create_vm("p1", name)
+
+        try:
+            provider.vms_in_pool("p1")
+            threads = [threading.Thread(target=traced_clone, args=(name,))
+                       for name in ("first", "second")]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+        finally:
+            provider.close()
+            tracer.shutdown()
+        spans = receiver.all()
+    clones = {s.span_id: s for s in spans if s.name == "provider.clone"}
+    runs = [s for s in spans if s.name == "vcenter.task.run"]
+    queued = [s for s in spans if s.name == "vcenter.task.queued"]
+    assert len(clones) == 2 and len(runs) == 2 and len(queued) == 2, [s.name for s in spans]
+    assert {s.parent for s in runs} == {s.parent for s in queued} == set(clones)
+    for run in runs:
+        assert run.attributes["vcenter.task.state"] == "success"
+        assert run.end - run.start >= CLONE_MS / 1000 - 0.3  # the task's own run time
+    # one task waited in vCenter's queue while the other ran
+    assert max(q.end - q.start for q in queued) >= CLONE_MS / 1000 - 0.5

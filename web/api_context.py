@@ -11,6 +11,7 @@ from vmpooler.actors.config import Config
 from vmpooler.actors.metrics.backends import Metrics, NullMetrics
 from vmpooler.actors.placement.health import BackendHealth
 from vmpooler.actors.runtime.clock import Clock, RealClock
+from vmpooler.actors.tracing import NULL_TRACER, Tracer
 from vmpooler.web.commands import Commands, NullCommands
 
 __all__ = ["ApiContext"]
@@ -22,6 +23,7 @@ class ApiContext:
 
     ``redis`` is a client with a connection pool (decode_responses=True); ``rng`` draws
     random choices (alias selection, tokens) and is injectable for tests;
+    ``tracer`` makes the spans of requests (no-op unless ``:tracing:`` is on);
     ``public_listener`` says the API listens where other hosts can reach it (set by the
     server from its bind; :mod:`vmpooler.web.pool_changes`), False in-process.
     """
@@ -31,6 +33,7 @@ class ApiContext:
     commands: Commands = field(default_factory=NullCommands)
     clock: Clock = field(default_factory=RealClock)
     metrics: Metrics = field(default_factory=NullMetrics)
+    tracer: Tracer = NULL_TRACER
     rng: random.Random = field(default_factory=random.SystemRandom)
     started_at: float = 0.0
     public_listener: bool = False

@@ -21,6 +21,7 @@ import redis
 from vmpooler.actors.messages import Command, CommandKind
 from vmpooler.actors.service.command_stream import GROUP, STREAM, ensure_group
 from vmpooler.actors.storage.replies import fields as as_fields
+from vmpooler.actors.tracing import current_span
 
 if TYPE_CHECKING:
     from vmpooler.actors.system import PoolerSystem
@@ -43,7 +44,8 @@ class Commands(Protocol):
 
     def request_changed(self, request_id: str, reason: str) -> None:
         """An on-demand request was created or deleted in Redis: its actor starts (or
-        learns of the deletion) now."""
+        learns of the deletion) now. The trace context of the caller's current span goes
+        with it (docs/tracing.md)."""
 
 
 class NullCommands:
@@ -84,7 +86,8 @@ class DirectCommands:
 
     def request_changed(self, request_id: str, reason: str) -> None:
         try:
-            self.system.notify_request(request_id, reason)
+            self.system.notify_request(request_id, reason,
+                                       traceparent=current_span().traceparent)
         except Exception:
             log.exception("[!] [commands] could not notify request '%s'", request_id)
 
@@ -128,7 +131,8 @@ class StreamCommands:
     def request_changed(self, request_id: str, reason: str) -> None:
         # Sent at once, on the caller's thread: every request id is new, so there is
         # nothing to coalesce, and waiting would only delay the request's first clone.
-        self._send(Command(CommandKind.REQUEST_CHANGED, request_id, reason))
+        self._send(Command(CommandKind.REQUEST_CHANGED, request_id, reason,
+                           traceparent=current_span().traceparent))
 
     def _submit(self, kind: CommandKind, subject: str, reason: str) -> None:
         if not self._background:

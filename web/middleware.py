@@ -8,7 +8,9 @@ calls ``process_request`` in list order and ``process_response`` in reverse, and
    ``http_request`` timing and every other observer of the duration (the Prometheus HTTP
    families, :mod:`vmpooler.web.api_prometheus`);
 2. :class:`RequestLogger` if ``request_logger`` is set (reference §1.7);
-3. :class:`RateLimiter` if ``rate_limiting_enabled`` is set (reference §1.6).
+3. :class:`RateLimiter` if ``rate_limiting_enabled`` is set (reference §1.6);
+
+and first of all :class:`RequestSpan` when tracing is on (docs/tracing.md).
 
 As in vmpooler's Rack stack (§1.1), ``/healthcheck`` is neither rate limited nor logged, and
 a rejected (429) request is still logged. ``/api/v3/openapi.json`` (ours) is not limited;
@@ -47,6 +49,7 @@ import falcon
 import redis
 
 from vmpooler.actors.storage.ratelimit_store import Bucket, RateLimitStore
+from vmpooler.actors.tracing import Span
 from vmpooler.web.api_context import ApiContext
 from vmpooler.web.api_errors import ApiError
 from vmpooler.web.clientaddr import TrustedProxies
@@ -58,6 +61,7 @@ __all__ = [
     "RateLimiter",
     "RequestLogger",
     "RequestObserver",
+    "RequestSpan",
     "RequestTimer",
     "build_middleware",
     "limit_class",
@@ -127,6 +131,49 @@ class RequestTimer:
     def _timing(self, req: falcon.Request, resp: falcon.Response, seconds: float) -> None:
         self._ctx.metrics.timing("http_request", seconds,
                                  tags={"method": req.method, "status": str(resp.status_code)})
+
+
+_SPAN = "vmpooler_request_span"
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
+
+
+class RequestSpan:
+    """One server span per request, named ``<METHOD> <route template>``
+    (``POST /api/v3/ondemandvm``, ``GET /api/v3/vm/{hostname}``; the method alone when no
+    route matched), never the raw path: a token or a VM name in the path stays out of the
+    trace, and the names stay few (a method other than the usual ones is ``_OTHER``, as
+    OpenTelemetry's conventions say). Attributes: ``http.request.method``, ``http.route``,
+    ``http.response.status_code``; a 5xx marks it failed. It is the current span while the
+    request runs, so the Redis scripts' spans and the commands sent to the manager hang
+    under it."""
+
+    def __init__(self, ctx: ApiContext) -> None:
+        self._tracer = ctx.tracer
+
+    def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
+        """Start the request's span and make it current."""
+        method = req.method if req.method in _METHODS else "_OTHER"
+        span = self._tracer.start(method, kind="server",
+                                  attributes={"http.request.method": method})
+        span.__enter__()
+        setattr(req.context, _SPAN, span)
+
+    def process_response(self, req: falcon.Request, resp: falcon.Response,
+                         resource: object, req_succeeded: bool) -> None:
+        """Name the span after the route, note the status and end it."""
+        span: Span | None = getattr(req.context, _SPAN, None)
+        if span is None:
+            return
+        template = req.uri_template
+        if template:
+            method = req.method if req.method in _METHODS else "_OTHER"
+            span.rename(f"{method} {template}")
+            span.set("http.route", template)
+        status = resp.status_code
+        span.set("http.response.status_code", status)
+        if status >= 500:
+            span.fail(f"HTTP {status}")
+        span.__exit__(None, None, None)
 
 
 def _body_length(resp: falcon.Response) -> str:
@@ -244,10 +291,14 @@ def _rejection(limit: int, period: int, ttl: int) -> dict[str, Any]:
 
 def build_middleware(ctx: ApiContext,
                      observers: Sequence[RequestObserver] = ()
-                     ) -> list[RequestTimer | RequestLogger | RateLimiter]:
-    """The middleware stack for ``ctx``: the timer (with ``observers``) always, the logger
-    and the limiter when ``request_logger`` / ``rate_limiting_enabled`` are set."""
-    stack: list[RequestTimer | RequestLogger | RateLimiter] = [RequestTimer(ctx, observers)]
+                     ) -> list[RequestSpan | RequestTimer | RequestLogger | RateLimiter]:
+    """The middleware stack for ``ctx``: the request span when ``ctx.tracer`` is enabled,
+    the timer (with ``observers``) always, the logger and the limiter when
+    ``request_logger`` / ``rate_limiting_enabled`` are set."""
+    stack: list[RequestSpan | RequestTimer | RequestLogger | RateLimiter] = []
+    if ctx.tracer.enabled:
+        stack.append(RequestSpan(ctx))
+    stack.append(RequestTimer(ctx, observers))
     if ctx.config.settings.request_logger:
         stack.append(RequestLogger())
     if ctx.config.settings.rate_limiting_enabled:

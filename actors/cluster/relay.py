@@ -27,7 +27,9 @@ What a caller may rely on:
   one hop); entries written here still carry that mark for it (:data:`MARKED_FORWARDED`).
 
 An inbox entry's fields: ``to`` (the receiving actor's registry name), ``type`` (a name of
-:data:`WIRE_TYPES`), ``body`` (the message's fields as a JSON object), ``hops``.
+:data:`WIRE_TYPES`), ``body`` (the message's fields as a JSON object), ``hops``, and
+``traceparent`` when the message carries a trace context (docs/tracing.md; kept out of the
+body, so a manager of an earlier release, which ignores the field, still reads the message).
 """
 
 from __future__ import annotations
@@ -76,6 +78,9 @@ WIRE_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     WantRequestVms, WithdrawRequest)}
 """The messages that may travel between managers, by class name."""
 
+_FIELDS: dict[type, frozenset[str]] = {
+    cls: frozenset(f.name for f in dataclasses.fields(cls)) for cls in WIRE_TYPES.values()}
+
 
 MARKED_FORWARDED: frozenset[type] = frozenset(
     {CloneForRequest, PoolChanged, RequestChanged, WantRequestVms})
@@ -84,6 +89,7 @@ once relayed (its loop stop; here the entry's ``hops``). Written for such a mana
 and read from one; the messages themselves have no such field."""
 
 _FORWARDED = "forwarded"
+_TRACEPARENT = "traceparent"  # a message's trace context (docs/tracing.md): beside the body
 
 
 def encode(name: str, message: Any, hops: int = 1) -> dict[str, str]:
@@ -94,9 +100,13 @@ def encode(name: str, message: Any, hops: int = 1) -> dict[str, str]:
             or isinstance(message, type):
         raise TypeError(f"{kind} does not travel between managers")
     body = dataclasses.asdict(message)
+    traceparent = body.pop(_TRACEPARENT, "")
     if type(message) in MARKED_FORWARDED and hops >= 1:
         body[_FORWARDED] = True
-    return {"to": name, "type": kind, "body": json.dumps(body), "hops": str(hops)}
+    fields = {"to": name, "type": kind, "body": json.dumps(body), "hops": str(hops)}
+    if traceparent:  # a field of its own: a manager of an earlier release ignores it
+        fields[_TRACEPARENT] = traceparent
+    return fields
 
 
 def decode(fields: dict[str, str]) -> tuple[str, Any, int]:
@@ -113,6 +123,8 @@ def decode(fields: dict[str, str]) -> tuple[str, Any, int]:
             raise TypeError("the body is not an object")
         if cls in MARKED_FORWARDED and body.pop(_FORWARDED, False):
             hops = max(hops, 1)
+        if fields.get(_TRACEPARENT) and _TRACEPARENT in _FIELDS[cls]:
+            body[_TRACEPARENT] = fields[_TRACEPARENT]
         return fields["to"], cls(**body), max(hops, 0)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"bad {cls.__name__}: {exc}") from exc

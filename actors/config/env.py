@@ -68,6 +68,8 @@ def _declared() -> tuple[_Var, ...]:
              creates=False),
         _Var("VMPOOLER_TRACING_ENABLED", ("tracing", "enabled"), "bool"),
         _Var("VMPOOLER_TRACING_JAEGER_HOST", ("tracing", "jaeger_host"), "str"),
+        _Var("VMPOOLER_TRACING_OTLP_ENDPOINT", ("tracing", "otlp_endpoint"), "str"),
+        _Var("VMPOOLER_TRACING_SAMPLE_RATIO", ("tracing", "sample_ratio"), "number"),
         _Var("AUTH_PROVIDER", ("auth", "provider"), "str"),
         _Var("LDAP_HOST", ("auth", "ldap", "host"), "str", creates=False),
         _Var("LDAP_PORT", ("auth", "ldap", "port"), "int", creates=False),

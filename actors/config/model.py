@@ -48,6 +48,7 @@ __all__ = [
     "ProviderConfig",
     "RedisSettings",
     "StandbyTier",
+    "TracingSettings",
 ]
 
 
@@ -113,6 +114,25 @@ class MetricsSettings:
     prometheus: PrometheusSettings | None = None
 
 
+DEFAULT_JAEGER_HOST = "http://localhost:14268/api/traces"
+
+
+@dataclass(frozen=True, slots=True)
+class TracingSettings:
+    """``:tracing:`` (vmpooler 3.x, docs/tracing.md). ``jaeger_host`` is the key as written
+    (vmpooler's Jaeger collector URL); ``endpoint`` is the OTLP/HTTP traces URL spans go to
+    unless an ``OTEL_EXPORTER_OTLP_*`` variable says otherwise: ``otlp_endpoint`` (ours)
+    when set, else ``jaeger_host``, a Thrift collector URL (``…:14268/api/traces``) mapped
+    to the same host's OTLP receiver (``…:4318/v1/traces``, ``mapped`` True).
+    ``sample_ratio`` (ours) is the share of new traces kept (None: every one)."""
+
+    enabled: bool = False
+    jaeger_host: str = DEFAULT_JAEGER_HOST
+    endpoint: str = "http://localhost:4318/v1/traces"
+    mapped: bool = True
+    sample_ratio: float | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Config:
     """The whole validated configuration.
@@ -141,6 +161,7 @@ class Config:
     api_port: int = 4567
     app_env: str = "development"
     quotas: QuotaPolicy = field(default_factory=QuotaPolicy)  # ``:quotas:`` (ours)
+    tracing: TracingSettings = field(default_factory=TracingSettings)  # ``:tracing:``
 
     def max_pool_size(self, pool: PoolConfig) -> int:
         """The largest size ``pool`` may have: its provider's ``max_pool_size`` when that is

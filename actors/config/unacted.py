@@ -1,12 +1,12 @@
 """Keys the configuration accepts but nothing acts on, as warnings naming file, line and key.
 
 An operator who writes a key believes it does something. :func:`unacted_warnings` lists
-every accepted key that does nothing in this configuration: sections vmpooler has and we do
-not implement (``:tracing:``, ``:graphs:``), ``:config:`` keys only the vSphere provider
-reads when no pool uses one, a provider's purge keys when no pool uses that provider,
-tuning keys whose feature is switched off, the token rules of ``/vm`` switched on
-without ``:auth:``, and ``experimental_features_without_auth`` with ``:auth:``. ``vmpooler
-check-config`` prints them; the manager logs them at start.
+every accepted key that does nothing in this configuration: a section vmpooler has and we do
+not implement (``:graphs:``), ``:tracing:`` keys while tracing is off, ``:config:`` keys
+only the vSphere provider reads when no pool uses one, a provider's purge keys when no pool
+uses that provider, tuning keys whose feature is switched off, the token rules of ``/vm``
+switched on without ``:auth:``, and ``experimental_features_without_auth`` with
+``:auth:``. ``vmpooler check-config`` prints them; the manager logs them at start.
 
 Locations are found by reading the main file, its ``extra_config`` files and the
 ``pools_from_dir`` files again (the loaded :class:`~vmpooler.actors.config.Config` keeps no
@@ -49,9 +49,10 @@ _DEFAULT_ON = {"connection_pool_monitor_enabled": ("connection_pool_monitor_inte
 def unacted_keys(config: Config) -> list[tuple[KeyPath, str]]:
     """``(key path, why nothing acts on it)`` for every such key, in document order."""
     out: list[tuple[KeyPath, str]] = []
-    if "tracing" in config.raw:
-        out.append((("tracing",), "OpenTelemetry tracing is not implemented; this section "
-                                  "is accepted and ignored"))
+    tracing = config.raw.get("tracing")
+    if isinstance(tracing, Mapping) and not config.tracing.enabled:
+        out.extend((("tracing", key), "has no effect while enabled is not true")
+                   for key in ("jaeger_host", "otlp_endpoint", "sample_ratio") if key in tracing)
     if "graphs" in config.raw:
         out.append((("graphs",), "the dashboard keeps no Graphite history; this section is "
                                  "accepted and ignored"))

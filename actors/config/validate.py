@@ -18,6 +18,7 @@ from vmpooler.actors.config._metrics import metrics_settings
 from vmpooler.actors.config._pools import build_dns_configs, build_pools, build_providers
 from vmpooler.actors.config._quotas import quota_policy
 from vmpooler.actors.config._redis_settings import redis_settings
+from vmpooler.actors.config._tracing import tracing_settings
 from vmpooler.actors.config._values import show
 from vmpooler.actors.config.model import (
     DEFAULT_HEALTH_THRESHOLDS,
@@ -103,6 +104,7 @@ def validate_document(
         api_port=api_port,
         app_env=app_env,
         quotas=quota_policy(chk.mapping(doc.get("quotas"), ("quotas",)), chk),
+        tracing=tracing_settings(chk.mapping(doc.get("tracing"), ("tracing",)), chk),
     )
     if chk.issues:
         return None, chk.issues, chk.notes

@@ -5,7 +5,8 @@ managers read them (:mod:`vmpooler.actors.service.command_stream`). A stream ent
 are exactly ``id`` (a uuid4: a command seen twice is acted on once), ``kind`` (a
 :class:`CommandKind` value), ``pool`` (the subject: the pool's name, the request's id, or ''
 for ``tasks_queued``) and ``reason`` — what managers and APIs of every release write and
-read.
+read — and, only when the API traces the request that sent it, ``traceparent`` (the W3C
+trace context, docs/tracing.md), which a manager of an earlier release ignores.
 """
 
 from __future__ import annotations
@@ -29,17 +30,22 @@ class CommandKind(StrEnum):
 @dataclass(frozen=True, slots=True)
 class Command:
     """One command of the stream. ``subject`` is the pool's name or the request's id ('' for
-    ``tasks_queued``); ``id`` is new with every command unless given."""
+    ``tasks_queued``); ``id`` is new with every command unless given; ``traceparent`` is
+    the W3C trace context of the span that sent it ('' when not traced)."""
 
     kind: CommandKind
     subject: str = ""
     reason: str = ""
     id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    traceparent: str = ""
 
     def to_fields(self) -> dict[str, str]:
-        """The stream entry's fields."""
-        return {"id": self.id, "kind": self.kind.value, "pool": self.subject,
-                "reason": self.reason}
+        """The stream entry's fields (``traceparent`` only when set)."""
+        fields = {"id": self.id, "kind": self.kind.value, "pool": self.subject,
+                  "reason": self.reason}
+        if self.traceparent:
+            fields["traceparent"] = self.traceparent
+        return fields
 
     @classmethod
     def from_fields(cls, fields: Mapping[str, str], *, entry_id: str = "") -> Command:
@@ -52,4 +58,4 @@ class Command:
         except ValueError:
             raise ValueError(f"unknown command {kind!r}") from None
         return cls(known, fields.get("pool", ""), fields.get("reason", ""),
-                   fields.get("id") or entry_id)
+                   fields.get("id") or entry_id, fields.get("traceparent", ""))

@@ -279,6 +279,7 @@ class CallProvider:
     vm: str | None
     reply_to: pykka.ActorRef[Any]
     call_id: int = 0
+    traceparent: str = ""  # the caller's span: the call's span hangs under it ('': none)
 
     @property
     def op(self) -> ProviderOp:

@@ -35,10 +35,13 @@ def request_actor_name(request_id: str) -> str:
 @dataclass(frozen=True, slots=True)
 class RequestChanged:
     """API (through Commands) → on-demand manager → request actor: the request was created
-    or deleted in Redis. The manager starts an actor for a request that has none."""
+    or deleted in Redis. The manager starts an actor for a request that has none;
+    ``traceparent`` is the W3C trace context of the API request that created it ('' when
+    not traced), the parent of the request actor's span."""
 
     request_id: str
     reason: str = ""
+    traceparent: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +79,7 @@ class WantRequestVms:
     share: float = 1.0
     whole: bool = False  # ``wants`` is all the request has queued: replaces what was
     fence: str = ""  # the request's lease value (set by the manager running it; '': none)
+    traceparent: str = ""  # the request actor's span ('': not traced)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +119,7 @@ class CloneForRequest:
     grant: int = 0
     reply_to: str = ""
     fence: str = ""
+    traceparent: str = ""  # the request actor's span, parent of the pool's ('': none)
 
 
 @dataclass(frozen=True, slots=True)

@@ -103,6 +103,7 @@ class CloneGrants:
         # request -> (pool, monotonic start) of its clones started since it was granted
         # (what the wait estimates start from; trimmed by the estimates, dropped with it)
         self.cloning: dict[str, list[tuple[str, float]]] = {}
+        self.traces: dict[str, str] = {}  # request -> its actor's span (a traceparent)
 
     def reset(self) -> None:
         """Forget every request (the granter changed: the queue is rebuilt from the wants
@@ -111,6 +112,7 @@ class CloneGrants:
         self.known.clear()
         self.granted.clear()
         self.cloning.clear()
+        self.traces.clear()
         self.blocked = False
 
     def runs(self, request_id: str) -> bool:
@@ -118,14 +120,18 @@ class CloneGrants:
         return request_id in self.known
 
     def want(self, request_id: str, wants: tuple[tuple[str, str], ...],
-             owner: Owner | None = None, *, whole: bool = False, fence: str = "") -> None:
+             owner: Owner | None = None, *, whole: bool = False, fence: str = "",
+             traceparent: str = "") -> None:
         """The request wants these ``(alias, pool)`` VMs too; none: it withdraws its
         queued ones. ``whole``: they are all it has queued (replacing what it had, less the
         grants not yet answered). ``owner``: who asked (None: the request is a user of its
         own, normal priority, share 1). ``fence``: the request's lease value (see the
-        module). Grants what it can."""
+        module). ``traceparent``: the request actor's span, the parent of its clones' spans.
+        Grants what it can."""
         if not self._current(request_id, fence):
             return
+        if traceparent:
+            self.traces[request_id] = traceparent
         renewed = request_id in self.known and self.known[request_id] != fence
         self.known[request_id] = fence
         if whole or renewed:
@@ -150,6 +156,7 @@ class CloneGrants:
         """Forget the request and what it wanted (grants already made stay counted)."""
         self.wants.drop(request_id)
         self.cloning.pop(request_id, None)
+        self.traces.pop(request_id, None)
         self.known.pop(request_id, None)
 
     def prune(self, in_flight: set[str]) -> None:
@@ -210,7 +217,8 @@ class CloneGrants:
             request_id, want = popped
             number, fence = self.grants + 1, self.known.get(request_id, "")
             grant = CloneForRequest(request_id, want.alias, want.pool, grant=number,
-                                    reply_to=self.router.member, fence=fence)
+                                    reply_to=self.router.member, fence=fence,
+                                    traceparent=self.traces.get(request_id, ""))
             if not self.router.here(Address.pool(want.pool), grant):
                 # the pool actor is restarting: try again at the next sweep
                 self.wants.push_front(request_id, want)

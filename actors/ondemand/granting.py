@@ -115,7 +115,7 @@ class Granting:
         wants = tuple((str(alias), str(pool)) for alias, pool in message.wants)
         owner = Owner(message.user or message.request_id, message.priority, message.share)
         self.slots.want(message.request_id, wants, owner, whole=message.whole,
-                        fence=message.fence)
+                        fence=message.fence, traceparent=message.traceparent)
         return wants, owner
 
     def withdraw(self, request_id: str, fence: str) -> None:

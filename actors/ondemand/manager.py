@@ -94,9 +94,11 @@ log = logging.getLogger(__name__)
 _PREFIX = request_actor_name("")
 _RESTART = "restart"  # RequestChanged.reason of the manager's own restart timer
 
-RequestFactory = Callable[[str, pykka.ActorRef[Any], RequestFence | None], pykka.ActorRef[Any]]
-"""``factory(request_id, manager_ref, fence)`` starts a request's actor (writing behind
-``fence``, the request's lease; None: unfenced) and returns its ref."""
+RequestFactory = Callable[[str, pykka.ActorRef[Any], RequestFence | None, str],
+                          pykka.ActorRef[Any]]
+"""``factory(request_id, manager_ref, fence, traceparent)`` starts a request's actor
+(writing behind ``fence``, the request's lease; None: unfenced; its span a child of
+``traceparent``, the API request's, '' for none) and returns its ref."""
 
 
 class OnDemandManager(SupervisedActor):
@@ -245,7 +247,7 @@ class OnDemandManager(SupervisedActor):
         try:
             if self._elsewhere(message, hops):
                 return
-            self._start(message.request_id)
+            self._start(message.request_id, message.traceparent)
         except redis.RedisError as exc:  # the sweep finds it once Redis is back
             log.error("[!] [ondemand] request '%s' not started: %s: %s",
                       message.request_id, redis_failure(exc), exc)
@@ -281,7 +283,7 @@ class OnDemandManager(SupervisedActor):
             self.scheduler.tell_later(self.sweep_interval, self.actor_ref, SweepRequests())
 
     # -- request actors -------------------------------------------------------------------------
-    def _start(self, request_id: str) -> None:
+    def _start(self, request_id: str, traceparent: str = "") -> None:
         ours = self.tracked.ref(request_id)
         if ((ours is not None and ours.is_alive())
                 or self.tracked.state(request_id) is Standing.BACKING_OFF):
@@ -300,7 +302,8 @@ class OnDemandManager(SupervisedActor):
             log.error("[!] [ondemand] request '%s' not started: %s: %s",
                       request_id, redis_failure(exc), exc)
             return
-        ref = self.request_factory(request_id, self.actor_ref, self.leases.fence(request_id))
+        ref = self.request_factory(request_id, self.actor_ref, self.leases.fence(request_id),
+                                   traceparent)
         self.tracked.to(request_id, Standing.RUNNING, ref)
         self.directory.put(name, ref)
 

@@ -85,6 +85,7 @@ from vmpooler.actors.runtime.supervisor import PooledSupervisedActor
 from vmpooler.actors.storage.lease_store import Fence, Fenced
 from vmpooler.actors.storage.redis_errors import redis_failure
 from vmpooler.actors.storage.request_store import Entry, RequestStore
+from vmpooler.actors.tracing import NULL_TRACER, Tracer
 
 __all__ = ["OUTCOMES", "VERIFY_MIN", "RequestActor", "verify_interval"]
 
@@ -115,6 +116,8 @@ class RequestActor(PooledSupervisedActor):
         from_ready: frozenset[str] = frozenset(),
         refill: Callable[[str], None] = lambda _pool: None,
         ceilings: Mapping[str, int] | None = None,  # pool -> max_pool_size
+        tracer: Tracer = NULL_TRACER,
+        traceparent: str = "",  # the API request's span, when it created the request
     ) -> None:
         super().__init__(name=request_actor_name(request_id), supervisor=manager,
                          executor=executor)
@@ -135,6 +138,10 @@ class RequestActor(PooledSupervisedActor):
         self.phase = Phase.CLAIMING
         self.vms = Ledger()
         self.wants = Wants(request_id, self.store, self._tell_manager)
+        # from its start to its end (ready, failed, gone), under the API request's span
+        self.span = tracer.start("ondemand.request", parent=traceparent,
+                                 attributes={"vmpooler.request_id": request_id})
+        self.wants.traceparent = self.span.traceparent
         self.events = VmEvents(self, request_id=request_id, store=self.store, settings=settings,
                                ending=self.ending, clock=clock, metrics=metrics)
         self.created: float | None = None  # epoch of the request's creation (from Redis)
@@ -325,6 +332,7 @@ class RequestActor(PooledSupervisedActor):
         self._cancel_timers()
         self.vms.in_flight.clear()
         self.vms.queued.clear()
+        self._end_span("")
         self._tell_manager(RequestFinished(self.request_id, ""))
         self.actor_ref.stop(block=False)
 
@@ -342,5 +350,14 @@ class RequestActor(PooledSupervisedActor):
         self._sync_tasks()
         if not quiet:
             self.ending.finished(status)
+        self._end_span(status)
         self._tell_manager(RequestFinished(self.request_id, status))
         self.actor_ref.stop(block=False)
+
+    def _end_span(self, status: str) -> None:
+        """End the request's span with its final ``status`` ('' when gone or moved)."""
+        self.span.set("vmpooler.status", status or "gone")
+        self.span.set("vmpooler.vms", len(self.vms.entries))
+        if status == "failed":
+            self.span.fail("the request failed")
+        self.span.end()

@@ -28,6 +28,7 @@ class Wants:
         self.tell = tell
         self.tasks = TaskMirror(store, request_id)
         self.origin: RequestOrigin | None = None  # who asked (from the claim)
+        self.traceparent = ""  # the request actor's span: its asks carry it
 
     def ask_for_missing(self, vms: Ledger) -> None:
         """Ask for the VMs neither delivered, on their way nor queued (they count as queued
@@ -55,7 +56,7 @@ class Wants:
         origin = self.origin or RequestOrigin(self.request_id)
         user = "" if origin.user == self.request_id else origin.user  # a user of its own
         return WantRequestVms(self.request_id, wants, user, origin.priority, origin.share,
-                              whole=whole)
+                              whole=whole, traceparent=self.traceparent)
 
     def sync(self, vms: Ledger, *, finished: bool, stale: tuple[Entry, ...] = ()) -> None:
         """Mirror the queued clones in ``vmpooler__odcreate__task`` (none once ``finished``);

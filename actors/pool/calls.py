@@ -61,15 +61,17 @@ class ProviderCalls:
         """The pool's provider actor, looked up now (None while it is not running)."""
         return self.directory.get(Address.provider(self.provider_name).name)
 
-    def call(self, request: ProviderRequest, vm: str | None) -> CallProvider:
+    def call(self, request: ProviderRequest, vm: str | None, *,
+             traceparent: str = "") -> CallProvider:
         """A new call message answered to the pool actor (each with its own ``call_id``);
         nothing is sent or recorded."""
         self._ids += 1
         return CallProvider(request=request, pool=self.pool, vm=vm, reply_to=self.reply_to,
-                            call_id=self._ids)
+                            call_id=self._ids, traceparent=traceparent)
 
-    def send(self, request: ProviderRequest, vm: str) -> bool:
-        """Send a provider call for ``vm`` unless one is outstanding. True if sent."""
+    def send(self, request: ProviderRequest, vm: str, *, traceparent: str = "") -> bool:
+        """Send a provider call for ``vm`` unless one is outstanding. True if sent.
+        ``traceparent``: the span the provider's span of the call hangs under."""
         if vm in self._busy:
             return False
         provider = self.provider()
@@ -78,7 +80,7 @@ class ProviderCalls:
         self._busy[vm] = request.op
         self._since[vm] = self.clock.monotonic()
         try:
-            provider.tell(self.call(request, vm))
+            provider.tell(self.call(request, vm, traceparent=traceparent))
         except pykka.ActorDeadError:
             del self._busy[vm]
             del self._since[vm]

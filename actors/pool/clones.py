@@ -34,6 +34,7 @@ from vmpooler.actors.pool.vm_cache import VmCache
 from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.queues import Queue
 from vmpooler.actors.storage.store import CloneReservation
+from vmpooler.actors.tracing import NULL_SPAN
 
 __all__ = ["Clones"]
 
@@ -133,27 +134,35 @@ class Clones:
         provider's breaker refuses clones, none starts: the answer is None and the request
         keeps its place in the manager's queue."""
         vm: str | None = None
+        # a traced request's VM: one span from the grant to the VM ready (or failed)
+        span = self.io.tracer.start("pool.clone", parent=msg.traceparent, attributes={
+            "vmpooler.pool": self.policy.name, "vmpooler.request_id": msg.request_id,
+        }) if msg.traceparent else NULL_SPAN
         try:
             left = self.breaker_until - self.io.clock.monotonic()
             request = (msg.request_id, msg.alias)
             vm = self.from_standby.take(request, msg.fence) if left <= 0 else None
             if vm is not None:
                 self.ondemand.adopt(vm, request)
+                span.set("vmpooler.standby", True)
                 self.ondemand.slot_freed()  # no clone slot was taken: another may be granted
             elif left <= 0:
-                vm = self.start(request, request_fence=msg.fence)
+                vm = self.start(request, request_fence=msg.fence, traceparent=span.traceparent)
             else:  # the slot waits; the request learns until when (it may be past its TTL)
                 self.ondemand.blocked(msg, self.io.clock.now() + left, self.breaker_reason)
         finally:
+            self.ondemand.traced(vm, span)
             self.ondemand.clone_answered(msg, vm)
 
-    def start(self, request: tuple[str, str] | None, *, request_fence: str = "") -> str | None:
+    def start(self, request: tuple[str, str] | None, *, request_fence: str = "",
+              traceparent: str = "") -> str | None:
         """Reserve a name and a clone slot and start a clone; the VM's name, or None.
 
         ``request`` is ``(request_id, alias)`` for a clone of an on-demand request: it takes
         an on-demand slot, and the VM is the request's (see ``OnDemandVms``). With
         ``request_fence`` (the request's lease value the grant was made under) nothing
-        starts once the request's lease holds another value.
+        starts once the request's lease holds another value. ``traceparent``: the span the
+        provider's clone span hangs under.
         """
         name = self.policy.name
         settings = self.policy.settings
@@ -193,7 +202,7 @@ class Clones:
             if request is not None:
                 self.ondemand.adopt(vm, request)
             template, target = self.upkeep.template, self.upkeep.clone_target
-            if not self.calls.send(CloneVm(template, target), vm):
+            if not self.calls.send(CloneVm(template, target), vm, traceparent=traceparent):
                 self.io.store.clone_failed(name, vm, error="provider unavailable",
                                        error_class="ProviderUnavailable", ttl=self.policy.data_ttl,
                                        release_slot=True, ondemand=request is not None)
@@ -233,6 +242,7 @@ class Clones:
             log.info("[+] [%s] '%s' cloned in %.2f seconds", name, vm, result.seconds)
             self.upkeep.cloned(result.seconds)
             self.ondemand.times.cloned(result.seconds)
+            self.ondemand.event(vm, "cloned", {"vmpooler.seconds": result.seconds})
             self.calls.send(CheckPending(), vm)
             if ondemand:
                 self.ondemand.slot_freed()

@@ -35,6 +35,7 @@ from vmpooler.actors.storage.provider_store import ProviderStore
 from vmpooler.actors.storage.request_store import RequestStore
 from vmpooler.actors.storage.store import Store
 from vmpooler.actors.storage.upkeep_store import UpkeepStore
+from vmpooler.actors.tracing import NULL_TRACER, Tracer
 
 __all__ = ["LOST_REASONS", "PoolIO", "PoolParts", "PoolSettings", "build"]
 
@@ -116,6 +117,7 @@ class PoolIO:
     metrics: Metrics
     self_ref: pykka.ActorRef[Any]
     ownership: PoolOwnership = field(default_factory=SoleOwner)  # its lease, or sole owner
+    tracer: Tracer = NULL_TRACER  # the spans of request clones (docs/tracing.md)
 
     def lost(self, reason: str, count: int = 1) -> None:
         """Count ``count`` VMs of this pool that left for good without ever being checked
@@ -138,7 +140,7 @@ class PoolParts:
 def build(
     *, policy: PoolSettings, store: Store, requests: RequestStore, directory: ActorDirectory,
     clock: Clock, scheduler: Scheduler, metrics: Metrics, self_ref: pykka.ActorRef[Any],
-    ownership: OwnershipSettings | None = None,
+    ownership: OwnershipSettings | None = None, tracer: Tracer = NULL_TRACER,
 ) -> PoolParts:
     """The parts of the pool actor ``self_ref``. With ``ownership`` the pool is acted on
     only while this manager holds its lease, and ``store`` and ``upkeep_store`` write behind
@@ -154,5 +156,5 @@ def build(
     io = PoolIO(pool=pool.name, store=store, requests=requests,
                 provider_store=ProviderStore(store.client), upkeep_store=upkeep_store,
                 directory=directory, clock=clock, scheduler=scheduler, metrics=metrics,
-                self_ref=self_ref, ownership=owner)
+                self_ref=self_ref, ownership=owner, tracer=tracer)
     return PoolParts(policy=policy, io=io, calls=calls, vms=VmCache(store))

@@ -84,6 +84,7 @@ from vmpooler.actors.storage.lease_store import Fenced
 from vmpooler.actors.storage.queues import Queue
 from vmpooler.actors.storage.request_store import RequestStore
 from vmpooler.actors.storage.store import Store
+from vmpooler.actors.tracing import NULL_TRACER, Tracer
 from vmpooler.providers.base import Capability
 
 __all__ = ["LOST_REASONS", "PoolActor"]
@@ -122,6 +123,7 @@ class PoolActor(PooledSupervisedActor):
         max_size: int | None = None,
         failover: FailoverGroup | None = None,
         standby_modes: frozenset[Capability] = frozenset(),
+        tracer: Tracer = NULL_TRACER,
     ) -> None:
         address = Address.pool(pool.name)
         super().__init__(name=address.name, supervisor=supervisor, executor=executor)
@@ -132,7 +134,7 @@ class PoolActor(PooledSupervisedActor):
         parts = build(policy=policy, store=store,
                       requests=requests or RequestStore(store.client), directory=directory,
                       clock=clock, scheduler=scheduler, metrics=metrics,
-                      self_ref=self.actor_ref, ownership=ownership)
+                      self_ref=self.actor_ref, ownership=ownership, tracer=tracer)
         io, calls, vms = parts.io, parts.calls, parts.vms
         self.policy, self.io, self.calls = policy, io, calls
         self.renew_timer: Timer | None = None

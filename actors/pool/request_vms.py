@@ -41,6 +41,7 @@ from vmpooler.actors.runtime.supervisor import ActorDirectory
 from vmpooler.actors.storage.request_store import RequestStore
 from vmpooler.actors.storage.store import Store
 from vmpooler.actors.storage.wait_store import WaitStore
+from vmpooler.actors.tracing import Span
 
 __all__ = ["OnDemandVms"]
 
@@ -68,6 +69,7 @@ class OnDemandVms:
         self.forget = forget
         self.lost = lost
         self.owners: dict[str, tuple[str, str]] = {}
+        self.spans: dict[str, Span] = {}  # a traced request's VM -> its ``pool.clone`` span
         self.loaded = False  # owners was read from Redis at least once
         # the pool's recent times, for the on-demand manager's estimates
         self.times = PoolWaitTimes(pool, WaitStore(store.client))
@@ -100,11 +102,37 @@ class OnDemandVms:
     def drop(self, vm: str) -> None:
         """Forget ``vm`` (its clone could not be sent)."""
         self.owners.pop(vm, None)
+        self._end(vm, "not sent", failed=True)
 
     def prune(self, pending: frozenset[str]) -> None:
         """Forget request VMs that left pending (delivered, or retired by their request)."""
         for vm in [vm for vm in self.owners if vm not in pending and vm not in self.busy]:
             del self.owners[vm]
+            self._end(vm, "gone")
+
+    # -- their spans (docs/tracing.md) -----------------------------------------------------------
+    def traced(self, vm: str | None, span: Span) -> None:
+        """``span`` follows ``vm`` until it is ready or failed; ended now without a VM."""
+        if vm is None:
+            span.set("vmpooler.outcome", "not started")
+            span.end()
+        elif span.recording:
+            span.set("vmpooler.vm", vm)
+            self.spans[vm] = span
+
+    def event(self, vm: str, name: str, attributes: dict[str, float | str]) -> None:
+        """Note ``name`` on the span of ``vm``, if it has one."""
+        span = self.spans.get(vm)
+        if span is not None:
+            span.event(name, attributes)
+
+    def _end(self, vm: str, outcome: str, *, failed: bool = False) -> None:
+        span = self.spans.pop(vm, None)
+        if span is not None:
+            span.set("vmpooler.outcome", outcome)
+            if failed:
+                span.fail(outcome)
+            span.end()
 
     # -- telling their requests -------------------------------------------------------------------
     def clone_answered(self, msg: CloneForRequest, vm: str | None) -> None:
@@ -124,6 +152,7 @@ class OnDemandVms:
     def ready(self, vm: str) -> None:
         """A request's VM passed its readiness check: its request's actor attaches it."""
         request_id, alias = self.owners[vm]
+        self._end(vm, "ready")
         if self._tell_request(request_id, RequestVmReady(request_id, alias, self.name, vm)):
             return
         if self.requests.settle_orphan(request_id, self.name, vm):
@@ -158,6 +187,7 @@ class OnDemandVms:
         owner = self.owners.pop(vm, None)
         if owner is None:
             return
+        self._end(vm, reason, failed=True)
         request_id, alias = owner
         self._tell_request(request_id,
                            RequestVmFailed(request_id, alias, self.name, vm, reason, permanent,

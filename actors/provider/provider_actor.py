@@ -51,6 +51,7 @@ from vmpooler.actors.runtime.breaker import CircuitBreaker
 from vmpooler.actors.runtime.clock import Clock, Scheduler, Timer
 from vmpooler.actors.runtime.supervisor import SupervisedActor
 from vmpooler.actors.storage.provider_store import ProviderHealth
+from vmpooler.actors.tracing import NULL_SPAN, NULL_TRACER, Tracer
 from vmpooler.providers import progress
 from vmpooler.providers.base import Provider
 from vmpooler.providers.dns import DnsPlugin
@@ -93,18 +94,22 @@ class ProviderActor(SupervisedActor):
         publish_health: Callable[[ProviderHealth], None] | None = None,
         monitor_interval: float | None = None,
         monitor_gauges: bool = True,
+        tracer: Tracer = NULL_TRACER,
     ) -> None:
         """``timeouts`` (adaptive, per kind of call) replaces the fixed ``call_timeout``
         (without it, every call gets ``call_timeout``);
         ``publish_health`` receives the provider's state on every breaker change and every
         ``monitor_interval`` seconds (None: on changes only), when ``monitor_gauges`` also
-        emitting the connection-pool monitor's gauges."""
+        emitting the connection-pool monitor's gauges. A call that carries a trace context
+        runs in a ``provider.<op>`` span of ``tracer``, the provider's
+        :func:`~vmpooler.actors.tracing.current_span` meanwhile."""
         super().__init__(name=Address.provider(name).name, supervisor=supervisor)
         self.provider = provider
         self.work = ProviderWork(provider, dns_plugins, resolver, monotonic=clock.monotonic)
         self.clock = clock
         self.scheduler = scheduler
         self.metrics = metrics
+        self.tracer = tracer
         self.breaker = breaker
         self.call_timeout = call_timeout
         self.resolve_reply_to = resolve_reply_to
@@ -205,13 +210,19 @@ class ProviderActor(SupervisedActor):
         work = self.work.for_call(call)
         monotonic = self.clock.monotonic
         listener = WorkerProgress(self.runtime, token)
+        tracer, name = self.tracer, self.provider.name
 
         def run() -> None:
+            span = tracer.start(f"provider.{call.op.value}", parent=call.traceparent,
+                                kind="client", attributes={
+                                    "vmpooler.provider": name, "vmpooler.pool": call.pool,
+                                    "vmpooler.vm": call.vm or ""},
+                                ) if call.traceparent else NULL_SPAN
             started = monotonic()
             result: Any = None
             error: BaseException | None = None
             try:
-                with progress.reporting(listener):
+                with span, progress.reporting(listener):
                     result = work()
             except BaseException as exc:  # reported as a failure, never lost
                 error = exc

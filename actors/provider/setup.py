@@ -20,6 +20,7 @@ from vmpooler.actors.runtime.breaker import CircuitBreaker
 from vmpooler.actors.runtime.clock import Clock, Scheduler
 from vmpooler.actors.runtime.supervisor import ActorDirectory
 from vmpooler.actors.storage.provider_store import ProviderHealth, ProviderStore
+from vmpooler.actors.tracing import NULL_TRACER, Tracer
 from vmpooler.providers.base import Provider
 from vmpooler.providers.dns import DnsPlugin
 
@@ -30,6 +31,7 @@ def provider_actor_factory(
     name: str, provider: Provider, dns: Mapping[str, DnsPlugin | None],
     resolver: Callable[[str], bool], *, config: Config, clock: Clock, scheduler: Scheduler,
     metrics: Metrics, client: redis.Redis, directory: ActorDirectory,
+    tracer: Tracer = NULL_TRACER,
 ) -> Callable[[pykka.ActorRef[Any]], pykka.ActorRef[Any]]:
     """A supervisor child factory for provider ``name``. Every incarnation shares one
     :class:`ProviderRuntime` (its workers and in-flight calls) and one set of adaptive
@@ -81,7 +83,7 @@ def provider_actor_factory(
             resolve_reply_to=lambda pool: directory.get(Address.pool(pool).name),
             resolver=resolver, supervisor=supervisor, runtime=runtime,
             timeouts=timeouts, publish_health=publish, monitor_interval=interval,
-            monitor_gauges=gauges,
+            monitor_gauges=gauges, tracer=tracer,
         )
 
     return factory

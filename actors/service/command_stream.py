@@ -5,7 +5,8 @@ the stream ``vmpooler__commands`` (:class:`vmpooler.web.commands.StreamCommands`
 read it through one consumer group,
 so each command reaches one manager, which calls ``notify(pool, reason)`` (the pool actor is
 told ``PoolChanged``), ``notify_tasks()`` or ``notify_request(request_id, reason)`` (an
-on-demand request was created or deleted). A caller may rely on:
+on-demand request was created or deleted; with ``traceparent=`` the command's trace
+context when it carries one, docs/tracing.md). A caller may rely on:
 
 * **Durability.** The group's last-delivered id lives in Redis: commands sent while no
   manager runs are delivered when one starts. An entry is acknowledged (XACK) after it was
@@ -202,13 +203,14 @@ class CommandConsumer(SupervisedActor):
     def __init__(
         self, *, client: redis.Redis, notify: Callable[[str, str], bool],
         notify_tasks: Callable[[], bool], options: StreamOptions | None = None,
-        notify_request: Callable[[str, str], bool] | None = None,
+        notify_request: Callable[..., bool] | None = None,
         seen: SeenIds | None = None, clock: Clock | None = None,
         supervisor: pykka.ActorRef[Any] | None = None,
     ) -> None:
         super().__init__(name="commands", supervisor=supervisor)
         self.client, self.notify, self.notify_tasks = client, notify, notify_tasks
-        self.notify_request = notify_request or (lambda request_id, reason: False)
+        self.notify_request: Callable[..., bool] = (
+            notify_request or (lambda request_id, reason, **_: False))
         self.options = options or StreamOptions()
         self.seen = seen if seen is not None else SeenIds()
         self.clock = clock or RealClock()
@@ -271,7 +273,9 @@ class CommandConsumer(SupervisedActor):
                 case CommandKind.TASKS_QUEUED:
                     told = self.notify_tasks()
                 case CommandKind.REQUEST_CHANGED:
-                    told = self.notify_request(subject, reason)
+                    told = (self.notify_request(subject, reason,
+                                                traceparent=command.traceparent)
+                            if command.traceparent else self.notify_request(subject, reason))
         except Exception:
             log.exception("[!] [commands] could not dispatch %s '%s'", kind, subject)
             return
@@ -282,7 +286,7 @@ class CommandConsumer(SupervisedActor):
 def consumer_factory(
     client: redis.Redis, *, notify: Callable[[str, str], bool],
     notify_tasks: Callable[[], bool], clock: Clock, options: StreamOptions | None = None,
-    notify_request: Callable[[str, str], bool] | None = None,
+    notify_request: Callable[..., bool] | None = None,
 ) -> Callable[[pykka.ActorRef[Any]], pykka.ActorRef[Any]]:
     """A supervisor child factory: every incarnation shares one consumer name and memory."""
     options, seen = options or StreamOptions(), SeenIds()

@@ -36,6 +36,7 @@ from vmpooler.providers.vsphere.faults import StaleReferenceError, is_connection
 from vmpooler.providers.vsphere.inventory import Inventory
 from vmpooler.providers.vsphere.sessions import SessionPool, is_expired
 from vmpooler.providers.vsphere.settings import VsphereSettings
+from vmpooler.providers.vsphere.task_spans import trace_task
 from vmpooler.providers.vsphere.tasks import NOTHING, Following
 from vmpooler.providers.vsphere.vm_ready_checks import GUEST_PROPERTIES
 from vmpooler.providers.vsphere.watch import VcenterWatch
@@ -168,6 +169,8 @@ class Vcenter:
                 elif info.state != "queued" and running_since is None:
                     running_since = self._clock()
                     progress.running(_queued_seconds(info))
+                if info.state in ("success", "error"):
+                    trace_task(info, moid, what)
                 if info.state == "success":
                     return getattr(info.result, "_moId", None)
                 if info.state == "error":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import Any
 
 import helm_python
 import pytest
@@ -133,3 +134,20 @@ def test_without_pools_the_pools_file_names_none(chart: helm_python.Chart,
     assert yaml.safe_load(one(docs, "ConfigMap", "vmpooler-pools")["data"]["pools.yaml"]) == {}
     config = loaded_config(docs, "vmpooler-api", tmp_path)
     assert config.pool_names == ("debian-12-x86_64", "centos-9-x86_64")
+
+
+def test_the_tracing_values_render_to_the_same_tracing_configuration(
+        chart: helm_python.Chart, tmp_path: Path) -> None:
+    values: dict[str, Any] = {}
+    values["tracing"] = {"enabled": "true",
+                         "jaegerHost": "http://jaeger.tracing.svc:14268/api/traces",
+                         "sampleRatio": 0.25}
+    docs = render(chart, values)
+    for deployment in ("vmpooler-api", "vmpooler-manager"):
+        tracing = loaded_config(docs, deployment, tmp_path / deployment).tracing
+        assert (tracing.enabled, tracing.endpoint, tracing.sample_ratio) == (
+            True, "http://jaeger.tracing.svc:4318/v1/traces", 0.25)
+    values["tracing"]["otlpEndpoint"] = "http://collector.svc:4318/v1/traces"
+    docs = render(chart, values)
+    tracing = loaded_config(docs, "vmpooler-api", tmp_path / "otlp").tracing
+    assert tracing.endpoint == "http://collector.svc:4318/v1/traces"

@@ -36,6 +36,7 @@ from vmpooler.actors.storage.connection import connect_configured
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedisError
 from vmpooler.actors.storage.published_pools import redis_pool_reader
 from vmpooler.actors.system import PoolerSystem
+from vmpooler.actors.tracing import Tracer, TracingError, build_tracer, check_tracing
 from vmpooler.web.cli import dlq, history_export, probe_server, replay
 from vmpooler.web.cli.log_setup import LOG_FORMATS, configure_logging, refuse_to_start
 from vmpooler.web.cli.startup import Backoff, retry_while_unavailable
@@ -152,6 +153,10 @@ def main(argv: list[str] | None = None) -> int:
         print(render_config(config), end="")
         for warning in warnings:
             print(f"vmpooler: warning: {warning}", file=sys.stderr)
+        try:  # what api, manager and run would refuse at start
+            check_tracing(config, "run")
+        except TracingError as exc:
+            print(f"vmpooler: warning: {exc}", file=sys.stderr)
         return 0
     if command == "dlq":
         return dlq.run(config, args)
@@ -168,6 +173,14 @@ def main(argv: list[str] | None = None) -> int:
         log.warning("[!] [config] %s", note)
     for warning in warnings:
         log.warning("[!] [config] %s", warning)
+    try:  # once per command, before anything starts: a missing extra is one line
+        traced = check_tracing(config, "run" if command == "run" else
+                               "api" if command == "api" else "manager")
+    except TracingError as exc:
+        print(f"vmpooler: {exc}", file=sys.stderr)
+        return 1
+    if traced is not None:
+        log.info("[*] [tracing] %s", traced)
     prometheus = config.metrics.prometheus
     if prometheus is not None:  # before any backend exists and before gunicorn forks
         prepare_multiprocess(prometheus.multiprocess_dir)
@@ -259,10 +272,20 @@ def _run_manager(config: Config, bind: tuple[str, int] | None = None) -> int:
 
 def _manage(config: Config, stop: threading.Event,
             probes: probe_server.ProbeServer | None) -> int:
-    """Start the system (retried while Redis is unreachable) and run it until ``stop``."""
+    """Start the system (retried while Redis is unreachable) and run it until ``stop``; the
+    spans not yet sent go at the end (``stop`` is set by SIGTERM and SIGINT)."""
+    tracer = build_tracer(config, "manager")
+    try:
+        return _manage_traced(config, stop, probes, tracer)
+    finally:
+        tracer.shutdown()  # the spans not yet sent go now (SIGTERM included)
+
+
+def _manage_traced(config: Config, stop: threading.Event,
+                   probes: probe_server.ProbeServer | None, tracer: Tracer) -> int:
     try:  # while Redis does not answer: after 1 s, doubling to 60 s
-        system = retry_while_unavailable(lambda: PoolerSystem.start(config), stop,
-                                         Backoff(cap=60.0))
+        system = retry_while_unavailable(lambda: PoolerSystem.start(config, tracer=tracer),
+                                         stop, Backoff(cap=60.0))
     except EmbeddedRedisError as exc:
         log.error("[!] [manager] embedded redis-server failed: %s", exc)
         return 1

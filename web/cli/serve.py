@@ -10,6 +10,9 @@ a configured Redis does not answer as the worker boots, the API serves at once (
 needs Redis) and a thread starts the actor system once Redis answers
 (:class:`~vmpooler.web.cli.startup.ManagerStarter`: after 1 s, doubling to 30 s).
 
+Tracing (docs/tracing.md): each worker builds its own tracer after the fork and shuts it
+down (sending what is left) when it exits; under ``run`` its actor system shares it.
+
 Metrics: each worker builds its own backend from the configuration after the fork (a
 socket is never shared between processes) and closes it when the worker exits; under
 ``run`` the worker's actor system and its API send through that same backend.
@@ -39,6 +42,7 @@ from vmpooler.actors.storage.connection import connect_configured
 from vmpooler.actors.storage.embedded_files import DataDirError, read_port
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
 from vmpooler.actors.system import PoolerSystem
+from vmpooler.actors.tracing import NULL_TRACER, Tracer, build_tracer
 from vmpooler.web.api_context import ApiContext
 from vmpooler.web.app import create_app
 from vmpooler.web.cli.log_json import JsonGunicornLogger
@@ -123,6 +127,7 @@ class _State:
     starter: ManagerStarter | None = None
     boot_failed: bool = False
     metrics: Metrics | None = None
+    tracer: Tracer = NULL_TRACER
     contexts: list[ApiContext] = field(default_factory=list)
 
 
@@ -198,9 +203,11 @@ class ApiServer(BaseApplication):  # type: ignore[misc]
         client = _client(self.config, address)
         m = self.config.metrics
         self.state.metrics = create_metrics(m.backend, m.host, m.port, m.prefix, m.tags)
+        # the worker's own exporter thread, after the fork (checked before gunicorn started)
+        self.state.tracer = build_tracer(self.config, "run" if self.with_manager else "api")
         ctx = ApiContext(config=self.config, redis=client,
                          commands=StreamCommands(client, background=True),
-                         metrics=self.state.metrics,
+                         metrics=self.state.metrics, tracer=self.state.tracer,
                          public_listener=listens_beyond_loopback(self.options.bind))
         ctx.started_at = ctx.clock.now()
         self.state.contexts.append(ctx)
@@ -217,7 +224,8 @@ class ApiServer(BaseApplication):  # type: ignore[misc]
         def start() -> PoolerSystem:
             # the backend itself: the API's bounds on request values are the API's
             return PoolerSystem.start(self.config, redis_client=ctx.redis,
-                                      metrics=self.state.metrics, consume_commands=False)
+                                      metrics=self.state.metrics, consume_commands=False,
+                                      tracer=self.state.tracer)
 
         def started(system: PoolerSystem) -> None:
             self.state.system = system
@@ -250,5 +258,7 @@ class ApiServer(BaseApplication):  # type: ignore[misc]
         if self.state.metrics is not None:
             self.state.metrics.close()
             self.state.metrics = None
+        self.state.tracer.shutdown()  # the spans not yet sent go now
+        self.state.tracer = NULL_TRACER
         if self.state.boot_failed:  # gunicorn halts: "Worker failed to boot", exit 3
             raise SystemExit(Arbiter.WORKER_BOOT_ERROR)

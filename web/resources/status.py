@@ -115,12 +115,13 @@ class Status:
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         view = query_params(req).get("view")
         plan = self._plans.get(self._ctx.config, status_sections(view))
-        reading = self._store.status(
-            plan.names, queues=plan.queues, last_boot=plan.last_boot,
-            queue_totals=plan.queue_totals, durations=plan.durations,
-            date=timefmt.date_bucket(self._ctx.clock.now()), providers=plan.providers,
-            brakes=plan.brakes, config_errors=plan.config_errors, failovers=plan.failovers,
-            sizings=plan.sizings, standby=plan.standby)
+        with self._ctx.tracer.start("redis status", kind="client"):
+            reading = self._store.status(
+                plan.names, queues=plan.queues, last_boot=plan.last_boot,
+                queue_totals=plan.queue_totals, durations=plan.durations,
+                date=timefmt.date_bucket(self._ctx.clock.now()), providers=plan.providers,
+                brakes=plan.brakes, config_errors=plan.config_errors, failovers=plan.failovers,
+                sizings=plan.sizings, standby=plan.standby)
         # Requests that shared one reading get the same sections: build them once.
         built = self._built
         if built is None or built[0] is not reading or built[1] is not plan:

@@ -169,10 +169,12 @@ def allocate(req: falcon.Request, ctx: ApiContext, store: CheckoutStore,
     capped = quota_guard.lifetime_cap(ctx, ticket, usual)
     units = [candidate_pools(ctx, name) for name in requested]
     now = ctx.clock.now()
-    outcome = store.checkout(
-        units, now=_now_text(now), epoch=now, token=token,
-        lifetime=usual if capped is None else capped, quota=ticket,
-        client=client_key(req, ctx))
+    with ctx.tracer.start("redis checkout", kind="client",
+                          attributes={"vmpooler.vms": len(requested)}):
+        outcome = store.checkout(
+            units, now=_now_text(now), epoch=now, token=token,
+            lifetime=usual if capped is None else capped, quota=ticket,
+            client=client_key(req, ctx))
     _refuse_unless_taken(ctx, outcome, asker, requested, units)
     body = _body(ctx, requested, outcome.taken)
     _after_checkout(ctx, store, outcome.taken, started)

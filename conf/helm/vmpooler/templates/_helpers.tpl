@@ -202,6 +202,8 @@ Entries of extraEnv come last, so they win over the chart's.
 - name: VMPOOLER_TRACING_ENABLED
   value: "true"
 {{- include "vmpooler.envValue" (dict "name" "VMPOOLER_TRACING_JAEGER_HOST" "value" $v.tracing.jaegerHost) }}
+{{- include "vmpooler.envValue" (dict "name" "VMPOOLER_TRACING_OTLP_ENDPOINT" "value" $v.tracing.otlpEndpoint) }}
+{{- include "vmpooler.envValue" (dict "name" "VMPOOLER_TRACING_SAMPLE_RATIO" "value" $v.tracing.sampleRatio) }}
 {{- end }}
 {{- if eq .component "manager" }}
 - name: VMPOOLER_MANAGER_BIND
