@@ -50,6 +50,8 @@ def test_every_checkout_of_a_size_0_pool_misses_and_waits_one_clone_time(
     assert stats.clones == 3  # one on-demand clone per miss
     assert stats.idle_vm_seconds == 0.0
     assert result.unserved == 0
+    series = result.series.series["empty"]  # the page's series: three misses, no ready VM
+    assert (sum(series.checkouts), sum(series.misses), sum(series.ready_seconds)) == (3, 3, 0)
     # each checkout is in the pool's checkout log once, as a miss (its later VM is not)
     assert redis_client.zcard(schema.demand("empty")) == 0
     logged = redis_client.zrange(schema.demand_misses("empty"), 0, -1)
@@ -83,6 +85,11 @@ def test_a_big_static_pool_serves_every_checkout_warm(
     # five ready VMs all along, but for one clone time after each checkout (the refill)
     assert stats.idle_vm_seconds == pytest.approx(5 * 3600 - 4 * 60)
     assert stats.clones == 5 + 4
+    # the page's series hold the same ready VM-seconds, one checkout a quarter hour
+    series = result.series.series["big"]
+    assert sum(series.ready_seconds) == pytest.approx(stats.idle_vm_seconds)
+    assert (sum(series.checkouts), sum(series.misses), max(series.ready_max)) == (4, 0, 5)
+    assert series.target == [None] * result.series.count  # static: no demand target
     doc = result.document()
     assert doc["big"]["hit_ratio"] == 1.0
     assert doc["total"]["idle_vm_hours"] == round((5 * 3600 - 4 * 60) / 3600, 2)

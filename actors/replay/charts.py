@@ -18,7 +18,8 @@ from html import escape
 
 from vmpooler.actors.replay.series import SeriesRecorder
 
-__all__ = ["WAIT_BINS", "nice_ceiling", "pool_chart", "wait_bins", "wait_histogram"]
+__all__ = ["WAIT_BINS", "chart_top", "nice_ceiling", "pool_chart", "scale", "wait_bins",
+           "wait_histogram"]
 
 WIDTH, HEIGHT = 640, 210
 LEFT, RIGHT, TOP, BOTTOM = 34, 8, 8, 22
@@ -29,7 +30,7 @@ WAIT_BINS: tuple[tuple[float, str], ...] = (
     (600, "5–10 min"), (1800, "10–30 min"), (3600, "30–60 min"), (math.inf, "≥ 1 h"))
 """The histogram's bins: (upper bound in seconds, exclusive; label)."""
 
-_TIME_STEPS = (3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 2 * 86400, 7 * 86400)
+_TIME_STEPS = (600, 900, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 2 * 86400, 7 * 86400)
 
 
 def nice_ceiling(value: float) -> int:
@@ -43,6 +44,13 @@ def nice_ceiling(value: float) -> int:
     return int(10 * magnitude)
 
 
+def scale(most: float) -> tuple[int, int]:
+    """The y axis for values up to ``most``: ``(top, step)``, a step of 1, 2, 5, 10, 20, …
+    and the top at most four steps, at or above ``most`` (``(1, 1)`` for 0)."""
+    step = nice_ceiling(most / 4)
+    return max(1, math.ceil(most / step)) * step, step
+
+
 def _n(value: float) -> str:
     """A coordinate, one decimal at most."""
     text = f"{value:.1f}"
@@ -54,7 +62,7 @@ def _y(value: float, top: float) -> float:
 
 
 def _y_axis(top: int) -> list[str]:
-    step = nice_ceiling(top / 4)
+    step = scale(top)[1]
     out = []
     for tick in range(0, top + 1, step):
         y = _n(_y(tick, top))
@@ -124,8 +132,9 @@ def pool_chart(recorder: SeriesRecorder, pool: str, *, top: int, policy: str) ->
         if series.misses[i]:
             size = min(7.0, 3.0 + series.misses[i])
             misses.append(
-                f'<path class="miss" d="M{centre},{TOP + PLOT_H - 2 * size}l{_n(-size)},'
-                f'{_n(2 * size)}h{_n(2 * size)}z"><title>{series.misses[i]} missed '
+                f'<path class="miss" data-count="{series.misses[i]}" '
+                f'd="M{centre},{_n(TOP + PLOT_H - 2 * size)}l{_n(-size)},{_n(2 * size)}'
+                f'h{_n(2 * size)}z"><title>{series.misses[i]} missed '
                 f"checkout(s), {_span_label(low, high)}</title></path>")
     parts.append(f'<g class="checkouts">{"".join(bars)}</g>')
     if upper:
@@ -147,13 +156,13 @@ def pool_chart(recorder: SeriesRecorder, pool: str, *, top: int, policy: str) ->
 
 def chart_top(recorders: Sequence[SeriesRecorder], pool: str) -> int:
     """The y axis's top for ``pool`` over every run: the most of its ready VMs, checkouts
-    in an interval and target, rounded up (:func:`nice_ceiling`)."""
+    in an interval and target, rounded up (:func:`scale`)."""
     most = 0
     for recorder in recorders:
         series = recorder.series[pool]
         most = max(most, *series.checkouts, *(v or 0 for v in series.ready_max),
                    *(v or 0 for v in series.target))
-    return nice_ceiling(most)
+    return scale(most)[0]
 
 
 def wait_bins(waits: Sequence[float]) -> list[int]:
@@ -167,7 +176,7 @@ def wait_bins(waits: Sequence[float]) -> list[int]:
 def wait_histogram(waits: Mapping[str, Sequence[float]]) -> str:
     """The waits of each policy's missed checkouts (``{policy: waits}``), binned."""
     counts = {policy: wait_bins(values) for policy, values in waits.items()}
-    top = nice_ceiling(max((max(c) for c in counts.values()), default=0))
+    top = scale(max((max(c) for c in counts.values()), default=0))[0]
     slot = PLOT_W / len(WAIT_BINS)
     width = (slot - 8) / max(1, len(counts))
     parts = _y_axis(top)

@@ -73,6 +73,11 @@ def format_left(seconds: float | None) -> str:
     return f"{secs}s"
 
 
+def _hours(value: float) -> str:
+    """``12``, ``2.4``, ``0.35``: two significant digits or the whole number."""
+    return f"{value:.0f}" if value >= 10 else f"{value:.2g}" if value < 1 else f"{value:.1f}"
+
+
 def _moment(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%a %Y-%m-%d %H:%M UTC")
 
@@ -158,7 +163,7 @@ class ProgressReport:
         """The text shown at wall time ``wall`` (without newline or carriage return)."""
         share = self.share()
         rate = self.rate(wall)
-        speed = "-- sim h/s" if rate is None else f"{rate / 3600:.1f} sim h/s"
+        speed = "-- sim h/s" if rate is None else f"{_hours(rate / 3600)} sim h/s"
         fields = (f"{share * 100:5.1f}%", _moment(min(self.now, self.last)), speed,
                   f"{format_left(self.left(wall))} left")
         if self.terminal:
