@@ -193,3 +193,21 @@ def test_start_and_hours_choose_the_window() -> None:
         _window(trace, "tomorrow", None)
     with pytest.raises(ReplayInputError, match="--hours"):
         _window(trace, None, 0)
+
+
+@pytest.mark.parametrize(("option", "message"), [
+    (["--report", "{tmp}/missing/page.html"], "--report: {tmp}/missing is not a directory"),
+    (["--report", "{tmp}"], "--report: {tmp} is a directory"),
+    (["--progress-every", "0"], "--progress-every: must be above 0"),
+])
+def test_a_bad_report_or_progress_option_is_one_line_and_exit_2_before_any_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], option: list[str],
+        message: str) -> None:
+    trace = tmp_path / "trace.csv"
+    trace.write_text("queued_at,platform,duration_s\n2025-09-04T17:25:47Z,a,10\n")
+    config = _config(tmp_path, "  - name: a\n    size: 1\n")
+    args = [part.format(tmp=tmp_path) for part in option]
+    assert main(["replay", "--trace", str(trace), "--config", str(config), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"vmpooler replay: {message.format(tmp=tmp_path)}"), err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
