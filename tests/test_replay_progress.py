@@ -66,6 +66,14 @@ def test_the_terminal_form_redraws_one_line_with_a_bar() -> None:
         "0.1 sim h/s  0s left\x1b[K")
 
 
+def test_the_terminal_line_never_wraps() -> None:
+    out, wall = io.StringIO(), Wall()
+    progress = ProgressReport(out, terminal=True, wall=wall, width=40)
+    progress.begin("static", T0, T0 + 3600)
+    progress.at(T0 + 60)
+    assert out.getvalue() == "\rstatic [........................]   1.7\x1b[K"  # 39 wide
+
+
 def test_the_plain_form_writes_a_line_every_few_seconds() -> None:
     out, wall = io.StringIO(), Wall()
     progress = ProgressReport(out, terminal=False, wall=wall, every=5.0)

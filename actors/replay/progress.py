@@ -85,15 +85,16 @@ def _moment(epoch: float) -> str:
 class ProgressReport:
     """Renders progress on ``stream`` (see the module docstring) for ``runs`` runs.
 
-    ``terminal``: redraw one line in place (else a line every ``every`` wall seconds);
-    ``wall``: the wall clock, seconds. Writes only from the calling thread; flushes after
-    each write.
+    ``terminal``: redraw one line in place, cut to ``width`` - 1 characters so it never wraps
+    (else a line every ``every`` wall seconds); ``wall``: the wall clock, seconds. Writes only
+    from the calling thread; flushes after each write.
     """
 
     def __init__(self, stream: TextIO, *, runs: int = 1, terminal: bool = False,
-                 every: float = 5.0, redraw: float = 0.2,
+                 every: float = 5.0, redraw: float = 0.2, width: int = 120,
                  wall: Callable[[], float] = time.monotonic) -> None:
         self.stream, self.runs, self.terminal = stream, max(1, runs), terminal
+        self.width = max(20, width)
         self.every, self.redraw, self.wall = every, redraw, wall
         self.label = ""
         self.index = -1  # the current run's place among ``runs``
@@ -175,7 +176,7 @@ class ProgressReport:
 
     def _write(self, text: str) -> None:
         if self.terminal:
-            self.stream.write(f"\r{text}\x1b[K")
+            self.stream.write(f"\r{text[:self.width - 1]}\x1b[K")
         else:
             self.stream.write(text + "\n")
         self.stream.flush()

@@ -15,6 +15,7 @@ file, line and column where there is one, and exit status 2.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -137,7 +138,12 @@ def _report_path(report: str | None) -> Path | None:
 def _progress(args: argparse.Namespace, runs: int) -> ProgressListener:
     if args.quiet:
         return NoProgress()
-    return ProgressReport(sys.stderr, runs=runs, terminal=sys.stderr.isatty(),
+    terminal = sys.stderr.isatty()
+    try:
+        width = os.get_terminal_size(sys.stderr.fileno()).columns if terminal else 120
+    except (OSError, ValueError):
+        width = 80
+    return ProgressReport(sys.stderr, runs=runs, terminal=terminal, width=width,
                           every=args.progress_every)
 
 
