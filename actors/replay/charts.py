@@ -116,10 +116,10 @@ def pool_chart(recorder: SeriesRecorder, pool: str, *, top: int, policy: str) ->
         low, high = recorder.bounds(i)
         x0, x1 = x(low), x(high)
         centre = _n((x0 + x1) / 2)
-        if series.checkouts[i]:
-            height = series.checkouts[i] / top * PLOT_H
-            bars.append(f'<rect x="{_n(x0)}" y="{_n(TOP + PLOT_H - height)}" '
-                        f'width="{_n(max(0.8, x1 - x0 - 0.4))}" height="{_n(height)}"/>')
+        if series.checkouts[i]:  # a bar up from the axis: one path for them all
+            height = _n(series.checkouts[i] / top * PLOT_H)
+            bars.append(f"M{_n(x0)} {TOP + PLOT_H}v-{height}h{_n(max(0.8, x1 - x0 - 0.4))}"
+                        f"v{height}z")
         ready_mean = recorder.ready_mean(pool, i)
         low_seen, high_seen = series.ready_min[i], series.ready_max[i]
         if ready_mean is not None and low_seen is not None and high_seen is not None:
@@ -136,7 +136,8 @@ def pool_chart(recorder: SeriesRecorder, pool: str, *, top: int, policy: str) ->
                 f'd="M{centre},{_n(TOP + PLOT_H - 2 * size)}l{_n(-size)},{_n(2 * size)}'
                 f'h{_n(2 * size)}z"><title>{series.misses[i]} missed '
                 f"checkout(s), {_span_label(low, high)}</title></path>")
-    parts.append(f'<g class="checkouts">{"".join(bars)}</g>')
+    if bars:
+        parts.append(f'<path class="checkouts" d="{"".join(bars)}"/>')
     if upper:
         band = " ".join(upper + lower[::-1])
         parts.append(f'<polygon class="ready-band" points="{band}"/>')
