@@ -1,9 +1,10 @@
 """The SVG charts of a replay's page, drawn as text (no library, nothing fetched).
 
-:func:`pool_chart` draws one pool's run over the window: its checkouts per interval (bars),
-its ready VMs (the band from the fewest to the most in each interval, and the time-weighted
-mean as a line), its demand target (a dashed step line, where one was published) and its
-misses (red marks on the time axis, with a tooltip). :func:`wait_histogram` draws the waits
+:func:`pool_chart` draws one pool's run over the window: its ready VMs (the band from the
+fewest to the most in each interval, and the time-weighted mean as a line), its demand
+target (a dashed step line, where one was published) and its misses (red marks on that
+chart's time axis, with a tooltip); below it, in a strip on a scale of its own, its
+checkouts per interval (bars). :func:`wait_histogram` draws the waits
 of the missed checkouts in fixed bins, one bar per policy in each bin. Both return one
 ``<svg>`` element that scales to its container (``viewBox``, no fixed size) and say what
 they show in ``aria-label``; every value is numeric, every name escaped.
@@ -24,6 +25,11 @@ __all__ = ["WAIT_BINS", "chart_top", "nice_ceiling", "pool_chart", "scale", "wai
 WIDTH, HEIGHT = 640, 210
 LEFT, RIGHT, TOP, BOTTOM = 34, 8, 8, 22
 PLOT_W, PLOT_H = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+# a pool's chart: the ready VMs and target above, the checkouts in a strip of their own below
+MAIN_H, GAP, STRIP_H = 140, 12, 36
+MAIN_BASE = TOP + MAIN_H
+STRIP_BASE = MAIN_BASE + GAP + STRIP_H
+POOL_HEIGHT = STRIP_BASE + BOTTOM
 
 WAIT_BINS: tuple[tuple[float, str], ...] = (
     (15, "< 15 s"), (30, "15–30 s"), (60, "30–60 s"), (120, "1–2 min"), (300, "2–5 min"),
@@ -57,15 +63,16 @@ def _n(value: float) -> str:
     return text[:-2] if text.endswith(".0") else text
 
 
-def _y(value: float, top: float) -> float:
-    return TOP + PLOT_H - value / top * PLOT_H
+def _y(value: float, top: float, base: float = TOP + PLOT_H, height: float = PLOT_H) -> float:
+    return base - value / top * height
 
 
-def _y_axis(top: int) -> list[str]:
-    step = scale(top)[1]
+def _y_axis(top: int, base: float = TOP + PLOT_H, height: float = PLOT_H,
+            step: int | None = None) -> list[str]:
+    step = step or scale(top)[1]
     out = []
     for tick in range(0, top + 1, step):
-        y = _n(_y(tick, top))
+        y = _n(_y(tick, top, base, height))
         out.append(f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y}" y2="{y}"/>'
                    f'<text class="tick" x="{LEFT - 4}" y="{y}" dy="0.35em" '
                    f'text-anchor="end">{tick}</text>')
@@ -76,16 +83,16 @@ def _time_axis(start: float, end: float) -> list[str]:
     span = max(end - start, 1.0)
     step = next((s for s in _TIME_STEPS if span / s <= 8), _TIME_STEPS[-1])
     first = math.ceil(start / step) * step
-    out = [f'<line class="axis" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{TOP + PLOT_H}" '
-           f'y2="{TOP + PLOT_H}"/>']
+    out = [f'<line class="axis" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y}" y2="{y}"/>'
+           for y in (MAIN_BASE, STRIP_BASE)]
     tick = first
     while tick <= end:
         x = _n(LEFT + (tick - start) / span * PLOT_W)
         moment = datetime.fromtimestamp(tick, UTC)
         label = (moment.strftime("%a %m-%d") if step >= 86400 or moment.hour == 0
                  else moment.strftime("%H:%M"))
-        out.append(f'<line class="grid" x1="{x}" x2="{x}" y1="{TOP}" y2="{TOP + PLOT_H}"/>'
-                   f'<text class="tick" x="{x}" y="{HEIGHT - 6}" text-anchor="middle">'
+        out.append(f'<line class="grid" x1="{x}" x2="{x}" y1="{TOP}" y2="{STRIP_BASE}"/>'
+                   f'<text class="tick" x="{x}" y="{POOL_HEIGHT - 6}" text-anchor="middle">'
                    f"{label}</text>")
         tick += step
     return out
@@ -96,16 +103,25 @@ def _span_label(low: float, high: float) -> str:
     return f"{a:%a %Y-%m-%d %H:%M}–{b:%H:%M} UTC"
 
 
-def pool_chart(recorder: SeriesRecorder, pool: str, *, top: int, policy: str) -> str:
-    """One pool's chart for one policy's run, its y axis from 0 to ``top`` VMs (give both
-    policies' charts of a pool the same ``top`` so they compare at a glance)."""
+def pool_chart(recorder: SeriesRecorder, pool: str, *, top: tuple[int, int],
+               policy: str) -> str:
+    """One pool's chart for one policy's run: ready VMs and target on a y axis from 0 to
+    ``top[0]``, checkouts per interval in the strip below from 0 to ``top[1]`` (give both
+    policies' charts of a pool the same ``top``, :func:`chart_top`, so they compare at a
+    glance)."""
     series = recorder.series[pool]
     span = max(recorder.end - recorder.start, 1.0)
+    vms, most = top
 
     def x(t: float) -> float:
         return LEFT + (t - recorder.start) / span * PLOT_W
 
-    parts = [*_y_axis(top), *_time_axis(recorder.start, recorder.end)]
+    def y(value: float) -> str:
+        return _n(_y(value, vms, MAIN_BASE, MAIN_H))
+
+    parts = [*_y_axis(vms, MAIN_BASE, MAIN_H),
+             *_y_axis(most, STRIP_BASE, STRIP_H, step=most),
+             *_time_axis(recorder.start, recorder.end)]
     bars: list[str] = []
     upper: list[str] = []
     lower: list[str] = []
@@ -117,23 +133,23 @@ def pool_chart(recorder: SeriesRecorder, pool: str, *, top: int, policy: str) ->
         x0, x1 = x(low), x(high)
         centre = _n((x0 + x1) / 2)
         if series.checkouts[i]:  # a bar up from the axis: one path for them all
-            height = _n(series.checkouts[i] / top * PLOT_H)
-            bars.append(f"M{_n(x0)} {TOP + PLOT_H}v-{height}h{_n(max(0.8, x1 - x0 - 0.4))}"
+            height = _n(series.checkouts[i] / most * STRIP_H)
+            bars.append(f"M{_n(x0)} {STRIP_BASE}v-{height}h{_n(max(0.8, x1 - x0 - 0.4))}"
                         f"v{height}z")
         ready_mean = recorder.ready_mean(pool, i)
         low_seen, high_seen = series.ready_min[i], series.ready_max[i]
         if ready_mean is not None and low_seen is not None and high_seen is not None:
-            upper.append(f"{centre},{_n(_y(high_seen, top))}")
-            lower.append(f"{centre},{_n(_y(low_seen, top))}")
-            mean.append(f"{centre},{_n(_y(ready_mean, top))}")
+            upper.append(f"{centre},{y(high_seen)}")
+            lower.append(f"{centre},{y(low_seen)}")
+            mean.append(f"{centre},{y(ready_mean)}")
         if series.target[i] is not None:
-            y = _n(_y(series.target[i] or 0, top))
-            target.append(f"{'L' if target else 'M'}{_n(x0)},{y}H{_n(x1)}")
+            target.append(f"{'L' if target else 'M'}{_n(x0)},{y(series.target[i] or 0)}"
+                          f"H{_n(x1)}")
         if series.misses[i]:
             size = min(7.0, 3.0 + series.misses[i])
             misses.append(
                 f'<path class="miss" data-count="{series.misses[i]}" '
-                f'd="M{centre},{_n(TOP + PLOT_H - 2 * size)}l{_n(-size)},{_n(2 * size)}'
+                f'd="M{centre},{_n(MAIN_BASE - 2 * size)}l{_n(-size)},{_n(2 * size)}'
                 f'h{_n(2 * size)}z"><title>{series.misses[i]} missed '
                 f"checkout(s), {_span_label(low, high)}</title></path>")
     if bars:
@@ -151,19 +167,19 @@ def pool_chart(recorder: SeriesRecorder, pool: str, *, top: int, policy: str) ->
              f"{min((v for v in series.ready_min if v is not None), default=0)} to "
              f"{max(seen, default=0)}")
     return (f'<svg class="pool-chart" data-pool="{escape(pool)}" data-policy="{escape(policy)}"'
-            f' viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(label)}">'
+            f' viewBox="0 0 {WIDTH} {POOL_HEIGHT}" role="img" aria-label="{escape(label)}">'
             f'{"".join(parts)}</svg>')
 
 
-def chart_top(recorders: Sequence[SeriesRecorder], pool: str) -> int:
-    """The y axis's top for ``pool`` over every run: the most of its ready VMs, checkouts
-    in an interval and target, rounded up (:func:`scale`)."""
-    most = 0
+def chart_top(recorders: Sequence[SeriesRecorder], pool: str) -> tuple[int, int]:
+    """The y axes' tops for ``pool`` over every run: the most of its ready VMs and target,
+    and the most checkouts in an interval, each rounded up (:func:`scale`)."""
+    vms = checkouts = 0
     for recorder in recorders:
         series = recorder.series[pool]
-        most = max(most, *series.checkouts, *(v or 0 for v in series.ready_max),
-                   *(v or 0 for v in series.target))
-    return scale(most)[0]
+        vms = max(vms, *(v or 0 for v in series.ready_max), *(v or 0 for v in series.target))
+        checkouts = max(checkouts, *series.checkouts)
+    return scale(vms)[0], scale(checkouts)[0]
 
 
 def wait_bins(waits: Sequence[float]) -> list[int]:
