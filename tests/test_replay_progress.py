@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import signal
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -133,3 +134,29 @@ def test_progress_lines_on_a_pipe_and_none_with_quiet(repo_root: Path, tmp_path:
     assert quiet.returncode == 0, quiet.stderr
     assert quiet.stderr == ""
     assert json.loads(quiet.stdout)["static"]["total"]["checkouts"] > 0
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not BITCOIN.exists(), reason="the Bitcoin Core trace is not here")
+def test_ctrl_c_while_it_runs_is_one_line_and_exit_130(repo_root: Path, tmp_path: Path) -> None:
+    trace = tmp_path / "slice.csv"
+    trace.write_text("\n".join(BITCOIN.read_text().splitlines()[:200]) + "\n")
+    process = subprocess.Popen(
+        [*VMPOOLER, "replay", "--trace", str(trace), "--config",
+         str(repo_root / "conf" / "replay.example.yaml"), "--hours", "5",
+         "--skip-negative-durations", "--progress-every", "0.2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        assert process.stderr is not None
+        first = process.stderr.readline()  # the replay is under way
+        assert LINE.match(first.rstrip("\n")), first
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 130, err
+    assert err.rstrip("\n").endswith("vmpooler replay: interrupted") and "Traceback" not in err
+    assert out == ""  # no half report

@@ -24,6 +24,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+import pykka
+
 from vmpooler.actors.config import ConfigError, ConfigRefusedError, load_config
 from vmpooler.actors.replay.configuration import POLICIES, ReplayInputError, replay_config
 from vmpooler.actors.replay.page import PageInfo, render_page
@@ -44,6 +46,8 @@ the wall time grows with the simulated time (about 20 s an idle day with
 ``conf/replay.example.yaml`` on a 2-core machine)."""
 MAX_CLONE_TIME_S = 86400.0
 """The longest ``--clone-time`` and ``--resume-time``: a day."""
+INTERRUPTED = 130
+"""Exit status after Ctrl-C (SIGINT), as a shell reports it."""
 PROGRESS_EVERY_S = 5.0
 """The default wall seconds between two progress lines on a pipe (``--progress-every``)."""
 
@@ -216,7 +220,7 @@ def _version() -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``vmpooler replay``; returns the exit status (2 for bad input, 1 when the
-    embedded redis-server cannot start or the page cannot be written)."""
+    embedded redis-server cannot start or the page cannot be written, 130 after Ctrl-C)."""
     try:
         page = _report_path(args.report)
         results = _results(args)
@@ -226,6 +230,12 @@ def run(args: argparse.Namespace) -> int:
     except EmbeddedRedisError as exc:
         print(f"vmpooler replay: cannot start redis-server: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # the redis-server was stopped on the way out
+        # the interrupt may have cut the actors' stop short: stop what is left, or the
+        # interpreter would wait for their threads
+        pykka.ActorRegistry.stop_all(block=True, timeout=10)
+        print("\nvmpooler replay: interrupted", file=sys.stderr)
+        return INTERRUPTED
     if page is not None:
         try:
             _write_page(page, results, args)
