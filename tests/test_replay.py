@@ -50,6 +50,8 @@ def test_every_checkout_of_a_size_0_pool_misses_and_waits_one_clone_time(
     assert stats.clones == 3  # one on-demand clone per miss
     assert stats.idle_vm_seconds == 0.0
     assert result.unserved == 0
+    series = result.series.series["empty"]  # the page's series: three misses, no ready VM
+    assert (sum(series.checkouts), sum(series.misses), sum(series.ready_seconds)) == (3, 3, 0)
     # each checkout is in the pool's checkout log once, as a miss (its later VM is not)
     assert redis_client.zcard(schema.demand("empty")) == 0
     logged = redis_client.zrange(schema.demand_misses("empty"), 0, -1)
@@ -83,6 +85,11 @@ def test_a_big_static_pool_serves_every_checkout_warm(
     # five ready VMs all along, but for one clone time after each checkout (the refill)
     assert stats.idle_vm_seconds == pytest.approx(5 * 3600 - 4 * 60)
     assert stats.clones == 5 + 4
+    # the page's series hold the same ready VM-seconds, one checkout a quarter hour
+    series = result.series.series["big"]
+    assert sum(series.ready_seconds) == pytest.approx(stats.idle_vm_seconds)
+    assert (sum(series.checkouts), sum(series.misses), max(series.ready_max)) == (4, 0, 5)
+    assert series.target == [None] * result.series.count  # static: no demand target
     doc = result.document()
     assert doc["big"]["hit_ratio"] == 1.0
     assert doc["total"]["idle_vm_hours"] == round((5 * 3600 - 4 * 60) / 3600, 2)
@@ -186,3 +193,21 @@ def test_start_and_hours_choose_the_window() -> None:
         _window(trace, "tomorrow", None)
     with pytest.raises(ReplayInputError, match="--hours"):
         _window(trace, None, 0)
+
+
+@pytest.mark.parametrize(("option", "message"), [
+    (["--report", "{tmp}/missing/page.html"], "--report: {tmp}/missing is not a directory"),
+    (["--report", "{tmp}"], "--report: {tmp} is a directory"),
+    (["--progress-every", "0"], "--progress-every: must be above 0"),
+])
+def test_a_bad_report_or_progress_option_is_one_line_and_exit_2_before_any_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], option: list[str],
+        message: str) -> None:
+    trace = tmp_path / "trace.csv"
+    trace.write_text("queued_at,platform,duration_s\n2025-09-04T17:25:47Z,a,10\n")
+    config = _config(tmp_path, "  - name: a\n    size: 1\n")
+    args = [part.format(tmp=tmp_path) for part in option]
+    assert main(["replay", "--trace", str(trace), "--config", str(config), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"vmpooler replay: {message.format(tmp=tmp_path)}"), err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err

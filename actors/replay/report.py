@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from vmpooler.actors.replay.series import SeriesRecorder
+
 __all__ = ["STANDBY_COST", "PoolStats", "RunResult", "as_json", "as_table", "percentile"]
 
 STANDBY_COST = 0.1
@@ -86,6 +88,8 @@ class RunResult:
     notes: list[str] = field(default_factory=list)
     standby_cost: float = STANDBY_COST
     """The price of a standby VM-hour against an idle running one, in ``cost_vm_hours``."""
+    series: SeriesRecorder | None = None
+    """The run's time series per pool (:mod:`.series`), for the page; None if not recorded."""
 
     def seconds_per_day(self) -> float:
         """Wall seconds per simulated day, the warm-up included (0 when nothing ran)."""

@@ -36,6 +36,7 @@ from vmpooler.actors.metrics.backends import NullMetrics
 from vmpooler.actors.placement.weights import draw_first
 from vmpooler.actors.pool.hostnames import HostnameGenerator
 from vmpooler.actors.replay.configuration import ReplaySetup
+from vmpooler.actors.replay.progress import NoProgress, ProgressListener
 from vmpooler.actors.replay.provider import (
     CALL,
     CLONE,
@@ -44,10 +45,12 @@ from vmpooler.actors.replay.provider import (
     SimulatedSleep,
 )
 from vmpooler.actors.replay.report import STANDBY_COST, PoolStats, RunResult
+from vmpooler.actors.replay.series import SeriesRecorder
 from vmpooler.actors.runtime.clock import FakeClock
 from vmpooler.actors.sizing.trace import Checkout
 from vmpooler.actors.storage import timefmt
 from vmpooler.actors.storage.checkout_store import CheckoutStore
+from vmpooler.actors.storage.demand_store import DemandStore
 from vmpooler.actors.system import PoolerSystem
 from vmpooler.providers.base import ProviderContext
 
@@ -105,8 +108,10 @@ class _Event:
 class _Replay:
     def __init__(self, setup: ReplaySetup, trace: Sequence[Checkout], *, policy: str,
                  clone_time: float, resume_time: float, standby_cost: float,
-                 client: redis.Redis, end: float, seed: int) -> None:
+                 client: redis.Redis, end: float, seed: int,
+                 progress: ProgressListener) -> None:
         self.setup, self.policy, self.end = setup, policy, end
+        self.progress = progress
         self.clone_time, self.standby_cost = clone_time, standby_cost
         self.clone_ended, self.poll_requests, self.polled_at = False, False, 0.0
         self.start = trace[0].t if trace else end
@@ -134,6 +139,8 @@ class _Replay:
         self.ready = {p.name: 0 for p in config.pools}
         self.standby = {p.name: 0 for p in config.pools}
         self.sampled_at = self.clock.now()
+        self.series = SeriesRecorder(list(self.stats), self.start, end)
+        self.demand_pools = [p.name for p in config.pools if p.demand is not None]
         self.system = PoolerSystem.start(
             config, redis_client=client, clock=self.clock, scheduler=self.clock,
             metrics=NullMetrics(), providers={"dummy": self.provider},
@@ -143,8 +150,10 @@ class _Replay:
     # -- the loop -------------------------------------------------------------------------
     def run(self) -> RunResult:
         wall = time.monotonic()
+        self.progress.begin(self.policy, self.clock.now(), self.end)
         try:
             self._loop()
+            self.progress.done()
         finally:
             self.sleeper.stop()
             self.system.stop()
@@ -159,7 +168,8 @@ class _Replay:
             self.stats[waiter.units[0]].waits.append(self.clock.now() - waiter.arrived)
         return RunResult(self.policy, self.stats, simulated_s=max(0.0, self.end - self.start),
                          wall_s=time.monotonic() - wall, unserved=unserved,
-                         warmup_s=self.warmup, standby_cost=self.standby_cost)
+                         warmup_s=self.warmup, standby_cost=self.standby_cost,
+                         series=self.series)
 
     def _loop(self) -> None:
         stop_at = self.end + OVERTIME_S
@@ -167,6 +177,7 @@ class _Replay:
             self.system.wait_idle(parked=lambda: self.sleeper.asleep(CLONE),
                                   parked_calls=lambda: self.sleeper.asleep(CALL))
             now = self.clock.now()
+            self.progress.at(now)
             self._sample(now)
             if self._serve_waiters(now) or self._due_events(now):
                 continue
@@ -195,10 +206,16 @@ class _Replay:
             for name, count in self.ready.items():
                 self.stats[name].idle_vm_seconds += count * (high - low)
                 self.stats[name].standby_vm_seconds += self.standby[name] * (high - low)
+        self.series.hold(self.sampled_at, now, self.ready)
         self.sampled_at = now
         sizes = self.store.tier_sizes(list(self.ready))
         self.ready = {pool: ready for pool, (ready, _standby) in sizes.items()}
         self.standby = {pool: standby for pool, (_ready, standby) in sizes.items()}
+        if self.demand_pools and self.series.wants_target(now):  # once an interval
+            published = DemandStore(self.client).published(self.demand_pools)
+            self.series.targets(now, {pool: int(fields["target"])
+                                      for pool, fields in published.items()
+                                      if fields.get("target", "").isdigit()})
 
     def _due_events(self, now: float) -> bool:
         handled = False
@@ -243,10 +260,12 @@ class _Replay:
             if measured:
                 self.stats[taken[0]].checkouts += 1
                 self.stats[taken[0]].hits += 1
+                self.series.checkout(now, taken[0], hit=True)
             self._hold(taken, now + duration)
             return
         if not measured:
             return
+        self.series.checkout(now, units[0], hit=False)
         waiter = _Waiter(now, units, duration)
         waiter.request_id = self.system.request_ondemand({units[0]: 1})
         self.waiters.append(waiter)
@@ -298,13 +317,16 @@ class _Replay:
 
 def replay(setup: ReplaySetup, trace: Sequence[Checkout], *, policy: str, clone_time: float,
            client: redis.Redis, end: float | None = None, seed: int = 1,
-           resume_time: float = RESUME_TIME_S, standby_cost: float = STANDBY_COST) -> RunResult:
+           resume_time: float = RESUME_TIME_S, standby_cost: float = STANDBY_COST,
+           progress: ProgressListener | None = None) -> RunResult:
     """Replay ``trace`` (sorted by time) on the actors of ``setup.config`` under ``policy``,
     on the redis-server of ``client``, which must be empty (it is left dirty). Checkouts up
     to ``end`` (default: the last one's time) are measured; see the module docstring.
     Clones take ``clone_time`` simulated seconds, resumes ``resume_time``; a standby VM-hour
-    costs ``standby_cost`` of a running one in the result's ``cost_vm_hours``."""
+    costs ``standby_cost`` of a running one in the result's ``cost_vm_hours``. ``progress``
+    is told the simulated time as the run goes (default: nobody); the result's ``series``
+    holds its time series (:mod:`.series`)."""
     last = end if end is not None else (trace[-1].t if trace else 0.0)
     return _Replay(setup, trace, policy=policy, clone_time=clone_time,
                    resume_time=resume_time, standby_cost=standby_cost, client=client,
-                   end=last, seed=seed).run()
+                   end=last, seed=seed, progress=progress or NoProgress()).run()

@@ -4,23 +4,32 @@ It reads the operator's configuration and a CSV trace
 (:mod:`vmpooler.actors.sizing.trace`), starts an embedded redis-server for the run, and for
 each policy runs the real pool actors on a fake clock against the trace (the simulator,
 :mod:`vmpooler.actors.replay`), from an empty Redis each time; then it prints a table per
-policy, or one JSON document (:mod:`vmpooler.actors.replay.report`). Bad input (the trace,
-the configuration, the options) is one line on stderr naming the file, line and column where
-there is one, and exit status 2.
+policy, or one JSON document (:mod:`vmpooler.actors.replay.report`), and with ``--report``
+writes the runs' page (:mod:`vmpooler.actors.replay.page`). While it runs, its progress goes
+to stderr (:mod:`vmpooler.actors.replay.progress`: a bar redrawn on a terminal, a line every
+``--progress-every`` seconds elsewhere, nothing with ``--quiet``); stdout has the report
+only. Bad input (the trace, the configuration, the options) is one line on stderr naming the
+file, line and column where there is one, and exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+import pykka
+
 from vmpooler.actors.config import ConfigError, ConfigRefusedError, load_config
 from vmpooler.actors.replay.configuration import POLICIES, ReplayInputError, replay_config
+from vmpooler.actors.replay.page import PageInfo, render_page
+from vmpooler.actors.replay.progress import NoProgress, ProgressListener, ProgressReport
 from vmpooler.actors.replay.report import STANDBY_COST, RunResult, as_json, as_table
 from vmpooler.actors.replay.run import RESUME_TIME_S, replay
 from vmpooler.actors.sizing.trace import Checkout, TraceError, parse_moment, read_trace
@@ -37,6 +46,10 @@ the wall time grows with the simulated time (about 20 s an idle day with
 ``conf/replay.example.yaml`` on a 2-core machine)."""
 MAX_CLONE_TIME_S = 86400.0
 """The longest ``--clone-time`` and ``--resume-time``: a day."""
+INTERRUPTED = 130
+"""Exit status after Ctrl-C (SIGINT), as a shell reports it."""
+PROGRESS_EVERY_S = 5.0
+"""The default wall seconds between two progress lines on a pipe (``--progress-every``)."""
 
 
 def add_parser(sub: Any, parents: Sequence[argparse.ArgumentParser]) -> None:
@@ -68,6 +81,17 @@ def add_parser(sub: Any, parents: Sequence[argparse.ArgumentParser]) -> None:
                         help="replay the checkouts from this moment on (default: the first)")
     parser.add_argument("--hours", metavar="H", type=float,
                         help="replay this many hours from the start (default: all)")
+    parser.add_argument("--report", metavar="FILE.html",
+                        help="also write the runs as one self-contained HTML page: per pool, "
+                             "checkouts, ready VMs, demand target and misses over time; the "
+                             "waits; the totals")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress on stderr (by default: a bar on a terminal, else "
+                             "a line every --progress-every seconds)")
+    parser.add_argument("--progress-every", metavar="S", type=float,
+                        default=PROGRESS_EVERY_S,
+                        help="seconds between two progress lines when stderr is not a "
+                             f"terminal (default {PROGRESS_EVERY_S:g})")
 
 
 def _window(trace: list[Checkout], start: str | None,
@@ -103,7 +127,34 @@ def _utc(moment: float) -> str:
         "+00:00", "Z")
 
 
+def _report_path(report: str | None) -> Path | None:
+    """The ``--report`` file, refused before any run when it cannot be written."""
+    if report is None:
+        return None
+    path = Path(report)
+    if path.is_dir():
+        raise ReplayInputError(f"--report: {report} is a directory")
+    if not path.parent.is_dir():
+        raise ReplayInputError(f"--report: {path.parent} is not a directory")
+    return path
+
+
+def _progress(args: argparse.Namespace, runs: int) -> ProgressListener:
+    if args.quiet:
+        return NoProgress()
+    terminal = sys.stderr.isatty()
+    try:
+        width = os.get_terminal_size(sys.stderr.fileno()).columns if terminal else 120
+    except (OSError, ValueError):
+        width = 80
+    return ProgressReport(sys.stderr, runs=runs, terminal=terminal, width=width,
+                          every=args.progress_every)
+
+
 def _results(args: argparse.Namespace) -> list[RunResult]:
+    if not 0 < args.progress_every <= 86400:
+        raise ReplayInputError(f"--progress-every: must be above 0 and at most 86400 seconds, "
+                               f"got {args.progress_every}")
     if not 0 <= args.clone_time <= MAX_CLONE_TIME_S:
         raise ReplayInputError(f"--clone-time: must be from 0 to {MAX_CLONE_TIME_S:.0f} "
                                f"seconds, got {args.clone_time}")
@@ -128,6 +179,7 @@ def _results(args: argparse.Namespace) -> list[RunResult]:
         raise ReplayInputError(f"the configuration is invalid:\n{exc}") from None
     policies = list(POLICIES) if args.policy == "both" else [args.policy]
     platforms = [c.pool for c in trace]
+    progress = _progress(args, len(policies))
     with tempfile.TemporaryDirectory(prefix="vmpooler-replay-") as data_dir:
         server = EmbeddedRedis(data_dir=Path(data_dir), persist=False).start()
         try:
@@ -139,7 +191,8 @@ def _results(args: argparse.Namespace) -> list[RunResult]:
                     client.flushall()  # each policy starts from an empty Redis
                     result = replay(setup, trace, policy=policy, clone_time=args.clone_time,
                                     resume_time=args.resume_time,
-                                    standby_cost=args.standby_cost, client=client, end=end)
+                                    standby_cost=args.standby_cost, client=client, end=end,
+                                    progress=progress)
                 finally:
                     client.close()
                 result.notes[:0] = list(setup.notes)
@@ -152,9 +205,24 @@ def _results(args: argparse.Namespace) -> list[RunResult]:
     return results
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run ``vmpooler replay``; returns the exit status (2 for bad input)."""
+def _write_page(path: Path, results: list[RunResult], args: argparse.Namespace) -> None:
+    info = PageInfo(trace=args.trace, clone_time=args.clone_time,
+                    resume_time=args.resume_time, version=_version())
+    path.write_text(render_page(results, info), encoding="utf-8")
+
+
+def _version() -> str:
     try:
+        return version("vmpooler")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``vmpooler replay``; returns the exit status (2 for bad input, 1 when the
+    embedded redis-server cannot start or the page cannot be written, 130 after Ctrl-C)."""
+    try:
+        page = _report_path(args.report)
         results = _results(args)
     except (TraceError, ReplayInputError) as exc:
         print(f"vmpooler replay: {exc}", file=sys.stderr)
@@ -162,6 +230,19 @@ def run(args: argparse.Namespace) -> int:
     except EmbeddedRedisError as exc:
         print(f"vmpooler replay: cannot start redis-server: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # the redis-server was stopped on the way out
+        # the interrupt may have cut the actors' stop short: stop what is left, or the
+        # interpreter would wait for their threads
+        pykka.ActorRegistry.stop_all(block=True, timeout=10)
+        print("\nvmpooler replay: interrupted", file=sys.stderr)
+        return INTERRUPTED
+    if page is not None:
+        try:
+            _write_page(page, results, args)
+        except OSError as exc:
+            print(f"vmpooler replay: --report: cannot write {page}: {exc.strerror or exc}",
+                  file=sys.stderr)
+            return 1
     if args.json:
         print(as_json(results))
     else:
