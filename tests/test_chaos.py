@@ -72,6 +72,7 @@ import yaml
 from tests.test_manager_process import spawn
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, find_redis_server, free_port
+from vmpooler.providers.dummy_store import read_inventory
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
@@ -402,9 +403,7 @@ def snapshot(client: redis.Redis) -> Snapshot:
 
 def inventory(path: Path) -> dict[str, set[str]]:
     """pool -> VM names, as the dummy provider's inventory file holds them."""
-    if not path.exists():
-        return {}
-    document = yaml.safe_load(path.read_text()) or {}
+    document = read_inventory(path)
     return {pool: {vm["name"] for vm in vms or []}
             for pool, vms in (document.get("pool") or {}).items()}
 
