@@ -218,7 +218,6 @@ class DirectoryInventory:
         self.root = Path(f"{filename}.d")
         self._lock_path = Path(f"{filename}.lock")
         self._thread_lock = threading.Lock()
-        self._lock_fd: tuple[int, int] | None = None  # (pid, fd): a fork opens its own
         with self._locked():
             new = not self.root.exists()
             try:
@@ -241,15 +240,12 @@ class DirectoryInventory:
     def _locked(self) -> Iterator[None]:
         """This process's threads, then every process sharing the inventory."""
         with self._thread_lock:
-            if self._lock_fd is None or self._lock_fd[0] != os.getpid():
-                fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-                self._lock_fd = (os.getpid(), fd)
-            fd = self._lock_fd[1]
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
                 yield
             finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)  # releases the flock
 
     def _dir(self, pool: str) -> Path:
         return self.root / _file(pool)
