@@ -184,8 +184,13 @@ def _file(name: str) -> str:
     return "%2E" + quoted[1:] if quoted.startswith(".") else quoted
 
 
+def _name(file: str) -> str:
+    return unquote(file) if "%" in file else file
+
+
 def _list_pools(root: Path) -> list[str]:
-    return sorted(unquote(p.name) for p in root.iterdir() if p.is_dir())
+    with os.scandir(root) as entries:
+        return sorted(_name(e.name) for e in entries if e.is_dir())
 
 
 def _list_names(root: Path, pool: str) -> list[str]:
@@ -193,12 +198,13 @@ def _list_names(root: Path, pool: str) -> list[str]:
         found = os.listdir(root / _file(pool))
     except (FileNotFoundError, NotADirectoryError):
         return []
-    return sorted(unquote(name) for name in found if not name.startswith(_TMP))
+    return sorted(_name(name) for name in found if not name.startswith(_TMP))
 
 
 def _read_record(root: Path, pool: str, vm: str) -> Record | None:
     try:
-        raw = (root / _file(pool) / _file(vm)).read_bytes()
+        with open(root / _file(pool) / _file(vm), "rb") as handle:
+            raw = handle.read()
     except (FileNotFoundError, NotADirectoryError):
         return None
     record = json.loads(raw)
@@ -257,7 +263,8 @@ class DirectoryInventory:
         folder = self._dir(pool)
         tmp = folder / f"{_TMP}{os.getpid()}-{threading.get_ident()}"
         try:
-            tmp.write_text(json.dumps(record, default=str))
+            with open(tmp, "w", encoding="utf-8") as handle:
+                handle.write(json.dumps(record, default=str))
             os.replace(tmp, folder / _file(record["name"]))
         except BaseException:
             with suppress(OSError):
