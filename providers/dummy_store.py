@@ -23,6 +23,7 @@ import contextlib
 import fcntl
 import json
 import os
+import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import suppress
@@ -82,8 +83,6 @@ class Inventory(Protocol):
 def process_gone(cloned_by: object) -> bool:
     """True unless ``cloned_by`` (``host:pid``) names a live process, or one of another host
     (whose liveness cannot be known here)."""
-    import socket
-
     if not isinstance(cloned_by, str) or ":" not in cloned_by:
         return True
     host, _, pid = cloned_by.rpartition(":")
@@ -128,7 +127,7 @@ def parse_document(state: Any, where: str) -> dict[str, list[Record]]:
             raise PermanentProviderError(
                 f"configuration error: dummy state {where}: pool {pool!r} is not a list "
                 "of VMs with a name")
-        pools[str(pool)] = [dict(vm) for vm in vms or []]
+        pools[str(pool)] = [dict(vm, name=str(vm["name"])) for vm in vms or []]
     return pools
 
 
@@ -207,7 +206,11 @@ def _read_record(root: Path, pool: str, vm: str) -> Record | None:
             raw = handle.read()
     except (FileNotFoundError, NotADirectoryError):
         return None
-    record = json.loads(raw)
+    try:
+        record = json.loads(raw)
+    except ValueError as exc:
+        raise PermanentProviderError(
+            f"dummy inventory: {root / _file(pool) / _file(vm)} is not JSON: {exc}") from exc
     return record if isinstance(record, dict) else None
 
 
@@ -224,14 +227,14 @@ class DirectoryInventory:
         self.root = Path(f"{filename}.d")
         self._lock_path = Path(f"{filename}.lock")
         self._thread_lock = threading.Lock()
+        new = not self.root.exists()  # two processes may both seed it: the same records
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise PermanentProviderError(
+                f"configuration error: cannot make the dummy inventory {self.root}: "
+                f"{exc}") from exc
         with self._locked():
-            new = not self.root.exists()
-            try:
-                self.root.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise PermanentProviderError(
-                    f"configuration error: cannot make the dummy inventory {self.root}: "
-                    f"{exc}") from exc
             if self.path.is_file():
                 self._migrate()
             elif new:

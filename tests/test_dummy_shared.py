@@ -147,3 +147,14 @@ def test_vm_names_that_are_not_file_names_are_kept(tmp_path: Path) -> None:
     assert again.vms_in_pool("pool1") == sorted(["a/b", ".hidden", "..", "x%2Fy"])
     assert again.get_vm("pool1", "..") is not None
     assert len(os.listdir(tmp_path / "inventory.yaml.d" / "pool1")) == 4
+
+
+def test_an_inventory_that_cannot_be_made_or_read_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "plain").write_text("")
+    with pytest.raises(PermanentProviderError, match="configuration error.*plain"):
+        make({"filename": str(tmp_path / "plain" / "inventory.yaml")})
+    provider = make({"filename": str(tmp_path / "inventory.yaml")})
+    provider.create_vm("pool1", "vm1")
+    (tmp_path / "inventory.yaml.d" / "pool1" / "vm1").write_text("{broken")
+    with pytest.raises(PermanentProviderError, match="vm1 is not JSON"):
+        provider.get_vm("pool1", "vm1")
