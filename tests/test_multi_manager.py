@@ -1,4 +1,4 @@
-"""Several ``vmpooler manager`` processes on one Redis, sharing one dummy inventory file:
+"""Several ``vmpooler manager`` processes on one Redis, sharing one dummy inventory:
 pools spread by lease, filled once, taken over when a manager is killed or stopped past its
 lease, and a stopped manager's late writes refused by the fence."""
 

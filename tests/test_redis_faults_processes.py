@@ -103,7 +103,7 @@ def test_api_answers_503_while_redis_is_down_and_200_when_it_is_back(
 
 
 class InventoryWatch:
-    """Polls the dummy provider's inventory file: every VM name created, and names created
+    """Polls the dummy provider's shared inventory: every VM name created, and names created
     again (seen with a second ``boottime``, or back after having gone)."""
 
     def __init__(self, path: Path) -> None:
