@@ -6,12 +6,16 @@ probe and a ``migrate_vm``. It is also the template for writing a new provider.
 
 Settings (all optional, under ``:providers: :<name>:``):
 
-* ``filename`` — YAML inventory in vmpooler's format ``{'pool': {<pool>: [vm dicts]}}``;
-  loaded at start if present (wins over ``initial_state``, the same shape, for tests), and
-  rewritten atomically (temp file + ``os.replace``) after every mutation. Several processes
-  (managers sharing one Redis) may share the file: every operation holds an ``fcntl.flock``
-  on ``<filename>.lock`` and re-reads the file first when another process rewrote it, so
-  each read-modify-write is whole (ours; vmpooler's dummy keeps one process's copy).
+* ``filename`` — where the inventory is kept so that it outlives the process and several
+  processes (managers sharing one Redis) share it: one small file per VM in the directory
+  ``<filename>.d/`` (see :mod:`vmpooler.providers.dummy_store`), each change an atomic
+  rename under an ``fcntl.flock`` on ``<filename>.lock`` held for that one VM's write, so a
+  call costs the same whatever the inventory's size and no process loses another's update
+  (ours; vmpooler's dummy rewrites one YAML file and keeps one process's copy). A YAML file
+  at ``filename`` in vmpooler's format ``{'pool': {<pool>: [vm dicts]}}`` is merged into the
+  directory at start (its VMs win) and renamed ``<filename>.migrated``; without either, a new
+  inventory starts from ``initial_state`` (the same shape, for tests). Without
+  ``filename`` the inventory lives in this process's memory.
 * ``<op>_max_time`` for ``createvm``, ``createdisk``, ``createsnapshot``, ``revertsnapshot``,
   ``migratevm``, ``destroyvm``, ``suspendvm``, ``resumevm`` and
   ``destroyvm_max_shutdown_time`` — simulated duration: an integer ``n >= 1`` sleeps
@@ -45,24 +49,18 @@ name already exists raises instead of adding a duplicate; ``suspend_vm`` / ``res
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import logging
 import os
 import random
 import socket
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping
-from contextlib import suppress
+from collections.abc import Callable, Collection, Mapping
 from copy import deepcopy
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from vmpooler.providers.base import (
     Capability,
@@ -70,6 +68,12 @@ from vmpooler.providers.base import (
     Provider,
     ProviderContext,
     VmInfo,
+)
+from vmpooler.providers.dummy_store import (
+    DirectoryInventory,
+    Inventory,
+    MemoryInventory,
+    parse_document,
 )
 from vmpooler.providers.errors import (
     DatastoreNotFoundError,
@@ -82,33 +86,11 @@ from vmpooler.providers.errors import (
 
 __all__ = ["DummyProvider"]
 
-# libyaml when PyYAML was built with it: the file is read and written on every call, by
-# every manager sharing it, and the pure-Python parser is ten times slower.
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-
 log = logging.getLogger(__name__)
 
 _Vm = dict[str, Any]
 _HOSTS = 10  # simulated cluster size for migrations
 _STANDBY_STATES = {Capability.SUSPEND: "Suspended", Capability.POWER_OFF: "PoweredOff"}
-
-
-def _process_gone(cloned_by: object) -> bool:
-    """True unless ``cloned_by`` (``host:pid``) names a live process, or one of another host
-    (whose liveness cannot be known here)."""
-    if not isinstance(cloned_by, str) or ":" not in cloned_by:
-        return True
-    host, _, pid = cloned_by.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False
-    return False
 
 
 def fake_ip(name: str) -> str:
@@ -121,11 +103,20 @@ def _now() -> str:
     return datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %z")
 
 
+def _set(**fields: Any) -> Callable[[_Vm], bool]:
+    """An inventory edit that sets ``fields``."""
+    def edit(record: _Vm) -> bool:
+        record.update(fields)
+        return True
+    return edit
+
+
 class DummyProvider(Provider):
     """A fake provider for development and tests; see the module docstring for its knobs.
 
-    Thread-safe: one lock guards the inventory and the file; simulated delays run outside
-    it, so calls for different VMs overlap as they would on a real hypervisor.
+    Thread-safe: each change of a VM is one atomic step of the inventory
+    (:mod:`vmpooler.providers.dummy_store`); simulated delays run outside it, so calls for
+    different VMs overlap as they would on a real hypervisor.
     """
 
     def __init__(
@@ -137,87 +128,17 @@ class DummyProvider(Provider):
     ) -> None:
         """``rng`` and ``sleep`` are injectable so tests are deterministic and never wait.
 
-        Raises PermanentProviderError when ``filename`` exists but cannot be parsed.
+        Raises PermanentProviderError when ``initial_state`` or a file at ``filename`` has
+        the wrong shape or cannot be parsed, or the inventory's directory cannot be made.
         """
         super().__init__(context)
         self._rng = rng if rng is not None else random.Random()
         self._rng_lock = threading.Lock()
         self._sleep = sleep
-        self._thread_lock = threading.Lock()
+        seed = parse_document(deepcopy(self.settings.get("initial_state")), "initial_state")
         filename = self.settings.get("filename")
-        self._path = Path(filename) if filename else None
-        self._seen: tuple[int, int, int] | None = None  # the file's (ino, size, mtime) we know
-        state: Any = deepcopy(self.settings.get("initial_state"))
-        from_file = self._path is not None and self._path.exists()
-        if self._path is not None and from_file:
-            try:
-                state = yaml.load(self._path.read_text(), Loader=_Loader)
-            except (OSError, yaml.YAMLError) as exc:
-                raise PermanentProviderError(
-                    f"configuration error: cannot load dummy file {self._path}: {exc}"
-                ) from exc
-        if state is not None and not isinstance(state, Mapping):
-            raise PermanentProviderError(
-                f"configuration error: dummy state is not a mapping: {state!r:.80}"
-            )
-        pools = (state or {}).get("pool") or {}
-        self._pools: dict[str, list[_Vm]] = {
-            str(pool): [dict(vm) for vm in vms or []] for pool, vms in pools.items()
-        }
-        self._names = {vm["name"] for vms in self._pools.values() for vm in vms}
-        if from_file:
-            self._finish_orphaned_clones()
-        self._seen = self._stat()
-
-    @contextlib.contextmanager
-    def _lock_ctx(self) -> Iterator[None]:
-        """The inventory lock: this process's threads, and with a file every process sharing
-        it (``flock`` on ``<filename>.lock``); the file is re-read when another process
-        rewrote it since this one last read or wrote it."""
-        with self._thread_lock:
-            if self._path is None:
-                yield
-                return
-            with open(f"{self._path}.lock", "a") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
-                try:
-                    if self._stat() != self._seen:
-                        self._reload()
-                    yield
-                finally:
-                    fcntl.flock(lock, fcntl.LOCK_UN)
-
-    @property
-    def _lock(self) -> contextlib.AbstractContextManager[None]:
-        return self._lock_ctx()
-
-    def _stat(self) -> tuple[int, int, int] | None:
-        try:
-            st = os.stat(self._path) if self._path is not None else None
-        except FileNotFoundError:
-            return None
-        return None if st is None else (st.st_ino, st.st_size, st.st_mtime_ns)
-
-    def _reload(self) -> None:  # caller holds the lock
-        try:
-            state = yaml.load(self._path.read_text(), Loader=_Loader) if self._path else None
-        except FileNotFoundError:
-            state = None
-        pools = (state or {}).get("pool") or {} if isinstance(state, Mapping) else {}
-        self._pools = {str(p): [dict(vm) for vm in vms or []] for p, vms in pools.items()}
-        self._names = {vm["name"] for vms in self._pools.values() for vm in vms}
-        self._finish_orphaned_clones()
-        self._seen = self._stat()
-
-    def _finish_orphaned_clones(self) -> None:  # caller holds the lock, or is __init__
-        """A clone in flight in a process that died (another manager sharing the file,
-        killed; or the last process, when ``cloned_by`` is not recorded): like a
-        hypervisor's clone task, it finished while nobody was watching."""
-        for vms in self._pools.values():
-            for vm in vms:
-                if vm.get("dummy_state") == "CLONING" and _process_gone(vm.get("cloned_by")):
-                    vm["dummy_state"] = "RUNNING"
-                    vm.pop("cloned_by", None)
+        self._inventory: Inventory = (
+            DirectoryInventory(Path(filename), seed) if filename else MemoryInventory(seed))
 
     # -- contract ------------------------------------------------------------------------
 
@@ -227,23 +148,30 @@ class DummyProvider(Provider):
         return frozenset(_STANDBY_STATES)
 
     def vms_in_pool(self, pool: str) -> list[str]:
-        """Names of the pool's VMs, including ones still cloning."""
-        with self._lock:
-            return [vm["name"] for vm in self._pools.get(pool, [])]
+        """Names of the pool's VMs, including ones still cloning (in creation order in
+        memory, by name with ``filename``)."""
+        return self._inventory.names(pool)
 
     def get_vm(self, pool: str, vm: str) -> VmInfo | None:
         """The VM's info, or None; may power it off or rename it (``getvm_*`` knobs)."""
-        with self._lock:
-            record = self._find(pool, vm)
-            if record is None:
-                return None
+        poweroff = "getvm_poweroff_percent" in self.settings
+        rename = "getvm_rename_percent" in self.settings
+        if not (poweroff or rename):
+            record = self._inventory.get(pool, vm)
+            return None if record is None else self._info(record)
+
+        def roll(record: _Vm) -> bool:
+            changed = False
             if record.get("powerstate") == "PoweredOn" and self._roll("getvm_poweroff_percent"):
                 record["powerstate"] = "PoweredOff"
-                self._persist()
+                changed = True
             if record.get("hostname") == record["name"] and self._roll("getvm_rename_percent"):
                 record["hostname"] = "DUMMY" + record["name"]
-                self._persist()
-            return self._info(record)
+                changed = True
+            return changed
+
+        found = self._inventory.change(pool, vm, roll)
+        return None if found is None else self._info(found)
 
     def create_vm(
         self, pool: str, vm: str, *, template: str | None = None,
@@ -252,7 +180,8 @@ class DummyProvider(Provider):
         """Add the VM (state CLONING), wait ``createvm_max_time``, then mark it RUNNING.
 
         Raises PermanentProviderError for a pool this provider does not serve, a transient
-        ProviderError when the name exists or on simulated failure (the VM is removed).
+        ProviderError when the name exists (in any pool) or on simulated failure (the VM is
+        removed).
         """
         pool_config = self.context.pools.get(pool)
         if pool_config is None:
@@ -273,79 +202,58 @@ class DummyProvider(Provider):
             "snapshots": [],
             "disks": [],
         }
-        if self._path is not None:  # who clones it (until it is done), for processes sharing
+        if "filename" in self.settings:  # who clones it (until it is done), for processes
             record["cloned_by"] = f"{socket.gethostname()}:{os.getpid()}"
-        with self._lock:
-            if vm in self._names:
-                raise TransientProviderError(f"VM {vm} already exists on provider {self.name}")
-            self._pools.setdefault(pool, []).append(record)
-            self._names.add(vm)
-            self._persist()
+        if not self._inventory.add(pool, record):
+            raise TransientProviderError(f"VM {vm} already exists on provider {self.name}")
         try:
             self._simulate("createvm")
         except BaseException:
-            with self._lock:
-                self._remove(pool, vm)
-                self._persist()
+            self._inventory.remove(pool, vm)
             raise
-        with self._lock:
-            record = self._find(pool, vm) or record  # re-read: another process may write
-            record["dummy_state"] = "RUNNING"
-            record.pop("cloned_by", None)
-            self._persist()
-            return self._info(record)
+
+        def running(found: _Vm) -> bool:
+            found["dummy_state"] = "RUNNING"
+            found.pop("cloned_by", None)
+            return True
+
+        return self._info(self._inventory.change(pool, vm, running) or record)
 
     def get_vm_ip_address(self, pool: str, vm: str) -> str | None:
         """A deterministic fake IP (:func:`fake_ip`), or None for an unknown VM."""
-        with self._lock:
-            return None if self._find(pool, vm) is None else fake_ip(vm)
+        return None if self._inventory.get(pool, vm) is None else fake_ip(vm)
 
     def vm_ready(self, pool: str, vm: str) -> bool:
         """False if unknown, in another pool or not RUNNING yet (never waits for a clone).
 
         Raises TransientProviderError on a simulated ``vmready_fail_percent`` failure.
         """
-        with self._lock:
-            record = self._find(pool, vm)
-            if record is None or record.get("poolname") != pool:
-                return False
-            if record.get("ready"):
-                return True
-            if record.get("dummy_state") != "RUNNING":
-                return False
+        record = self._inventory.get(pool, vm)
+        if record is None or record.get("poolname") != pool:
+            return False
+        if record.get("ready"):
+            return True
+        if record.get("dummy_state") != "RUNNING":
+            return False
         settle = float(self.settings.get("is_ready_timeout") or 0)
         if settle > 0:
             self._sleep(min(2.0, settle))
         self._maybe_fail("vmready_fail_percent")
-        with self._lock:
-            record = self._find(pool, vm)
-            if record is None:
-                return False
-            record["ready"] = True
-            self._persist()
-        return True
+        return self._inventory.change(pool, vm, _set(ready=True)) is not None
 
     def destroy_vm(self, pool: str, vm: str) -> bool:
         """Shut down (if on) and remove the VM. True if already gone; False if the record
         found under ``pool`` claims another pool. Raises on simulated failure."""
-        with self._lock:
-            record = self._find(pool, vm)
-            if record is None:
-                return True
-            if record.get("poolname") != pool:
-                return False
-            powered_on = record.get("powerstate") == "PoweredOn"
-        if powered_on:
+        record = self._inventory.get(pool, vm)
+        if record is None:
+            return True
+        if record.get("poolname") != pool:
+            return False
+        if record.get("powerstate") == "PoweredOn":
             self._delay("destroyvm_max_shutdown_time")
-            with self._lock:
-                record = self._find(pool, vm)
-                if record is not None:
-                    record["powerstate"] = "PoweredOff"
-                    self._persist()
+            self._inventory.change(pool, vm, _set(powerstate="PoweredOff"))
         self._simulate("destroyvm")
-        with self._lock:
-            self._remove(pool, vm)
-            self._persist()
+        self._inventory.remove(pool, vm)
         return True
 
     def create_disk(self, pool: str, vm: str, size_gb: int) -> bool:
@@ -358,10 +266,10 @@ class DummyProvider(Provider):
 
     def revert_snapshot(self, pool: str, vm: str, snapshot_name: str) -> bool:
         """Whether ``snapshot_name`` is known; VmNotFoundError if the VM is unknown."""
-        record = self._require(pool, vm)
+        self._require(pool, vm)
         self._simulate("revertsnapshot")
-        with self._lock:
-            return snapshot_name in record["snapshots"]
+        record = self._inventory.get(pool, vm)
+        return record is not None and snapshot_name in record["snapshots"]
 
     def migrate_vm(self, pool: str, vm: str, *, may_move: bool = True) -> MigrationResult:
         """Report the VM's simulated host and, when ``may_move``, maybe move it to another of
@@ -377,11 +285,7 @@ class DummyProvider(Provider):
             target = f"HOST{self._randint(1, _HOSTS)}"
         started = time.monotonic()
         self._simulate("migratevm")
-        with self._lock:
-            record = self._find(pool, vm)
-            if record is not None:
-                record["vm_host"] = target
-                self._persist()
+        self._inventory.change(pool, vm, _set(vm_host=target))
         return MigrationResult(host=target, moved_from=current,
                                seconds=time.monotonic() - started)
 
@@ -394,13 +298,11 @@ class DummyProvider(Provider):
         target = _STANDBY_STATES.get(mode)
         if target is None:
             raise PermanentProviderError(f"{mode!r} is not a standby mode")
-        with self._lock:
-            record = self._find(pool, vm)
-            if record is None:
-                return False
-            now = record.get("powerstate")
-            if now == target or now == "PoweredOff":
-                return True
+        record = self._inventory.get(pool, vm)
+        if record is None:
+            return False
+        if record.get("powerstate") in (target, "PoweredOff"):
+            return True
         self._simulate("suspendvm")
         return self._set_power(pool, vm, target)
 
@@ -409,30 +311,22 @@ class DummyProvider(Provider):
         probe afterwards is like a new VM's. A running VM is True at once, without delay or
         failure; a missing one False. Raises TransientProviderError on a
         ``resumevm_fail_percent`` failure (VM unchanged)."""
-        with self._lock:
-            record = self._find(pool, vm)
-            if record is None:
-                return False
-            if record.get("powerstate") == "PoweredOn" and record.get("dummy_state") != "STANDBY":
-                return True
+        record = self._inventory.get(pool, vm)
+        if record is None:
+            return False
+        if record.get("powerstate") == "PoweredOn" and record.get("dummy_state") != "STANDBY":
+            return True
         self._simulate("resumevm")
         return self._set_power(pool, vm, "PoweredOn")
 
     def _set_power(self, pool: str, vm: str, powerstate: str) -> bool:
         """Record ``powerstate`` (False when the VM vanished meanwhile); standby VMs are not
         ready, and a resumed one is probed afresh."""
-        with self._lock:
-            record = self._find(pool, vm)
-            if record is None:
-                return False
-            record["powerstate"] = powerstate
-            if powerstate == "PoweredOn":
-                record["dummy_state"] = "RUNNING"
-            else:
-                record["dummy_state"] = "STANDBY"
-                record["ready"] = False
-            self._persist()
-        return True
+        if powerstate == "PoweredOn":
+            edit = _set(powerstate=powerstate, dummy_state="RUNNING")
+        else:
+            edit = _set(powerstate=powerstate, dummy_state="STANDBY", ready=False)
+        return self._inventory.change(pool, vm, edit) is not None
 
     def purge_unconfigured_resources(self, allowlist: Collection[str]) -> None:
         """Remove every VM filed under a pool this provider does not serve, unless that
@@ -442,30 +336,23 @@ class DummyProvider(Provider):
         extra = self.settings.get("resources_allowlist") or ()
         allowed = set(allowlist) | ({extra} if isinstance(extra, str) else set(extra))
         removed: list[str] = []
-        with self._lock:
-            for pool in [p for p in self._pools if p not in self.context.pools]:
-                if pool in allowed:
-                    continue
-                kept = [vm for vm in self._pools[pool] if vm["name"] in allowed]
-                removed.extend(vm["name"] for vm in self._pools[pool] if vm not in kept)
-                if kept:
-                    self._pools[pool] = kept
-                else:
-                    del self._pools[pool]
-            self._names.difference_update(removed)
-            if removed:
-                self._persist()
+        for pool in self._inventory.pools():
+            if pool in self.context.pools or pool in allowed:
+                continue
+            for name in self._inventory.names(pool):
+                if name not in allowed and self._inventory.remove(pool, name):
+                    removed.append(name)
+            self._inventory.drop_pool(pool)
         for name in removed:
             log.info("[-] [%s] purged '%s': it belongs to no configured pool", self.name, name)
 
     # -- extras --------------------------------------------------------------------------
 
     def inventory_snapshot(self) -> dict[str, list[str]]:
-        """A copy of the inventory: pool name -> VM names, in creation order."""
-        with self._lock:
-            return {pool: [vm["name"] for vm in vms] for pool, vms in self._pools.items()}
+        """The inventory: pool name -> VM names (in the order of :meth:`vms_in_pool`)."""
+        return {pool: self._inventory.names(pool) for pool in self._inventory.pools()}
 
-    # -- helpers (the caller holds self._lock where noted) -------------------------------
+    # -- helpers -------------------------------------------------------------------------
 
     def _check_placement(
         self, pool: str, pool_config: Mapping[str, Any], template: str | None
@@ -482,19 +369,8 @@ class DummyProvider(Provider):
             if known is not None and value not in known:
                 raise error(f"{what} '{value}' not found for pool {pool} on provider {self.name}")
 
-    def _find(self, pool: str, vm: str) -> _Vm | None:  # caller holds the lock
-        return next((v for v in self._pools.get(pool, []) if v["name"] == vm), None)
-
-    def _remove(self, pool: str, vm: str) -> None:  # caller holds the lock
-        if pool in self._pools:
-            before = len(self._pools[pool])
-            self._pools[pool] = [v for v in self._pools[pool] if v["name"] != vm]
-            if len(self._pools[pool]) < before:
-                self._names.discard(vm)
-
     def _require(self, pool: str, vm: str) -> _Vm:
-        with self._lock:
-            record = self._find(pool, vm)
+        record = self._inventory.get(pool, vm)
         if record is None:
             raise VmNotFoundError(f"VM {vm} does not exist in pool {pool} for {self.name}")
         return record
@@ -502,30 +378,14 @@ class DummyProvider(Provider):
     def _append(self, pool: str, vm: str, op: str, field: str, value: object) -> bool:
         self._require(pool, vm)
         self._simulate(op)
-        with self._lock:
-            record = self._find(pool, vm)
-            if record is None:
-                raise VmNotFoundError(f"VM {vm} does not exist in pool {pool} for {self.name}")
-            record[field].append(value)
-            self._persist()
-        return True
 
-    def _persist(self) -> None:
-        """Caller holds the lock: rewrite the file atomically, so writes never interleave."""
-        if self._path is None:
-            return
-        text = yaml.dump({"pool": self._pools}, Dumper=_Dumper, default_flow_style=False,
-                         sort_keys=False)
-        fd, tmp = tempfile.mkstemp(dir=self._path.parent, prefix=f".{self._path.name}.")
-        try:
-            with os.fdopen(fd, "w") as handle:
-                handle.write(text)
-            os.replace(tmp, self._path)
-            self._seen = self._stat()
-        except BaseException:
-            with suppress(OSError):
-                os.unlink(tmp)
-            raise
+        def append(record: _Vm) -> bool:
+            record.setdefault(field, []).append(value)
+            return True
+
+        if self._inventory.change(pool, vm, append) is None:
+            raise VmNotFoundError(f"VM {vm} does not exist in pool {pool} for {self.name}")
+        return True
 
     @staticmethod
     def _info(record: Mapping[str, Any]) -> VmInfo:

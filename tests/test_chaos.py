@@ -1,5 +1,5 @@
 """A bounded chaos run over real processes: one redis-server (AOF on), three ``vmpooler
-manager`` processes sharing one dummy inventory file, and a two-worker ``vmpooler api``.
+manager`` processes sharing one dummy inventory (``filename``), and a two-worker ``vmpooler api``.
 
 Client threads check VMs out (``POST /api/v3/vm/<pool>`` and batch ``POST /api/v3/vm``),
 return them (``DELETE /api/v3/vm/<name>``) and make on-demand requests (``POST
@@ -72,6 +72,7 @@ import yaml
 from tests.test_manager_process import spawn
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, find_redis_server, free_port
+from vmpooler.providers.dummy_store import read_inventory
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
@@ -401,10 +402,8 @@ def snapshot(client: redis.Redis) -> Snapshot:
 
 
 def inventory(path: Path) -> dict[str, set[str]]:
-    """pool -> VM names, as the dummy provider's inventory file holds them."""
-    if not path.exists():
-        return {}
-    document = yaml.safe_load(path.read_text()) or {}
+    """pool -> VM names, as the dummy provider's shared inventory holds them."""
+    document = read_inventory(path)
     return {pool: {vm["name"] for vm in vms or []}
             for pool, vms in (document.get("pool") or {}).items()}
 

@@ -22,6 +22,7 @@ import yaml
 
 from vmpooler.providers.base import MigrationResult, ProviderContext
 from vmpooler.providers.dummy import DummyProvider, fake_ip
+from vmpooler.providers.dummy_store import DirectoryInventory, read_inventory
 from vmpooler.providers.errors import (
     PermanentProviderError,
     ProviderError,
@@ -54,7 +55,7 @@ def make(
 
 
 def read_file(path: Path) -> dict[str, Any]:
-    return yaml.safe_load(path.read_text())
+    return read_inventory(path)
 
 
 # -- delays ------------------------------------------------------------------------------
@@ -404,8 +405,9 @@ def test_persistence_round_trip(tmp_path: Path) -> None:
     assert second.get_vm("pool1", "vm1") == first.get_vm("pool1", "vm1")
     assert second.vm_ready("pool1", "vm1") is True
     assert second.revert_snapshot("pool1", "vm1", "snap") is True
-    # no temp files; the lock file that processes sharing the inventory flock stays
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["inventory.yaml", "inventory.yaml.lock"]
+    # no temp files: the inventory's directory and the lock file that processes sharing it flock
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["inventory.yaml.d", "inventory.yaml.lock"]
+    assert sorted(p.name for p in (tmp_path / "inventory.yaml.d" / "pool1").iterdir()) == ["vm1"]
 
 
 def test_initial_state_seeds_and_is_not_mutated() -> None:
@@ -594,10 +596,13 @@ def test_a_clone_left_by_a_dead_process_sharing_the_file_finishes_on_the_next_re
         {**base, "name": "busy", "hostname": "busy",
          "cloned_by": f"{socket.gethostname()}:{os.getpid()}"},
     ]
-    path.write_text(yaml.safe_dump(doc))  # as the other process would have written it
+    other = DirectoryInventory(path, {})  # as the other process would have written them
+    for record in doc["pool"]["pool1"][1:]:
+        assert other.add("pool1", record)
 
     assert survivor.vm_ready("pool1", "orphan") is True
     assert survivor.vm_ready("pool1", "busy") is False
-    orphan = next(vm for vm in read_file(path)["pool"]["pool1"] if vm["name"] == "orphan")
-    assert "cloned_by" not in orphan
-    assert "cloned_by" not in read_file(path)["pool"]["pool1"][0], "a finished clone's mark"
+    stored = {vm["name"]: vm for vm in read_file(path)["pool"]["pool1"]}
+    assert "cloned_by" not in stored["orphan"]
+    assert stored["busy"]["cloned_by"] == f"{socket.gethostname()}:{os.getpid()}"
+    assert "cloned_by" not in stored["mine"], "a finished clone's mark"

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from vmpooler.providers.base import Capability, ProviderContext
 from vmpooler.providers.dummy import DummyProvider
+from vmpooler.providers.dummy_store import read_inventory
 from vmpooler.providers.errors import TransientProviderError
 
 POOLS = {"pool1": {"template": "templates/t1"}}
@@ -133,12 +133,11 @@ def test_failure_rates_follow_the_seeded_draw(op: str) -> None:
 
     def attempt(percent: int) -> DummyProvider:
         provider = make({f"{op}_fail_percent": percent}, seed=5)
-        provider._pools["pool1"] = [{"name": "vm1", "hostname": "vm1", "poolname": "pool1",
-                                     "powerstate": "PoweredOn" if op == "suspendvm"
-                                     else "Suspended",
-                                     "dummy_state": "RUNNING" if op == "suspendvm"
-                                     else "STANDBY", "snapshots": [], "disks": []}]
-        provider._names.add("vm1")
+        provider._inventory.add("pool1", {
+            "name": "vm1", "hostname": "vm1", "poolname": "pool1",
+            "powerstate": "PoweredOn" if op == "suspendvm" else "Suspended",
+            "dummy_state": "RUNNING" if op == "suspendvm" else "STANDBY",
+            "snapshots": [], "disks": []})
         return provider
 
     failing = attempt(roll)
@@ -164,7 +163,7 @@ def test_the_standby_state_is_persisted(tmp_path: Path) -> None:
     again = make({"filename": str(path)})
     assert powerstate(again) == "Suspended"
     assert again.vm_ready("pool1", "vm1") is False
-    assert yaml.safe_load(path.read_text())["pool"]["pool1"][0]["powerstate"] == "Suspended"
+    assert read_inventory(path)["pool"]["pool1"][0]["powerstate"] == "Suspended"
     assert again.resume_vm("pool1", "vm1") is True
     assert again.vm_ready("pool1", "vm1") is True
 

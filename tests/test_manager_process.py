@@ -18,6 +18,7 @@ import yaml
 from tests.harness import QUEUES, wait_until
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, free_port
+from vmpooler.providers.dummy_store import read_inventory
 
 pytestmark = pytest.mark.integration
 
@@ -111,9 +112,7 @@ def test_kill_9_mid_clone_then_restart_leaves_nothing_unaccounted(
     first = spawn(processes, "manager", "--config", str(config), log=tmp_path / "m.log")
 
     def cloning() -> bool:
-        if not inventory_file.exists():
-            return False
-        doc = yaml.safe_load(inventory_file.read_text()) or {}
+        doc = read_inventory(inventory_file)
         states = [vm.get("dummy_state") for vms in (doc.get("pool") or {}).values()
                   for vm in vms]
         return states.count("CLONING") >= 2
@@ -124,7 +123,7 @@ def test_kill_9_mid_clone_then_restart_leaves_nothing_unaccounted(
     spawn(processes, "manager", "--config", str(config), log=tmp_path / "m.log")
 
     def reconciled() -> bool:
-        doc = yaml.safe_load(inventory_file.read_text()) or {}
+        doc = read_inventory(inventory_file)
         for pool, vms in (doc.get("pool") or {}).items():
             where = accounted(redis_client, pool)
             if any(vm["name"] not in where for vm in vms):
@@ -133,7 +132,7 @@ def test_kill_9_mid_clone_then_restart_leaves_nothing_unaccounted(
 
     wait_until(reconciled, 30, "every inventory VM to be in a queue")
     wait_until(lambda: full(redis_client, pools), 30, "the pools to fill again")
-    doc = yaml.safe_load(inventory_file.read_text()) or {}
+    doc = read_inventory(inventory_file)
     for pool, vms in (doc.get("pool") or {}).items():
         where = accounted(redis_client, pool)
         for vm in vms:

@@ -1,4 +1,4 @@
-"""Several ``vmpooler manager`` processes on one Redis, sharing one dummy inventory file:
+"""Several ``vmpooler manager`` processes on one Redis, sharing one dummy inventory:
 pools spread by lease, filled once, taken over when a manager is killed or stopped past its
 lease, and a stopped manager's late writes refused by the fence."""
 
@@ -19,6 +19,7 @@ from tests.harness import wait_until
 from tests.test_manager_process import processes, spawn  # noqa: F401 - the fixture
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
+from vmpooler.providers.dummy_store import read_inventory
 
 pytestmark = pytest.mark.integration
 
@@ -89,7 +90,7 @@ def clone_counts(logs: list[Path]) -> collections.Counter[str]:
 
 
 def inventory_names(path: Path) -> list[str]:
-    doc = yaml.safe_load(path.read_text()) or {}
+    doc = read_inventory(path)
     return [vm["name"] for vms in (doc.get("pool") or {}).values() for vm in vms]
 
 

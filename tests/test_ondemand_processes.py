@@ -29,6 +29,7 @@ from tests.test_api_processes import call
 from tests.test_manager_process import accounted, spawn, write_config
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, free_port
+from vmpooler.providers.dummy_store import read_inventory
 
 pytestmark = pytest.mark.integration
 
@@ -105,9 +106,7 @@ def _inventory(paths: tuple[Path, ...]) -> dict[str, set[str]]:
     """pool -> VM names, as the dummy providers' persistence files hold them."""
     found: dict[str, set[str]] = {}
     for path in paths:
-        if not path.exists():
-            continue
-        document = yaml.safe_load(path.read_text()) or {}
+        document = read_inventory(path)
         for pool, vms in (document.get("pool") or {}).items():
             found.setdefault(pool, set()).update(vm["name"] for vm in vms or [])
     return found

@@ -185,8 +185,8 @@ def test_a_pool_owned_by_another_manager_is_left_alone(redis_client: redis.Redis
         wait_until(lambda: redis_client.get(schema.lease("pool", "pa")) is None, 10,
                    "pa's lease to be released")
         stray = "stray-vm"
-        h.provider._pools.setdefault("pa", []).append(  # type: ignore[attr-defined]
-            {"name": stray, "poolname": "pa", "hostname": stray, "dummy_state": "RUNNING"})
+        h.provider._inventory.add(  # type: ignore[attr-defined]
+            "pa", {"name": stray, "poolname": "pa", "hostname": stray, "dummy_state": "RUNNING"})
         h.system.notify("pa", "test")
         for _ in range(2):
             beats.beat(other, h.clock.now(), prune_after=600)  # the other manager lives on

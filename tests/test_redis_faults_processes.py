@@ -28,6 +28,7 @@ from tests.test_manager_process import accounted, full, write_config
 from vmpooler.actors.storage import schema
 from vmpooler.actors.storage.connection import connect
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis, find_redis_server
+from vmpooler.providers.dummy_store import read_inventory
 
 pytestmark = pytest.mark.integration
 
@@ -102,7 +103,7 @@ def test_api_answers_503_while_redis_is_down_and_200_when_it_is_back(
 
 
 class InventoryWatch:
-    """Polls the dummy provider's inventory file: every VM name created, and names created
+    """Polls the dummy provider's shared inventory: every VM name created, and names created
     again (seen with a second ``boottime``, or back after having gone)."""
 
     def __init__(self, path: Path) -> None:
@@ -120,7 +121,7 @@ class InventoryWatch:
 
     def poll(self) -> None:
         try:
-            doc = yaml.safe_load(self.path.read_text()) or {}
+            doc = read_inventory(self.path)
         except (OSError, yaml.YAMLError):  # not written yet, or caught mid-write
             return
         present: set[str] = set()
@@ -174,7 +175,7 @@ def test_manager_pauses_while_redis_is_down_and_resumes(
             return log_path.read_text().count("redis unavailable") - outage_start
 
         def clones_done() -> bool:  # the refill clones finish while Redis is away
-            doc = yaml.safe_load(inventory.read_text()) or {}
+            doc = read_inventory(inventory)
             return all(vm.get("dummy_state") == "RUNNING"
                        for vms in (doc.get("pool") or {}).values() for vm in vms)
 
@@ -199,7 +200,7 @@ def test_manager_pauses_while_redis_is_down_and_resumes(
     finally:
         watch.stop()
     assert watch.twice == [], f"VMs created twice: {watch.twice}"
-    doc = yaml.safe_load(inventory.read_text()) or {}
+    doc = read_inventory(inventory)
     for pool, vms in (doc.get("pool") or {}).items():
         where = accounted(client, pool)
         missing = [vm["name"] for vm in vms if vm["name"] not in where]
