@@ -22,6 +22,7 @@ from tests.harness import wait_until
 from tests.test_manager_process import processes, spawn  # noqa: F401 (fixture)
 from vmpooler.actors.storage import schema, timefmt
 from vmpooler.actors.storage.embedded_redis import EmbeddedRedis
+from vmpooler.providers.dummy_store import read_inventory
 
 pytestmark = pytest.mark.integration
 
@@ -106,8 +107,7 @@ def test_manager_purges_checks_health_and_the_dlq_replays(
     assert 0 < c.ttl(schema.vm("orphan")) <= 3600
 
     def retired_gone() -> bool:
-        doc = yaml.safe_load(inventory.read_text()) or {}
-        return "retired" not in (doc.get("pool") or {})
+        return not read_inventory(inventory)["pool"].get("retired")
 
     wait_until(retired_gone, 30, "the unconfigured pool's VMs to be purged at start")
     for prefix in ("vmpooler.vmpooler_health.status:", "vmpooler.vmpooler_purge.total.count:",
